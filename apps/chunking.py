@@ -1,0 +1,189 @@
+"""The chunk stage: documents -> chunks measured in the embedding model's tokens.
+
+Methods (chosen by ``chunking.method``):
+* ``none``: one chunk per document (the earlier Qwen3/peS2o study);
+* ``recursive``: langchain's RecursiveCharacterTextSplitter driven by the model's tokenizer;
+* ``semantic``: split between sentence windows whose embedding similarity drops, then re-split anything
+  longer than ``max_chunk_size`` recursively.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.models import load_tokenizer
+from apps.taskinfo import task_context
+from pipeline.store import read_shard_record, write_parquet_atomic, write_shard_record
+
+STAGE_VERSION = "1"
+CHUNK_SCHEMA = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("chunk_index", pa.int32()),
+        ("text", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("char_start", pa.int64()),
+        ("char_end", pa.int64()),
+    ]
+)
+
+# A sentence ends at . ! ? followed by whitespace and an upper-case letter, digit or opening bracket.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\[])")
+
+
+def chunk_id(doc_id: str, index: int) -> str:
+    """Deterministic chunk id: document id and chunk index."""
+    return f"{doc_id}#{index}"
+
+
+def _recursive_splitter(tokenizer, chunk_size: int, overlap: int):
+    from langchain_text_splitters import RecursiveCharacterTextSplitter
+
+    return RecursiveCharacterTextSplitter.from_huggingface_tokenizer(
+        tokenizer, chunk_size=chunk_size, chunk_overlap=overlap, add_start_index=True
+    )
+
+
+def split_recursive(text: str, splitter) -> list[tuple[int, int]]:
+    """Character spans of the recursive splitter's chunks of ``text``."""
+    spans = []
+    for piece in splitter.create_documents([text]):
+        start = piece.metadata["start_index"]
+        spans.append((start, start + len(piece.page_content)))
+    return spans
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """Character spans of sentences (a rule-based splitter; good enough to place breakpoints)."""
+    spans, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        spans.append((start, match.start()))
+        start = match.end()
+    if start < len(text):
+        spans.append((start, len(text)))
+    return [(s, e) for s, e in spans if text[s:e].strip()]
+
+
+def semantic_breakpoints(window_vectors: np.ndarray, percentile: float) -> list[int]:
+    """Indices i where a chunk ends after sentence i: cosine distance of adjacent windows above percentile."""
+    if len(window_vectors) < 2:
+        return []
+    v = window_vectors / np.maximum(np.linalg.norm(window_vectors, axis=1, keepdims=True), 1e-12)
+    distances = 1.0 - np.sum(v[:-1] * v[1:], axis=1)
+    threshold = np.percentile(distances, percentile)
+    return [i for i, d in enumerate(distances) if d > threshold]
+
+
+def split_semantic(
+    text: str, embed: Callable[[list[str]], np.ndarray], window: int, percentile: float
+) -> list[tuple[int, int]]:
+    """Character spans of semantic chunks (before the maximum-size re-split)."""
+    sentences = split_sentences(text)
+    if len(sentences) <= 1:
+        return [(0, len(text))]
+    windows = [
+        text[sentences[max(0, i - window)][0] : sentences[min(len(sentences) - 1, i + window)][1]]
+        for i in range(len(sentences))
+    ]
+    cuts = semantic_breakpoints(embed(windows), percentile)
+    spans, first = [], 0
+    for cut in [*cuts, len(sentences) - 1]:
+        spans.append((sentences[first][0], sentences[cut][1]))
+        first = cut + 1
+    return spans
+
+
+class Chunker:
+    """Turns one document's text into chunk spans and token counts, per the chunking config."""
+
+    def __init__(self, chunking: dict[str, Any], tokenizer_dir: str, embed_fn=None) -> None:
+        self.cfg = chunking
+        self.tokenizer = load_tokenizer(tokenizer_dir)
+        self.method = chunking["method"]
+        size = chunking.get("chunk_size") or chunking.get("max_chunk_size")
+        self.splitter = (
+            _recursive_splitter(self.tokenizer, size, chunking.get("chunk_overlap", 0)) if size else None
+        )
+        self.embed_fn = embed_fn
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Token counts without special tokens."""
+        if not texts:
+            return []
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of the chunks of ``text``."""
+        if self.method == "none":
+            return [(0, len(text))]
+        if self.method == "recursive":
+            return split_recursive(text, self.splitter)
+        coarse = split_semantic(text, self.embed_fn, self.cfg["window"], self.cfg["breakpoint_percentile"])
+        limit = self.cfg["max_chunk_size"]
+        spans = []
+        for (start, end), n in zip(coarse, self.count_tokens([text[s:e] for s, e in coarse]), strict=True):
+            if n <= limit:
+                spans.append((start, end))
+            else:  # too long: split again recursively, keeping absolute offsets
+                spans.extend((start + s, start + e) for s, e in split_recursive(text[start:end], self.splitter))
+        return spans
+
+
+def chunk_shard(
+    docs_file: str,
+    out_dir: str,
+    shard_index: int,
+    chunking: dict[str, Any],
+    tokenizer_dir: str,
+    embedding: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Chunk one document shard into ``chunks-NNNNN.parquet``; return its shard record (skips if done)."""
+    out = Path(out_dir)
+    name = f"chunks-{shard_index:05d}.parquet"
+    if (done := read_shard_record(out, name)) is not None:
+        return {**done, "cached": True}
+    started = time.time()
+    embed_fn = None
+    if chunking["method"] == "semantic":
+        from apps.embedding import get_embedder
+
+        embedder = get_embedder(embedding)
+        embed_fn = lambda texts: embedder.embed(texts, is_query=False)[0]  # noqa: E731
+    chunker = Chunker(chunking, tokenizer_dir, embed_fn)
+    columns: dict[str, list] = {field.name: [] for field in CHUNK_SCHEMA}
+    docs = pq.read_table(docs_file, columns=["id", "text"]).to_pydict()
+    for doc_id, text in zip(docs["id"], docs["text"], strict=True):
+        spans = chunker.spans(text)
+        pieces = [text[s:e] for s, e in spans]
+        for index, ((start, end), piece, n_tokens) in enumerate(
+            zip(spans, pieces, chunker.count_tokens(pieces), strict=True)
+        ):
+            columns["chunk_id"].append(chunk_id(doc_id, index))
+            columns["doc_id"].append(doc_id)
+            columns["chunk_index"].append(index)
+            columns["text"].append(piece)
+            columns["n_tokens"].append(n_tokens)
+            columns["char_start"].append(start)
+            columns["char_end"].append(end)
+    table = pa.table(columns, schema=CHUNK_SCHEMA)
+    written = write_parquet_atomic(table, out / name, row_group_rows=2048)
+    record = {
+        "file": name,
+        "shard": shard_index,
+        "input": Path(docs_file).name,
+        "documents": len(docs["id"]),
+        "tokens": int(sum(columns["n_tokens"])),
+        **written,
+        **task_context(started),
+    }
+    write_shard_record(out, record)
+    return record

@@ -1,0 +1,220 @@
+"""Corpus readers (peS2o JSONL, BEIR JSONL, Parquet) and the streaming shard stage.
+
+Readers yield one :class:`Document` at a time, so memory does not grow with the corpus. The shard stage
+groups documents into Parquet shards of a target size in a deterministic order (sorted files, file order
+inside), which makes the same input give the same shards.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputDataError
+from pipeline.store import atomic_write_json, complete_manifest, write_parquet_atomic
+
+STAGE_VERSION = "1"
+PES2O_FIELDS = ("id", "text", "source", "added", "created", "version")
+DOC_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
+
+
+@dataclass
+class Document:
+    """One corpus record: id, text, and every other field as metadata."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReadStats:
+    """What a read skipped (when the config says skip rather than error)."""
+
+    skipped: list[str] = field(default_factory=list)
+
+
+def expand_paths(patterns: list[str], base: Path) -> list[Path]:
+    """Files named by paths, directories (all files inside, recursively) or globs, sorted, deduplicated.
+
+    Raises InputDataError naming the first pattern that matches nothing.
+    """
+    files: set[Path] = set()
+    for pattern in patterns:
+        path = Path(pattern).expanduser()
+        path = path if path.is_absolute() else base / path
+        if path.is_dir():
+            found = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        elif any(ch in str(path) for ch in "*?["):
+            found = [Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
+        else:
+            found = [path] if path.is_file() else []
+        if not found:
+            raise InputDataError(f"corpus path {pattern!r} (resolved to {path}) matches no file")
+        files.update(p.resolve() for p in found)
+    return sorted(files)
+
+
+def _open_text_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield (line number, raw bytes) of a .jsonl or .jsonl.gz file."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as fh:
+        yield from enumerate(io.BufferedReader(fh), start=1)
+
+
+def _bad(where: str, message: str, on_invalid: str, stats: ReadStats) -> None:
+    if on_invalid == "error":
+        raise InputDataError(f"{where}: {message}")
+    stats.skipped.append(f"{where}: {message}")
+
+
+def read_jsonl(path: Path, fmt: str, on_invalid: str, stats: ReadStats) -> Iterator[Document]:
+    """Documents of one peS2o or BEIR JSONL(.gz) file; bad lines raise or are skipped and recorded."""
+    id_key = "id" if fmt == "pes2o" else "_id"
+    for line_no, raw in _open_text_lines(path):
+        where = f"{path}:{line_no}"
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            _bad(where, f"line is not UTF-8 ({exc.reason} at byte {exc.start})", on_invalid, stats)
+            continue
+        except json.JSONDecodeError as exc:
+            _bad(where, f"line is not valid JSON ({exc.msg}, column {exc.colno})", on_invalid, stats)
+            continue
+        if not isinstance(record, dict):
+            _bad(where, "record is not a JSON object", on_invalid, stats)
+            continue
+        doc_id = record.pop(id_key, None)
+        if doc_id is None or str(doc_id) == "":
+            _bad(where, f"record has no {id_key!r} field", on_invalid, stats)
+            continue
+        text = record.pop("text", None)
+        if fmt == "beir":
+            title = record.pop("title", "") or ""
+            text = f"{title}\n\n{text}" if title and isinstance(text, str) else text
+        if not isinstance(text, str) or not text.strip():
+            _bad(where, f"record {doc_id!s} has no text", on_invalid, stats)
+            continue
+        yield Document(id=str(doc_id), text=text, metadata=record)
+
+
+def read_parquet(
+    path: Path, id_column: str, text_column: str, on_invalid: str, stats: ReadStats
+) -> Iterator[Document]:
+    """Documents of one Parquet file, read one record batch at a time."""
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    for column in (id_column, text_column):
+        if column not in names:
+            raise InputDataError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
+    row = 0
+    for batch in parquet.iter_batches(batch_size=1024):
+        for record in batch.to_pylist():
+            row += 1
+            where = f"{path}: row {row}"
+            doc_id, text = record.pop(id_column), record.pop(text_column)
+            if doc_id is None:
+                _bad(where, f"record has no {id_column!r}", on_invalid, stats)
+            elif not isinstance(text, str) or not text.strip():
+                _bad(where, f"record {doc_id!s} has no text", on_invalid, stats)
+            else:
+                yield Document(id=str(doc_id), text=text, metadata=record)
+
+
+def iter_documents(files: list[Path], corpus: dict[str, Any], stats: ReadStats) -> Iterator[Document]:
+    """All documents of the corpus in deterministic order, honouring max_documents."""
+    produced = 0
+    for path in files:
+        if corpus["format"] == "parquet":
+            docs = read_parquet(path, corpus["id_column"], corpus["text_column"], corpus["on_invalid"], stats)
+        else:
+            docs = read_jsonl(path, corpus["format"], corpus["on_invalid"], stats)
+        for doc in docs:
+            yield doc
+            produced += 1
+            if corpus.get("max_documents") and produced >= corpus["max_documents"]:
+                return
+
+
+def file_fingerprints(files: list[Path]) -> list[dict[str, Any]]:
+    """Cheap identity of the input files (path, size, mtime) for the shard stage's content key."""
+    return [{"path": str(p), "size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns} for p in files]
+
+
+def _shard_table(docs: list[Document]) -> pa.Table:
+    return pa.table(
+        {
+            "id": [d.id for d in docs],
+            "text": [d.text for d in docs],
+            "metadata": [json.dumps(d.metadata, sort_keys=True, default=str) for d in docs],
+        },
+        schema=DOC_SCHEMA,
+    )
+
+
+def shard_corpus(
+    files: list[str], corpus: dict[str, Any], sharding: dict[str, Any], out_dir: str
+) -> dict[str, Any]:
+    """Stream the corpus into ``docs-NNNNN.parquet`` shards under ``out_dir``; return the manifest.
+
+    Rejects duplicate document ids (naming both places) and an empty corpus. Runs as one Parsl task:
+    a single sequential pass keeps the shard plan deterministic. Memory is one shard of documents.
+    """
+    out = Path(out_dir)
+    if (done := complete_manifest(out)) is not None:
+        return done
+    started = time.time()
+    stats = ReadStats()
+    seen: dict[str, int] = {}  # document id -> shard index, to name where a duplicate first appeared
+    shards: list[dict[str, Any]] = []
+    buffer: list[Document] = []
+    buffered_bytes = 0
+    max_docs, max_bytes = sharding.get("docs_per_shard"), sharding.get("bytes_per_shard")
+
+    def flush() -> None:
+        nonlocal buffer, buffered_bytes
+        name = f"docs-{len(shards):05d}.parquet"
+        written = write_parquet_atomic(_shard_table(buffer), out / name, row_group_rows=1024)
+        shards.append({"file": name, "first_id": buffer[0].id, "last_id": buffer[-1].id, **written})
+        buffer, buffered_bytes = [], 0
+
+    for doc in iter_documents([Path(f) for f in files], corpus, stats):
+        if doc.id in seen:
+            raise InputDataError(
+                f"duplicate document id {doc.id!r}: already in shard {seen[doc.id]} "
+                f"(document ids must be unique across {len(files)} corpus file(s))"
+            )
+        seen[doc.id] = len(shards)
+        buffer.append(doc)
+        buffered_bytes += len(doc.text.encode("utf-8"))
+        if (max_bytes and buffered_bytes >= max_bytes) or (not max_bytes and len(buffer) >= max_docs):
+            flush()
+    if buffer:
+        flush()
+    if not shards:
+        raise InputDataError(f"the corpus is empty: no document in {', '.join(files)}")
+    manifest = {
+        "stage": "shard",
+        "version": STAGE_VERSION,
+        "documents": sum(s["rows"] for s in shards),
+        "skipped": len(stats.skipped),
+        "skipped_examples": stats.skipped[:20],
+        "files": shards,
+        "inputs": files,
+        "started": started,
+        "finished": time.time(),
+    }
+    atomic_write_json(out / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,214 @@
+"""The embed stage and the Pes2o-VE dataset layout.
+
+One chunk shard becomes one ``part-NNNNN.parquet`` with columns ``id`` (int64), ``doc_id``, ``chunk_index``
+and ``embedding`` (``fixed_size_list<float32|float16>[dim]``), zstd, bounded row groups, the model and
+chunker recorded in the file metadata. ``manifest.json`` (written last) lists every part; ``README.md`` is
+the dataset card. :func:`iter_vectors` reads the vectors back in batches without loading the dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.taskinfo import task_context
+from pipeline.errors import ArtifactError
+from pipeline.store import (
+    atomic_write_json,
+    atomic_write_text,
+    read_manifest,
+    read_shard_record,
+    write_parquet_atomic,
+    write_shard_record,
+)
+
+STAGE_VERSION = "1"
+METADATA_KEY = "pes2o_ve"
+# Row ids are shard * ROW_ID_STRIDE + row: unique, deterministic, and known without a global barrier.
+ROW_ID_STRIDE = 1_000_000_000
+
+
+def row_id(shard: int, row: int) -> int:
+    """The dataset id of row ``row`` of chunk shard ``shard``."""
+    return shard * ROW_ID_STRIDE + row
+
+
+def is_held_out(chunk_id: str, fraction: float) -> bool:
+    """Deterministic hold-out choice by hash of the chunk id (the same chunks on every run)."""
+    if fraction <= 0:
+        return False
+    value = int.from_bytes(hashlib.sha256(chunk_id.encode()).digest()[:8], "big")
+    return value / 2**64 < fraction
+
+
+def embedding_type(dim: int, dtype: str) -> pa.DataType:
+    """Arrow type of the embedding column."""
+    return pa.list_(pa.float16() if dtype == "float16" else pa.float32(), dim)
+
+
+def vectors_to_arrow(vectors: np.ndarray, dtype: str) -> pa.FixedSizeListArray:
+    """(n, dim) array -> fixed_size_list column without a Python-level loop."""
+    np_type = np.float16 if dtype == "float16" else np.float32
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np_type).ravel())
+    return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+
+
+def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """fixed_size_list column -> (n, dim) float32 array."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    dim = column.type.list_size
+    flat = column.values.to_numpy(zero_copy_only=False)
+    return flat.astype(np.float32, copy=False).reshape(-1, dim)
+
+
+def embed_shard(
+    chunks_file: str,
+    shard_index: int,
+    dataset_dir: str,
+    embedding: dict[str, Any],
+    file_metadata: dict[str, Any],
+    holdout_fraction: float,
+    row_group_rows: int,
+) -> dict[str, Any]:
+    """Embed one chunk shard into ``part-NNNNN.parquet``; return its record (skips a verified part)."""
+    from apps.embedding import get_embedder
+
+    out = Path(dataset_dir)
+    name = f"part-{shard_index:05d}.parquet"
+    if (done := read_shard_record(out, name)) is not None:
+        return {**done, "cached": True}
+    started = time.time()
+    chunks = pq.read_table(chunks_file, columns=["chunk_id", "doc_id", "chunk_index", "text"]).to_pydict()
+    ids = [row_id(shard_index, row) for row in range(len(chunks["chunk_id"]))]
+    keep = [i for i, cid in enumerate(chunks["chunk_id"]) if not is_held_out(cid, holdout_fraction)]
+    embedder = get_embedder(embedding)
+    vectors, stats = embedder.embed([chunks["text"][i] for i in keep], is_query=False)
+    table = pa.table(
+        {
+            "id": pa.array([ids[i] for i in keep], pa.int64()),
+            "doc_id": pa.array([chunks["doc_id"][i] for i in keep], pa.string()),
+            "chunk_index": pa.array([chunks["chunk_index"][i] for i in keep], pa.int32()),
+            "embedding": vectors_to_arrow(vectors, embedding["output_dtype"]),
+        }
+    )
+    metadata = {METADATA_KEY: json.dumps(file_metadata, sort_keys=True)}
+    written = write_parquet_atomic(table, out / name, row_group_rows=row_group_rows, metadata=metadata)
+    record = {
+        "file": name,
+        "shard": shard_index,
+        "input": Path(chunks_file).name,
+        "held_out": len(ids) - len(keep),
+        "dataset_key": file_metadata["dataset_key"],
+        "dimension": file_metadata["dimension"],
+        "embed": stats.__dict__,
+        "device": embedder.device,
+        **written,
+        **task_context(started),
+    }
+    write_shard_record(out, record)
+    return record
+
+
+def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
+    """Refuse to write into a directory that holds a different dataset (another key or dimension)."""
+    existing = read_manifest(dataset_dir)
+    if existing is None:
+        stray = sorted(p.name for p in dataset_dir.glob("_shards/*.json")) if dataset_dir.exists() else []
+        existing = None
+        if stray:
+            record = json.loads((dataset_dir / "_shards" / stray[0]).read_text())
+            existing = {"key": record.get("dataset_key"), "dimension": record.get("dimension")}
+    if existing is None:
+        return
+    if existing.get("dimension") not in (None, dimension):
+        raise ArtifactError(
+            f"{dataset_dir} holds a dataset of dimension {existing['dimension']}; this configuration makes "
+            f"dimension {dimension}. Choose another dataset.dir or remove the old dataset."
+        )
+    if existing.get("key") not in (None, key):
+        raise ArtifactError(
+            f"{dataset_dir} holds another dataset (content key {existing['key']}, this run {key}); "
+            "choose another dataset.dir or remove it."
+        )
+
+
+def finalize_dataset(
+    dataset_dir: str, key: str, records: list[dict[str, Any]], file_metadata: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the dataset card and, last, ``manifest.json`` listing every part; return the manifest."""
+    out = Path(dataset_dir)
+    parts = sorted(records, key=lambda r: r["shard"])
+    manifest = {
+        "stage": "embed",
+        "version": STAGE_VERSION,
+        "key": key,
+        "dimension": file_metadata["dimension"],
+        "rows": sum(r["rows"] for r in parts),
+        "bytes": sum(r["bytes"] for r in parts),
+        "metadata": file_metadata,
+        "files": [{k: v for k, v in r.items() if k != "cached"} for r in parts],
+        **extra,
+    }
+    atomic_write_text(out / "README.md", dataset_card(manifest))
+    atomic_write_json(out / "manifest.json", manifest)
+    return manifest
+
+
+def dataset_card(manifest: dict[str, Any]) -> str:
+    """A Markdown dataset card from the manifest."""
+    meta = manifest["metadata"]
+    chunker = meta.get("chunking", {})
+    return f"""# {meta.get("dataset_name", "pes2o-ve")}
+
+Embeddings of a scientific corpus in the Pes2o-VE layout, made by the pes2o-ve pipeline.
+
+| property | value |
+|---|---|
+| rows (vectors) | {manifest["rows"]:,} |
+| parts | {len(manifest["files"])} (`part-NNNNN.parquet`) |
+| dimension | {manifest["dimension"]} |
+| stored dtype | {meta.get("output_dtype")} |
+| model | {meta.get("model_id") or meta.get("model")} (revision {meta.get("revision") or "n/a"}) |
+| backend / compute dtype | {meta.get("backend")} / {meta.get("dtype")} |
+| pooling / normalised | {meta.get("pooling")} / {meta.get("normalize")} |
+| document instruction | none (queries use `Instruct: {{task}}\\nQuery:{{text}}`) |
+| chunking | {json.dumps(chunker, sort_keys=True)} |
+| content key | `{manifest["key"]}` |
+
+## Columns
+- `id` (int64): row id, `shard * {ROW_ID_STRIDE:,} + row` of the chunk shard; unique and stable.
+- `doc_id` (string): id of the source document; `chunk_index` (int32): position of the chunk in it.
+- `embedding` (fixed_size_list<{meta.get("output_dtype")}>[{manifest["dimension"]}]).
+
+Each file's Parquet metadata key `{METADATA_KEY}` repeats the properties above as JSON; `manifest.json` lists
+every part with rows, bytes, sha256, the chunk shard it came from, timings, host and Parsl worker.
+
+## Source and licence
+The bundled sample comes from peS2o-format abstracts (SciFact / S2ORC, ODC-By 1.0); see the corpus files'
+own attribution. Embeddings inherit the corpus licence and the model's licence.
+"""
+
+
+def dataset_parts(dataset_dir: Path) -> list[Path]:
+    """The part files listed by a complete dataset's manifest (ArtifactError when incomplete)."""
+    manifest = read_manifest(dataset_dir)
+    if manifest is None:
+        raise ArtifactError(f"{dataset_dir}: no manifest.json; the dataset is not complete")
+    return [dataset_dir / f["file"] for f in manifest["files"]]
+
+
+def iter_vectors(dataset_dir: Path, batch_rows: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(ids, vectors float32) batches over the whole dataset, part by part, row group by row group."""
+    for part in dataset_parts(dataset_dir):
+        parquet = pq.ParquetFile(part)
+        for batch in parquet.iter_batches(batch_size=batch_rows, columns=["id", "embedding"]):
+            yield batch.column("id").to_numpy(), arrow_to_vectors(batch.column("embedding"))

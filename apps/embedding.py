@@ -1,0 +1,270 @@
+"""Embedding backends: sentence-transformers and plain transformers (the Qwen3-Embedding recipe).
+
+Shared by both backends: inputs are tokenized once, sorted by length and grouped into batches by a
+padded-token budget; a batch that runs out of memory is split in half and retried, down to single texts;
+truncation beyond ``max_length`` is counted, never silent. One model per worker process, reused by every
+task that runs there (:func:`get_embedder`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from apps.models import offline_environment, resolve_model_path
+
+log = logging.getLogger(__name__)
+
+_EMBEDDERS: dict[str, Embedder] = {}
+
+
+@dataclass
+class EmbedStats:
+    """Counters reported in shard records."""
+
+    texts: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    batches: int = 0
+    truncated: int = 0
+    oom_splits: int = 0
+
+    def add(self, other: EmbedStats) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Encoded:
+    """Token ids of one text after truncation, and whether truncation happened."""
+
+    ids: list[int]
+    truncated: bool
+    extra: dict[str, list[int]] = field(default_factory=dict)
+
+
+def format_query(text: str, task: str) -> str:
+    """The Qwen3-Embedding instruction format for a query (documents get no instruction)."""
+    return f"Instruct: {task}\nQuery:{text}"
+
+
+def pick_device() -> str:
+    """The accelerator the worker's environment exposes (Parsl sets CUDA_VISIBLE_DEVICES), else CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu"
+    return "cpu"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for the allocation failures a smaller batch can avoid (GPU or CPU)."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def plan_batches(lengths: list[int], token_budget: int, max_batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches over length-sorted inputs so padded tokens stay within the budget.
+
+    Longest first, so the first batch shows the peak memory at once. Deterministic for the same lengths.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # the first is the longest of the batch
+        if current and ((len(current) + 1) * width > token_budget or len(current) >= max_batch_size):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Embedder:
+    """A loaded model plus the batching, OOM splitting, pooling and normalisation around it."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        offline_environment()
+        import torch
+
+        self.cfg = cfg
+        self.torch = torch
+        self.device = pick_device()
+        if self.device == "cpu":
+            torch.set_num_threads(cfg.get("torch_threads") or _default_threads())
+        self.model_dir = str(resolve_model_path(cfg["model"]))
+        self.dtype = getattr(torch, cfg["dtype"])
+        if cfg["backend"] == "sentence-transformers":
+            self._load_sentence_transformers()
+        else:
+            self._load_transformers()
+        self.model.eval()
+
+    # --- loading -----------------------------------------------------------------------------------------
+
+    def _load_sentence_transformers(self) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        model_kwargs: dict[str, Any] = {"torch_dtype": self.dtype}
+        if self.cfg.get("attn_implementation"):
+            model_kwargs["attn_implementation"] = self.cfg["attn_implementation"]
+        self.model = SentenceTransformer(
+            self.model_dir, device=self.device, local_files_only=True, model_kwargs=model_kwargs
+        )
+        self.model.max_seq_length = self.cfg["max_length"]
+        self.tokenizer = self.model.tokenizer
+        self.padding_side = self.tokenizer.padding_side
+        self.native_dim = self.model.get_embedding_dimension()
+
+    def _load_transformers(self) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
+        kwargs: dict[str, Any] = {"dtype": self.dtype}
+        if self.cfg.get("attn_implementation"):
+            kwargs["attn_implementation"] = self.cfg["attn_implementation"]
+        self.model = AutoModel.from_pretrained(self.model_dir, **kwargs).to(self.device)
+        self.padding_side = "left"
+        self.native_dim = self.model.config.hidden_size
+        if self.tokenizer.eos_token_id is None:
+            raise ValueError(f"{self.model_dir}: tokenizer has no EOS token; last-token pooling needs one")
+
+    @property
+    def dimension(self) -> int:
+        """Dimension of the stored vectors (after Matryoshka truncation)."""
+        return self.cfg.get("dimension") or self.native_dim
+
+    # --- tokenization ------------------------------------------------------------------------------------
+
+    def encode_ids(self, texts: list[str]) -> list[Encoded]:
+        """Token ids per text, truncated to ``max_length`` (EOS appended for the transformers backend)."""
+        max_length = self.cfg["max_length"]
+        raw = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        if self.cfg["backend"] == "transformers":
+            eos = self.tokenizer.eos_token_id
+            return [Encoded(ids[: max_length - 1] + [eos], len(ids) > max_length - 1) for ids in raw]
+        specials = self.tokenizer.num_special_tokens_to_add(pair=False)
+        # Second pass with the tokenizer's own truncation, so special tokens ([CLS] ... [SEP]) stay in place.
+        built = self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        return [Encoded(ids, len(r) > max_length - specials) for ids, r in zip(built, raw, strict=True)]
+
+    def _pad(self, batch: list[Encoded]) -> dict[str, Any]:
+        """Pad a batch on the backend's side into tensors on the device."""
+        torch = self.torch
+        width = max(len(e.ids) for e in batch)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, enc in enumerate(batch):
+            n = len(enc.ids)
+            cols = slice(width - n, width) if self.padding_side == "left" else slice(0, n)
+            ids[row, cols] = torch.tensor(enc.ids, dtype=torch.long)
+            mask[row, cols] = 1
+        features = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        if self.cfg["backend"] == "sentence-transformers" and "token_type_ids" in self.tokenizer.model_input_names:
+            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+        return features
+
+    # --- forward -----------------------------------------------------------------------------------------
+
+    def _forward(self, batch: list[Encoded]) -> np.ndarray:
+        """Vectors for one batch (float32, pooled, truncated, normalised as configured)."""
+        torch = self.torch
+        features = self._pad(batch)
+        with torch.inference_mode():
+            if self.cfg["backend"] == "sentence-transformers":
+                vectors = self.model(features)["sentence_embedding"]
+            else:
+                mask = features["attention_mask"]
+                # Positions count real tokens only, so a left-padded text sees the positions it has alone.
+                positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+                hidden = self.model(**features, position_ids=positions).last_hidden_state
+                vectors = self._pool(hidden, mask)
+            vectors = vectors.float()
+            if self.cfg.get("dimension"):
+                vectors = vectors[:, : self.cfg["dimension"]]
+            if self.cfg["normalize"]:
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        return vectors.cpu().numpy()
+
+    def _pool(self, hidden, mask):
+        pooling = self.cfg["pooling"]
+        if pooling == "last_token":  # left padding: the last column is every row's final (EOS) token
+            return hidden[:, -1]
+        if pooling == "cls":  # first attended token of each row
+            first = mask.argmax(dim=1)
+            return hidden[self.torch.arange(hidden.shape[0], device=hidden.device), first]
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+    def _forward_splitting(self, batch: list[Encoded], stats: EmbedStats) -> np.ndarray:
+        """Forward a batch; on out-of-memory split it in half and retry, down to single texts."""
+        try:
+            return self._forward(batch)
+        except Exception as exc:
+            if not is_out_of_memory(exc) or len(batch) == 1:
+                raise
+            if self.device == "cuda":
+                self.torch.cuda.empty_cache()
+            stats.oom_splits += 1
+            half = len(batch) // 2
+            log.warning("batch of %d texts ran out of memory; retrying as %d + %d", len(batch), half, len(batch) - half)
+            return np.concatenate(
+                [self._forward_splitting(batch[:half], stats), self._forward_splitting(batch[half:], stats)]
+            )
+
+    def embed(self, texts: list[str], *, is_query: bool) -> tuple[np.ndarray, EmbedStats]:
+        """Embeddings of ``texts`` in input order, float32 (n, dimension), with counters."""
+        stats = EmbedStats(texts=len(texts))
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32), stats
+        if is_query and self.cfg.get("query_instruction", True):
+            texts = [format_query(t, self.cfg["query_task"]) for t in texts]
+        encoded = self.encode_ids(texts)
+        lengths = [len(e.ids) for e in encoded]
+        stats.truncated = sum(e.truncated for e in encoded)
+        stats.tokens = sum(lengths)
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for batch in plan_batches(lengths, self.cfg["token_budget"], self.cfg["max_batch_size"]):
+            out[batch] = self._forward_splitting([encoded[i] for i in batch], stats)
+            stats.batches += 1
+            stats.padded_tokens += len(batch) * lengths[batch[0]]
+        return out, stats
+
+
+def _default_threads() -> int:
+    """Cores per worker: the node's cores divided by the Parsl workers on it (at least 1)."""
+    workers = int(os.environ.get("PARSL_WORKER_COUNT", "1") or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // workers)
+
+
+def embedder_key(cfg: dict[str, Any]) -> str:
+    """What identifies a loaded model within a worker (everything but batching knobs)."""
+    from pipeline.store import canonical_json
+
+    ignored = {"token_budget", "max_batch_size", "query_task", "query_instruction"}
+    return canonical_json({k: v for k, v in cfg.items() if k not in ignored})
+
+
+def get_embedder(cfg: dict[str, Any]) -> Embedder:
+    """The process-wide embedder for ``cfg``: loaded on first use, reused by later tasks in this worker."""
+    key = embedder_key(cfg)
+    if key not in _EMBEDDERS:
+        _EMBEDDERS.clear()  # one model per worker: a new model replaces the old one
+        _EMBEDDERS[key] = Embedder(cfg)
+    embedder = _EMBEDDERS[key]
+    embedder.cfg = cfg  # batching and query-format knobs may differ between tasks sharing the model
+    return embedder

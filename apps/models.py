@@ -1,0 +1,82 @@
+"""Locating model and tokenizer files offline, and identifying them for content keys."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+from functools import cache
+from pathlib import Path
+
+from pipeline.errors import InputDataError
+
+# Files that define a tokenizer's behaviour; their bytes identify it (models sharing them share chunks).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "sentencepiece.bpe.model",
+    "spiece.model",
+)
+
+
+def offline_environment() -> None:
+    """Never reach for a model hub: everything loads from local files."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Library chatter (weight-loading bars, "sequence longer than" notes) would drown the pipeline's log;
+    # truncation is counted and reported by the pipeline itself.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def resolve_model_path(spec: str, base: Path | None = None) -> Path:
+    """A model directory from a path or ``pkg:<module>`` (a package that ships weights in ``model/``).
+
+    Raises InputDataError naming the spec when the directory or package does not exist.
+    """
+    if spec.startswith("pkg:"):
+        module_name = spec[4:]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            raise InputDataError(
+                f"model {spec!r}: Python package {module_name!r} is not installed (pip install "
+                f"{module_name.replace('_', '-')})"
+            ) from None
+        getter = getattr(module, "get_model_path", None)
+        path = Path(getter()) if getter else Path(module.__file__).parent / "model"
+    else:
+        path = Path(spec).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+    if not path.is_dir():
+        raise InputDataError(f"model {spec!r}: directory {path} does not exist")
+    if not any((path / name).exists() for name in ("config.json", "tokenizer_config.json", "modules.json")):
+        raise InputDataError(f"model {spec!r}: {path} holds no config.json/tokenizer_config.json")
+    return path.resolve()
+
+
+@cache
+def tokenizer_fingerprint(model_dir: str) -> str:
+    """sha256 over the tokenizer files of a model directory (name and bytes)."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = Path(model_dir) / name
+        if path.exists():
+            digest.update(name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@cache
+def load_tokenizer(model_dir: str):  # -> transformers.PreTrainedTokenizerBase
+    """The tokenizer of a local model directory (cached per process)."""
+    offline_environment()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)

@@ -1,0 +1,97 @@
+"""The queries stage: a term list (or held-out corpus chunks) embedded with the query instruction."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.dataset import is_held_out, row_id, vectors_to_arrow
+from apps.taskinfo import task_context
+from pipeline.errors import InputDataError
+from pipeline.store import atomic_write_json, complete_manifest, write_parquet_atomic
+
+STAGE_VERSION = "1"
+
+
+def read_terms(path: Path, limit: int | None = None) -> list[str]:
+    """Non-empty lines of a term list (UTF-8), in file order; errors name the file and line."""
+    terms = []
+    with open(path, "rb") as fh:
+        for line_no, raw in enumerate(fh, start=1):
+            try:
+                term = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise InputDataError(f"{path}:{line_no}: line is not UTF-8 ({exc.reason})") from None
+            if term:
+                terms.append(term)
+                if limit and len(terms) >= limit:
+                    break
+    if not terms:
+        raise InputDataError(f"{path}: the term list is empty")
+    return terms
+
+
+def held_out_chunks(chunk_files: list[str], fraction: float, limit: int | None) -> tuple[list[int], list[str]]:
+    """Row ids and texts of the chunks the embed stage held out of the dataset."""
+    ids, texts = [], []
+    for shard, path in enumerate(chunk_files):
+        table = pq.read_table(path, columns=["chunk_id", "text"]).to_pydict()
+        for row, (cid, text) in enumerate(zip(table["chunk_id"], table["text"], strict=True)):
+            if is_held_out(cid, fraction):
+                ids.append(row_id(shard, row))
+                texts.append(text)
+                if limit and len(ids) >= limit:
+                    return ids, texts
+    return ids, texts
+
+
+def build_queries(
+    out_dir: str,
+    queries: dict[str, Any],
+    embedding: dict[str, Any],
+    terms_path: str | None,
+    chunk_files: list[str],
+    holdout_fraction: float,
+) -> dict[str, Any]:
+    """Embed the queries into ``queries.parquet`` (id, text, embedding) and write the manifest."""
+    from apps.embedding import get_embedder
+
+    out = Path(out_dir)
+    if (done := complete_manifest(out)) is not None:
+        return {**done, "cached": True}
+    started = time.time()
+    if queries["source"] == "terms":
+        texts = read_terms(Path(terms_path), queries.get("limit"))
+        ids = list(range(len(texts)))
+    else:
+        ids, texts = held_out_chunks(chunk_files, holdout_fraction, queries.get("limit"))
+        if not texts:
+            raise InputDataError("no chunk was held out: raise dataset.holdout_fraction")
+    embedder = get_embedder({**embedding, "query_instruction": queries["instruction"]})
+    vectors, stats = embedder.embed(texts, is_query=True)
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "text": pa.array(texts, pa.string()),
+            "embedding": vectors_to_arrow(vectors, "float32"),
+        }
+    )
+    written = write_parquet_atomic(table, out / "queries.parquet", row_group_rows=4096)
+    manifest = {
+        "stage": "queries",
+        "version": STAGE_VERSION,
+        "source": queries["source"],
+        "terms_file": terms_path,
+        "count": len(texts),
+        "dimension": int(vectors.shape[1]),
+        "instruction": queries["instruction"],
+        "embed": stats.__dict__,
+        "files": [{"file": "queries.parquet", **written}],
+        **task_context(started),
+    }
+    atomic_write_json(out / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,145 @@
+"""The interface every vector-database adapter implements.
+
+Two halves, because they live in different processes:
+
+* a :class:`Deployment` starts (or connects to) the servers of one database and
+  stops them; it runs in the pilot/deploy task and publishes :class:`Endpoints`;
+* a :class:`Client` talks to a running deployment given its endpoints; insert and
+  query stages create one per worker process (parallel clients are processes,
+  not asyncio: batch conversion is CPU-bound, as the studies found).
+
+Everything database-specific (ports, env vars, id mapping, index parameters,
+how "searchable" and "steady state" are detected) stays inside the adapter module.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+Metric = Literal["cosine", "ip", "l2"]
+
+
+class Endpoint(BaseModel):
+    """One reachable server process (a rank of a cluster)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rank: int = 0
+    host: str
+    port: int
+    grpc_port: int | None = None
+    extra: dict[str, str | int] = Field(default_factory=dict)
+
+
+class Endpoints(BaseModel):
+    """What a deploy task publishes for the dependent insert/index/query tasks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    database: str
+    nodes: list[Endpoint]
+    data_dir: str
+    server_version: str = ""
+    log_paths: list[str] = Field(default_factory=list)
+    # Set for in-process engines (qdrant-edge): clients must run in the deploying process.
+    in_process: bool = False
+
+
+class CollectionSpec(BaseModel):
+    """Database-neutral description of the collection to create."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "pes2o_ve"
+    dim: int
+    metric: Metric = "cosine"
+    index_type: Literal["hnsw", "ivf_flat", "flat", "dynamic"] = "hnsw"
+    hnsw_m: int = 16
+    ef_construction: int = 128
+    ivf_nlist: int = 128
+    shards: int = 1
+    # Build the index after the bulk upload instead of during it (the vendors' bulk advice).
+    deferred_indexing: bool = True
+    # Database-specific knobs (segment counts, async indexing, ...), interpreted by the adapter.
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class SearchResult(BaseModel):
+    """Results of one batch of queries: ids are dataset row ids (-1 pads a short list)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    ids: np.ndarray  # (n_queries, k) int64
+    scores: np.ndarray  # (n_queries, k) float32, as the database reports them
+
+
+class StorageStats(BaseModel):
+    """What ``describe`` reports about a collection after indexing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: int
+    segments: int | None = None
+    disk_bytes: int | None = None
+    details: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+
+class DatabaseError(RuntimeError):
+    """A database failed in a way the user must see (missing binary, failed start, lost rows)."""
+
+
+class Deployment(abc.ABC):
+    """Starts and stops the servers of one database (or attaches to existing ones)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
+        """Start the servers with data and logs under ``workdir``; return when healthy.
+
+        Raises DatabaseError with the tail of the server log when a start fails.
+        """
+
+    @abc.abstractmethod
+    def stop(self) -> None:
+        """Stop every process started by ``start``; safe to call twice or after a failed start."""
+
+
+class Client(abc.ABC):
+    """Talks to one running deployment. Cheap to create; one per worker process."""
+
+    @abc.abstractmethod
+    def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
+        """Create the collection; if it exists with another dimension raise DatabaseError."""
+
+    @abc.abstractmethod
+    def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Upsert a batch. Idempotent: ids are deterministic, so a retried batch never duplicates."""
+
+    @abc.abstractmethod
+    def wait_searchable(self, expected: int, timeout: float) -> None:
+        """Block until ``expected`` vectors are visible to search (ARCHITECTURE.md: upload time)."""
+
+    @abc.abstractmethod
+    def build_index(self, timeout: float) -> None:
+        """Trigger the (deferred) index build and block until steady state."""
+
+    @abc.abstractmethod
+    def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
+        """Search a batch of queries (one request where the database allows it)."""
+
+    @abc.abstractmethod
+    def count(self) -> int:
+        """Number of vectors in the collection."""
+
+    @abc.abstractmethod
+    def describe(self) -> StorageStats:
+        """Count, segment count and on-disk bytes of the collection."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

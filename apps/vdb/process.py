@@ -1,0 +1,172 @@
+"""Child server processes on this machine: free ports, own process group, logs, health, teardown.
+
+Shared by the adapters that start real servers locally (Weaviate, Milvus, a ``qdrant`` binary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from apps.vdb.base import DatabaseError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free ports (held open together so they cannot repeat)."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already listens on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file ('' when it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            data = fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True when GET ``url`` answers 2xx."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback health URL
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+class ServerProcess:
+    """One server process in its own process group, logging to ``log_path``.
+
+    ``stop`` sends SIGTERM to the whole group, then SIGKILL after ``grace`` seconds, so
+    helper processes a server forks (Milvus's embedded etcd, for example) die with it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Launch the process; output goes to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.cwd,
+                start_new_session=True,  # own process group: one killpg stops everything it forks
+            )
+        except FileNotFoundError as exc:
+            raise DatabaseError(f"{self.name}: cannot execute {self.argv[0]!r}: {exc}") from exc
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        """True while the process runs."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, check: Callable[[], bool], timeout: float, poll: float = 0.5) -> None:
+        """Poll ``check`` until it is true; raise DatabaseError with the log tail on exit or timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc else None
+                raise DatabaseError(
+                    f"{self.name} exited with code {code} while starting; last lines of "
+                    f"{self.log_path}:\n{tail(self.log_path)}"
+                )
+            if check():
+                return
+            time.sleep(poll)
+        raise DatabaseError(
+            f"{self.name} was not healthy after {timeout:.0f}s; last lines of {self.log_path}:\n"
+            f"{tail(self.log_path)}"
+        )
+
+    def stop(self, grace: float = 15.0) -> None:
+        """Terminate the process group (idempotent)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=grace)
+        # Children that outlived the leader (same group) are killed too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once (fault-injection tests use this)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+
+def directory_bytes(path: Path, *, apparent: bool = False) -> int:
+    """Bytes the files under ``path`` occupy on disk (allocated blocks), for write amplification.
+
+    Allocated, not apparent, size by default: databases preallocate sparse files (Qdrant's 32 MB WAL
+    segments), whose apparent size says nothing about what was written. ``apparent=True`` sums st_size.
+    """
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(os.path.join(root, name))
+                total += info.st_size if apparent else info.st_blocks * 512
+    return total

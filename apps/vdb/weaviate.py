@@ -1,0 +1,488 @@
+"""Weaviate adapter: the real ``weaviate-server`` (v1.36) as one node or a local N-node cluster.
+
+Quirks kept here:
+
+* N nodes on one host need ``CLUSTER_IN_LOCALHOST=true``: each node then reads its peers' raft ports from
+  ``RAFT_JOIN`` (``node:port``) and expects their internal RPC at raft port + 1.
+* A joining node exits at once when node 0's gossip port is not listening yet, so node 0 starts first.
+* HNSW ``ef`` is collection configuration, not a query parameter: ``search`` reconfigures it on change.
+* With ``ASYNC_INDEXING`` vectors are searchable once the per-shard queue drains (nodes API). The nodes
+  API's per-shard object counts only include flushed memtables; exact counts come from aggregate.
+* There is no multi-vector search call: a batch runs as parallel single gRPC queries.
+* A row id is the object UUID (``UUID(int=row_id)``): a retried batch overwrites, never duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from apps.vdb import Adapter
+from apps.vdb.base import (
+    Client,
+    CollectionSpec,
+    DatabaseError,
+    Deployment,
+    Endpoint,
+    Endpoints,
+    SearchResult,
+    StorageStats,
+)
+from apps.vdb.process import ServerProcess, directory_bytes, http_ok, port_in_use
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WEAVIATE_VERSION = "v1.36.0"
+BUILD_HINT = (
+    f"build it with `make weaviate`, or `GOBIN={REPO_ROOT}/.build/bin go install "
+    f"github.com/weaviate/weaviate/cmd/weaviate-server@{WEAVIATE_VERSION}` (needs Go >= 1.25 and about 4 "
+    "minutes), or set WEAVIATE_BIN / the `binary` setting to an existing weaviate-server"
+)
+
+
+class WeaviateSettings(BaseModel):
+    """How to run (or reach) Weaviate; embedded in the YAML config under ``vdb.databases``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["weaviate"] = "weaviate"
+    binary: str | None = Field(
+        None, description="weaviate-server path; default $WEAVIATE_BIN, <repo>/.build/bin, then PATH"
+    )
+    nodes: int = Field(1, ge=1, description="Processes to start: 1 = single node, N > 1 = local cluster")
+    url: str | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
+    grpc_port: int = Field(50051, description="gRPC port of the node at `url`")
+    async_indexing: bool = Field(True, description="ASYNC_INDEXING: index from a queue (needed by dynamic)")
+    gomaxprocs: int | None = Field(None, ge=1, description="GOMAXPROCS per node (cores a node may use)")
+    raft_timeouts_multiplier: int = Field(
+        1,
+        ge=1,
+        description="RAFT_TIMEOUTS_MULTIPLIER: 1 suits loopback (starts in ~3 s); Weaviate's default is 5",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every node")
+    startup_timeout: float | None = Field(
+        None, gt=0, description="Seconds to wait for health (None: caller's)"
+    )
+    insert_request_size: int = Field(1000, ge=1, description="Objects per gRPC batch request")
+    search_threads: int = Field(8, ge=1, description="Parallel single-query requests in a search batch")
+
+
+def find_binary(settings: WeaviateSettings) -> str:
+    """The weaviate-server to run, or DatabaseError saying how to build it."""
+    explicit = settings.binary or os.environ.get("WEAVIATE_BIN")
+    if explicit:  # a path the user chose must exist: never fall back silently
+        if Path(explicit).is_file() and os.access(explicit, os.X_OK):
+            return explicit
+        raise DatabaseError(
+            f"weaviate-server {explicit!r} (setting `binary` / $WEAVIATE_BIN) does not exist; {BUILD_HINT}"
+        )
+    local = REPO_ROOT / ".build/bin/weaviate-server"
+    found = str(local) if local.is_file() else shutil.which("weaviate-server")
+    if found:
+        return found
+    go = shutil.which("go")
+    go_note = f"Go is at {go}" if go else "Go is not installed: install Go first (https://go.dev/dl)"
+    raise DatabaseError(f"weaviate-server not found in {local} nor on PATH; {BUILD_HINT}. {go_note}.")
+
+
+def _node_ports(n: int) -> list[dict[str, int]]:
+    """Distinct free ports for n nodes; raft needs raft + 1 free too (internal RPC in localhost mode)."""
+    held: list[socket.socket] = []
+
+    def grab(port: int = 0) -> int:
+        sock = socket.socket()
+        held.append(sock)
+        sock.bind(("127.0.0.1", port))
+        return sock.getsockname()[1]
+
+    try:
+        nodes = []
+        for _ in range(n):
+            ports = {name: grab() for name in ("http", "grpc", "gossip", "data")}
+            while "raft" not in ports:
+                raft = grab()
+                with contextlib.suppress(OSError, OverflowError):
+                    grab(raft + 1)
+                    ports["raft"] = raft
+            nodes.append(ports)
+        return nodes
+    finally:  # held together until all are chosen, so no port repeats
+        for sock in held:
+            sock.close()
+
+
+def _get_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.load(resp)
+
+
+class WeaviateDeployment(Deployment):
+    """Starts N ``weaviate-server`` processes on loopback (or attaches to ``settings.url``)."""
+
+    name = "weaviate"
+
+    def __init__(self, settings: WeaviateSettings) -> None:
+        self.settings = settings
+        self.procs: list[ServerProcess] = []
+
+    def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
+        """Start the nodes, wait until every one is ready and (N > 1) sees the whole cluster."""
+        timeout = self.settings.startup_timeout or timeout
+        if self.settings.url:
+            return self._attach(timeout)
+        binary = find_binary(self.settings)
+        workdir = Path(workdir).resolve()
+        n = self.settings.nodes
+        ports = _node_ports(n)
+        join = ",".join(f"node{i}:{p['raft']}" for i, p in enumerate(ports))
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        try:
+            for i, p in enumerate(ports):
+                env = {**os.environ, **self.settings.env}
+                env.update(
+                    AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED="true",
+                    PERSISTENCE_DATA_PATH=str(workdir / f"node{i}"),
+                    DEFAULT_VECTORIZER_MODULE="none",
+                    CLUSTER_HOSTNAME=f"node{i}",
+                    CLUSTER_ADVERTISE_ADDR="127.0.0.1",
+                    CLUSTER_BIND_ADDR="127.0.0.1",
+                    CLUSTER_IN_LOCALHOST="true",
+                    CLUSTER_GOSSIP_BIND_PORT=str(p["gossip"]),
+                    CLUSTER_DATA_BIND_PORT=str(p["data"]),
+                    RAFT_PORT=str(p["raft"]),
+                    RAFT_INTERNAL_RPC_PORT=str(p["raft"] + 1),
+                    RAFT_JOIN=join,
+                    RAFT_BOOTSTRAP_EXPECT=str(n),
+                    GRPC_PORT=str(p["grpc"]),
+                    DISABLE_TELEMETRY="true",
+                    GO_PROFILING_DISABLE="true",  # otherwise every node binds :6060
+                    ASYNC_INDEXING=str(self.settings.async_indexing).lower(),
+                    RAFT_TIMEOUTS_MULTIPLIER=str(self.settings.raft_timeouts_multiplier),
+                )
+                if i > 0:
+                    env["CLUSTER_JOIN"] = f"127.0.0.1:{ports[0]['gossip']}"
+                if self.settings.gomaxprocs:
+                    env["GOMAXPROCS"] = str(self.settings.gomaxprocs)
+                argv = [binary, "--host", "127.0.0.1", "--port", str(p["http"]), "--scheme", "http"]
+                proc = ServerProcess(f"weaviate node{i}", argv, workdir / "logs" / f"node{i}.log", env=env)
+                proc.start()
+                self.procs.append(proc)
+                if i == 0 and n > 1:  # joiners exit if node 0's gossip port is not up yet
+                    proc.wait_healthy(lambda g=p["gossip"]: port_in_use(g), left(), 0.1)
+            for proc, p in zip(self.procs, ports, strict=True):
+                base = f"http://127.0.0.1:{p['http']}/v1"
+                proc.wait_healthy(lambda b=base: http_ok(f"{b}/.well-known/ready"), left())
+            if n > 1:
+                self.procs[0].wait_healthy(lambda: self._cluster_formed(ports[0]["http"], n), left())
+            meta = _get_json(f"http://127.0.0.1:{ports[0]['http']}/v1/meta")
+        except BaseException:
+            self.stop()
+            raise
+        nodes = [
+            Endpoint(
+                rank=i,
+                host="127.0.0.1",
+                port=p["http"],
+                grpc_port=p["grpc"],
+                extra={"name": f"node{i}", "data_dir": str(workdir / f"node{i}"), "data_port": p["data"]},
+            )
+            for i, p in enumerate(ports)
+        ]
+        return Endpoints(
+            database="weaviate",
+            nodes=nodes,
+            data_dir=str(workdir),
+            server_version=str(meta.get("version", "")),
+            log_paths=[str(proc.log_path) for proc in self.procs],
+        )
+
+    @staticmethod
+    def _cluster_formed(http_port: int, n: int) -> bool:
+        try:
+            nodes = _get_json(f"http://127.0.0.1:{http_port}/v1/nodes")["nodes"]
+        except (OSError, ValueError, KeyError):
+            return False
+        return len(nodes) == n and all(node.get("status") == "HEALTHY" for node in nodes)
+
+    def _attach(self, timeout: float) -> Endpoints:
+        url = urlparse(self.settings.url or "")
+        host, port = url.hostname or "127.0.0.1", url.port or 8080
+        deadline = time.monotonic() + timeout
+        while not http_ok(f"http://{host}:{port}/v1/.well-known/ready"):
+            if time.monotonic() > deadline:
+                raise DatabaseError(f"Weaviate at {self.settings.url} is not ready after {timeout:.0f}s")
+            time.sleep(0.5)
+        meta = _get_json(f"http://{host}:{port}/v1/meta")
+        node = Endpoint(host=host, port=port, grpc_port=self.settings.grpc_port)
+        return Endpoints(database="weaviate", nodes=[node], data_dir="", server_version=str(meta["version"]))
+
+    def stop(self) -> None:
+        """Stop every node started (also after a failed start); later nodes first."""
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs = []
+
+
+_METRICS = {"cosine": "COSINE", "ip": "DOT", "l2": "L2_SQUARED"}
+
+
+def class_name(name: str) -> str:
+    """A valid Weaviate class name (``^[A-Z][_0-9A-Za-z]*$``) for a collection name."""
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "Collection"
+    return "C" + clean if not clean[0].isalpha() else clean[0].upper() + clean[1:]
+
+
+class WeaviateClient(Client):
+    """weaviate-client v4 over gRPC, connected to node 0."""
+
+    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints) -> None:
+        import weaviate
+        from weaviate.classes.init import AdditionalConfig, Timeout
+
+        self.settings = settings
+        self.endpoints = endpoints
+        node = endpoints.nodes[0]
+        try:
+            self._client = weaviate.connect_to_custom(
+                http_host=node.host,
+                http_port=node.port,
+                http_secure=False,
+                grpc_host=node.host,
+                grpc_port=node.grpc_port or settings.grpc_port,
+                grpc_secure=False,
+                additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
+            )
+        except Exception as exc:
+            raise DatabaseError(f"cannot connect to Weaviate at {node.host}:{node.port}: {exc}") from exc
+        self._pool = ThreadPoolExecutor(settings.search_threads)
+        self._spec: CollectionSpec | None = None
+        self._ef: int | None = None
+
+    @property
+    def _collection(self) -> Any:
+        if self._spec is None:
+            raise DatabaseError("no collection: call create_collection(spec) first")
+        return self._client.collections.use(class_name(self._spec.name))
+
+    def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
+        """Create (or reopen) the collection; the spec's dim and metric are kept in its description."""
+        from weaviate.classes.config import Configure, VectorDistances
+
+        name = class_name(spec.name)
+        if recreate:
+            self._client.collections.delete(name)
+        if self._client.collections.exists(name):
+            dim = self._existing_dim(name)
+            if dim is not None and dim != spec.dim:
+                raise DatabaseError(
+                    f"Weaviate collection {name!r} exists with dimension {dim}, but the data "
+                    f"has dimension {spec.dim}; use another collection name or recreate it"
+                )
+            self._spec = spec
+            return
+        distance = VectorDistances[_METRICS[spec.metric]]
+        hnsw = Configure.VectorIndex.hnsw(
+            distance_metric=distance, max_connections=spec.hnsw_m, ef_construction=spec.ef_construction
+        )
+        if spec.index_type == "hnsw":
+            index = hnsw
+        elif spec.index_type == "flat":
+            index = Configure.VectorIndex.flat(distance_metric=distance)
+        elif spec.index_type == "dynamic":
+            if not self.settings.async_indexing:
+                raise DatabaseError("Weaviate's dynamic index needs async indexing: set async_indexing: true")
+            threshold = spec.options.get("dynamic_threshold")
+            index = Configure.VectorIndex.dynamic(
+                distance_metric=distance, hnsw=hnsw, threshold=int(threshold) if threshold else None
+            )
+        else:
+            raise DatabaseError(f"Weaviate has no {spec.index_type!r} index (use hnsw, flat or dynamic)")
+        self._client.collections.create(
+            name,
+            description=json.dumps({"dim": spec.dim, "metric": spec.metric}),
+            vector_config=Configure.Vectors.self_provided(vector_index_config=index),
+            sharding_config=Configure.sharding(desired_count=spec.shards),
+        )
+        self._spec = spec
+        self._ef = None
+
+    def _existing_dim(self, name: str) -> int | None:
+        """The dimension we recorded in the description, else that of a stored vector (None: empty)."""
+        collection = self._client.collections.use(name)
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            return int(json.loads(collection.config.get().description)["dim"])
+        for obj in collection.query.fetch_objects(limit=1, include_vector=True).objects:
+            return len(next(iter(obj.vector.values())))
+        return None
+
+    def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Upsert rows as objects with UUID(int=row id); any failed object raises DatabaseError."""
+        from weaviate.classes.data import DataObject
+
+        ids = np.asarray(ids, dtype=np.int64)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self._check_dim(vectors, "insert")
+        if len(ids) != len(vectors) or (ids < 0).any():
+            raise DatabaseError(f"insert needs {len(vectors)} non-negative ids, got {len(ids)}")
+        step = self.settings.insert_request_size
+        for start in range(0, len(ids), step):
+            objs = [
+                DataObject(properties={}, uuid=uuid.UUID(int=int(i)), vector=v)
+                for i, v in zip(ids[start : start + step], vectors[start : start + step], strict=True)
+            ]
+            try:
+                result = self._collection.data.insert_many(objs)
+            except Exception as exc:  # all objects failed, or the request itself did (one line per object)
+                raise DatabaseError(
+                    f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}"
+                ) from exc
+            if result.errors:
+                first = next(iter(result.errors.values()))
+                raise DatabaseError(
+                    f"Weaviate rejected {len(result.errors)} of {len(objs)} objects; first: {first.message}"
+                )
+
+    def _check_dim(self, vectors: np.ndarray, what: str) -> None:
+        dim = self._spec.dim if self._spec else None
+        if vectors.ndim != 2 or vectors.shape[1] != dim:
+            raise DatabaseError(f"{what}: vectors have shape {vectors.shape}, collection dimension is {dim}")
+
+    def _shards(self) -> list[Any]:
+        """Verbose per-shard state (object count, queue length, status) from the nodes API."""
+        nodes = self._client.cluster.nodes(collection=class_name(self._spec.name), output="verbose")
+        return [shard for node in nodes for shard in node.shards or []]
+
+    def _wait(self, done: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            ok, state = done()
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise DatabaseError(f"Weaviate: {what} not reached after {timeout:.0f}s: {state}")
+            time.sleep(0.2)
+
+    def wait_searchable(self, expected: int, timeout: float) -> None:
+        """Wait until the exact count is ``expected`` and every shard's indexing queue is empty."""
+
+        def check() -> tuple[bool, str]:
+            count, queued = self.count(), sum(s.vector_queue_length for s in self._shards())
+            if count > expected:
+                raise DatabaseError(f"Weaviate holds {count} objects, more than the {expected} expected")
+            state = (
+                f"{count} of {expected} objects ({expected - count} missing), {queued} queued for indexing"
+            )
+            return count == expected and queued == 0, state
+
+        self._wait(check, timeout, "searchability")
+
+    def build_index(self, timeout: float) -> None:
+        """Weaviate indexes on insert or from its async queue: wait until every shard is READY, drained."""
+
+        def check() -> tuple[bool, str]:
+            shards = self._shards()
+            state = ", ".join(
+                f"{s.node}/{s.name}: {s.vector_indexing_status} q={s.vector_queue_length}" for s in shards
+            )
+            return all(
+                s.vector_queue_length == 0 and s.vector_indexing_status == "READY" for s in shards
+            ), state
+
+        self._wait(check, timeout, "index steady state")
+
+    def _set_ef(self, ef: int) -> None:
+        """ef is collection config in Weaviate: update it, then wait until every node applied it."""
+        from weaviate.classes.config import Reconfigure
+
+        hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
+        index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
+        self._collection.config.update(
+            vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
+        )
+        path = f"/v1/schema/{class_name(self._spec.name)}"
+
+        def applied() -> tuple[bool, str]:
+            seen = []
+            for node in self.endpoints.nodes:
+                cfg = _get_json(f"http://{node.host}:{node.port}{path}")["vectorConfig"]["default"]
+                cfg = cfg["vectorIndexConfig"]
+                seen.append(cfg.get("hnsw", cfg).get("ef"))
+            return all(s == ef for s in seen), f"ef per node {seen}"
+
+        self._wait(applied, 30, f"ef={ef} on every node")
+        self._ef = ef
+
+    def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
+        """Run each query as one gRPC near_vector request, in parallel; ids are row ids (-1 pads)."""
+        from weaviate.classes.query import MetadataQuery
+
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        self._check_dim(queries, "search")
+        if ef is not None and ef != self._ef and self._spec.index_type != "flat":
+            self._set_ef(ef)
+        collection = self._collection
+
+        def one(vector: np.ndarray) -> list[Any]:
+            return collection.query.near_vector(
+                vector, limit=k, return_properties=[], return_metadata=MetadataQuery(distance=True)
+            ).objects
+
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores = np.full((len(queries), k), np.nan, dtype=np.float32)
+        for row, objects in enumerate(self._pool.map(one, queries)):
+            ids[row, : len(objects)] = [o.uuid.int for o in objects]
+            scores[row, : len(objects)] = [o.metadata.distance for o in objects]
+        return SearchResult(ids=ids, scores=scores)
+
+    def count(self) -> int:
+        """Exact object count (aggregate; the nodes API count lags behind memtable flushes)."""
+        return int(self._collection.aggregate.over_all(total_count=True).total_count or 0)
+
+    def describe(self) -> StorageStats:
+        """Count, shards (one HNSW graph each, Weaviate's 'segments') and on-disk bytes of this collection."""
+        shards = self._shards()
+        details: dict[str, str | int | float | bool | None] = {
+            "index_type": self._spec.index_type,
+            "ef": self._ef,
+            "async_indexing": self.settings.async_indexing,
+        }
+        for s in shards:
+            details[f"shard.{s.node}.{s.name}.objects"] = s.object_count
+            details[f"shard.{s.node}.{s.name}.status"] = s.vector_indexing_status
+        dirs = [Path(str(n.extra["data_dir"])) for n in self.endpoints.nodes if "data_dir" in n.extra]
+        disk = None
+        if dirs and all(d.is_dir() for d in dirs):  # only when the data dirs are on this machine
+            disk = sum(directory_bytes(d / class_name(self._spec.name).lower()) for d in dirs)
+            details["data_dir_bytes"] = sum(directory_bytes(d) for d in dirs)
+        return StorageStats(count=self.count(), segments=len(shards), disk_bytes=disk, details=details)
+
+    def close(self) -> None:
+        """Close the gRPC/HTTP connections and the query threads."""
+        self._pool.shutdown(wait=False)
+        self._client.close()
+
+
+Settings = WeaviateSettings
+
+ADAPTER = Adapter(
+    name="weaviate",
+    settings=WeaviateSettings,
+    deployment=WeaviateDeployment,
+    client=WeaviateClient,
+)

@@ -1,0 +1,5 @@
+"""Entry point: ``python -m pipeline``."""
+
+from pipeline.cli import main
+
+main()

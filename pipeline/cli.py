@@ -1,0 +1,126 @@
+"""``python -m pipeline validate|plan|run|status``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.config_loader import load_config
+from pipeline.errors import PipelineError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(exc: PipelineError) -> None:
+    console.print(f"[red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(exc.exit_code)
+
+
+@app.command()
+def validate(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+    """Check a configuration: syntax, fields, and that every path it names exists."""
+    from pipeline.plan import build_plan
+
+    try:
+        loaded = load_config(config)
+        plan = build_plan(loaded)
+    except PipelineError as exc:
+        _fail(exc)
+    out.print(
+        f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), {len(plan.corpus_files)} corpus file(s), "
+        f"model {plan.model_dir}, dimension {plan.dimension}"
+    )
+
+
+@app.command()
+def plan(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+    """Dry run: stages, content keys, shards, resources. Nothing is executed."""
+    from pipeline.plan import build_plan
+
+    try:
+        loaded = load_config(config)
+        the_plan = build_plan(loaded)
+    except PipelineError as exc:
+        _fail(exc)
+    cfg = loaded.config
+    total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
+    out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
+    out.print(f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB ({cfg.corpus.format})")
+    if cfg.sharding.bytes_per_shard:
+        out.print(f"sharding: ~{cfg.sharding.bytes_per_shard:,} text bytes per shard")
+    else:
+        out.print(f"sharding: {cfg.sharding.docs_per_shard:,} documents per shard")
+    out.print(f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
+              f"{cfg.embedding.backend}, {cfg.embedding.dtype}")
+    out.print(f"executor: {cfg.executor.model_dump()}")
+    table = Table("stage", "content key", "status", "shards", "directory")
+    for name, stage in the_plan.stages.items():
+        status, shards = _stage_status(stage.directory)
+        table.add_row(name, stage.key, status, shards, str(stage.directory))
+    out.print(table)
+
+
+def _stage_status(directory: Path) -> tuple[str, str]:
+    from pipeline.store import complete_manifest
+
+    if complete_manifest(directory) is not None:
+        return "[green]complete[/]", ""
+    done = len(list(directory.glob("_shards/*.json"))) if directory.exists() else 0
+    return ("[yellow]partial[/]", f"{done} done") if done else ("to run", "")
+
+
+@app.command()
+def run(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+    """Run the workflow; complete stages are reused, interrupted ones resume."""
+    from pipeline import workflow
+
+    try:
+        loaded = load_config(config)
+        workflow.run(loaded, console)
+    except PipelineError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def status(run_dir: Path = typer.Argument(..., help="A run directory, runs/<run-id>")) -> None:
+    """What a run did: status, stages, tasks, outputs."""
+    from pipeline.provenance import PROVENANCE
+
+    path = run_dir / PROVENANCE
+    if not path.exists():
+        console.print(f"[red]error:[/] {path} does not exist (is {run_dir} a run directory?)")
+        raise typer.Exit(2)
+    prov = json.loads(path.read_text())
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
+    out.print(f"[bold]{prov['run_id']}[/]  status [bold]{prov['status']}[/]  started {started}  host {prov['host']}")
+    if prov.get("error"):
+        out.print(f"[red]error:[/] {prov['error']}")
+    table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
+    order = ["shard", "chunk", "embed", "queries", "groundtruth"]
+    stages = sorted(prov["stages"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for name, stage in stages:
+        rows = sum(int(t.get("rows", 0) or 0) for t in stage["tasks"])
+        seconds = f"{stage['finished'] - stage['started']:.1f}" if stage.get("finished") else "running"
+        table.add_row(name, stage["key"], "yes" if stage["cached"] else "", str(len(stage["tasks"])),
+                      f"{rows:,}" if rows else "", seconds, _stage_status(Path(stage["directory"]))[0])
+    out.print(table)
+
+
+def main() -> None:
+    """Console entry point."""
+    app(prog_name="python -m pipeline")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Runs a plan as one Parsl DAG: shard -> chunk -> embed -> dataset, queries, ground truth.
+
+Each stage is a Parsl app; per-shard chains (chunk i -> embed i) are linked by futures, so embedding of
+shard 0 starts while shard 1 is still being chunked. Complete stages are not submitted at all, and
+complete shards inside a partial stage return at once, which is what makes ``run`` resumable.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import parsl
+from parsl import python_app
+from rich.console import Console
+
+from apps import chunking as chunk_stage
+from apps import corpus as corpus_stage
+from apps import dataset as dataset_stage
+from apps import groundtruth as gt_stage
+from apps import queries as queries_stage
+from executors import parsl_config_for
+from executors.local import DRIVER, WORKERS
+from pipeline.plan import Plan
+from pipeline.progress import StageProgress
+from pipeline.provenance import Provenance
+from pipeline.store import atomic_write_json, read_manifest
+
+log = logging.getLogger(__name__)
+
+
+# --- thin wrappers: a future's value (a shard record) becomes the next stage's input ---------------------
+
+
+def _embed_from_chunk_record(record: dict[str, Any], chunks_dir: str, *args: Any) -> dict[str, Any]:
+    return dataset_stage.embed_shard(str(Path(chunks_dir) / record["file"]), record["shard"], *args)
+
+
+def _finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict[str, Any]) -> dict[str, Any]:
+    manifest = {
+        "stage": "chunk",
+        "version": chunk_stage.STAGE_VERSION,
+        "key": key,
+        "upstream_keys": upstream,
+        "chunks": sum(r["rows"] for r in records),
+        "documents": sum(r["documents"] for r in records),
+        "files": sorted(({k: v for k, v in r.items() if k != "cached"} for r in records), key=lambda r: r["shard"]),
+    }
+    atomic_write_json(Path(out_dir) / "manifest.json", manifest)
+    return manifest
+
+
+def _finalize_dataset(dataset_dir: str, key: str, metadata: dict, extra: dict, *records: dict) -> dict[str, Any]:
+    return dataset_stage.finalize_dataset(dataset_dir, key, list(records), metadata, extra)
+
+
+def _queries_after_chunks(out_dir: str, queries: dict, embedding: dict, terms: str | None, chunk_files: list[str],
+                          fraction: float, *_chunk_records: dict) -> dict[str, Any]:
+    return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction)
+
+
+def _groundtruth_after(out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict,
+                       _dataset: dict, _queries: dict) -> dict[str, Any]:
+    return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
+
+
+class DagRunner:
+    """Submits the stages of a plan to Parsl and records them in provenance."""
+
+    def __init__(self, plan: Plan, provenance: Provenance, console: Console) -> None:
+        self.plan = plan
+        self.provenance = provenance
+        self.console = console
+        cfg = plan.config
+        self.embedding = cfg.embedding.model_dump()
+        self.apps = {
+            "shard": python_app(corpus_stage.shard_corpus, executors=[WORKERS]),
+            "chunk": python_app(chunk_stage.chunk_shard, executors=[WORKERS]),
+            "embed": python_app(_embed_from_chunk_record, executors=[WORKERS]),
+            "queries": python_app(_queries_after_chunks, executors=[WORKERS]),
+            "groundtruth": python_app(_groundtruth_after, executors=[WORKERS]),
+            "finalize_chunks": python_app(_finalize_chunks, executors=[DRIVER]),
+            "finalize_dataset": python_app(_finalize_dataset, executors=[DRIVER]),
+        }
+
+    def _track(self, stage: str, future: Future, progress: StageProgress, items_field: str = "rows") -> Future:
+        def done(f: Future) -> None:
+            if f.exception() is None:
+                record = f.result()
+                self.provenance.task_finished(stage, record)
+                progress.advance(stage, int(record.get(items_field, 0) or 0))
+
+        future.add_done_callback(done)
+        return future
+
+    def _start(self, name: str) -> bool:
+        stage = self.plan.stage(name)
+        cached = stage.complete
+        self.provenance.stage_started(name, stage.key, stage.directory, stage.upstream, cached)
+        return cached
+
+    def run(self) -> dict[str, str]:
+        """Execute every incomplete stage; return the output directories by stage."""
+        plan, cfg = self.plan, self.plan.config
+        docs, chunks, embed = plan.stage("shard"), plan.stage("chunk"), plan.stage("embed")
+        if not embed.complete:
+            dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
+
+        with StageProgress(self.console) as progress:
+            # 1. shard: one sequential streaming pass (deterministic shard plan).
+            if self._start("shard"):
+                docs_manifest = read_manifest(docs.directory)
+            else:
+                progress.add_stage("shard", 1)
+                future = self.apps["shard"](
+                    [str(p) for p in plan.corpus_files],
+                    cfg.corpus.model_dump(),
+                    cfg.sharding.model_dump(),
+                    str(docs.directory),
+                )
+                self._track("shard", future, progress, "documents")
+                docs_manifest = future.result()
+            self.provenance.stage_finished("shard", docs_manifest)
+            doc_files = [str(docs.directory / f["file"]) for f in docs_manifest["files"]]
+            chunk_files = [str(chunks.directory / f"chunks-{i:05d}.parquet") for i in range(len(doc_files))]
+
+            # 2. chunk i -> embed i, per shard, linked by futures.
+            chunk_cached = self._start("chunk")
+            embed_cached = self._start("embed")
+            if not chunk_cached:
+                progress.add_stage("chunk", len(doc_files))
+            if not embed_cached:
+                progress.add_stage("embed", len(doc_files))
+            chunk_futures: list[Future] = []
+            embed_futures: list[Future] = []
+            for index, doc_file in enumerate(doc_files):
+                if chunk_cached:
+                    chunk_future: Future = Future()
+                    chunk_future.set_result(read_manifest(chunks.directory)["files"][index])
+                else:
+                    chunk_future = self._track(
+                        "chunk",
+                        self.apps["chunk"](
+                            doc_file, str(chunks.directory), index, cfg.chunking.model_dump(),
+                            str(plan.tokenizer_dir), self.embedding,
+                        ),
+                        progress,
+                    )
+                chunk_futures.append(chunk_future)
+                if not embed_cached:
+                    embed_futures.append(
+                        self._track(
+                            "embed",
+                            self.apps["embed"](
+                                chunk_future, str(chunks.directory), str(embed.directory), self.embedding,
+                                plan.file_metadata, cfg.dataset.holdout_fraction, cfg.dataset.row_group_rows,
+                            ),
+                            progress,
+                        )
+                    )
+            chunks_done = (
+                self.apps["finalize_chunks"](str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures)
+                if not chunk_cached
+                else None
+            )
+            if embed_cached:
+                dataset_future: Future = Future()
+                dataset_future.set_result(read_manifest(embed.directory))
+            else:
+                dataset_future = self.apps["finalize_dataset"](
+                    str(embed.directory), embed.key, plan.file_metadata,
+                    {"chunks_key": chunks.key, "upstream_keys": embed.upstream}, *embed_futures,
+                )
+
+            # 3. queries (in parallel with embedding) and ground truth (after both).
+            queries_future = gt_future = None
+            if cfg.queries:
+                queries, gt = plan.stage("queries"), plan.stage("groundtruth")
+                if not self._start("queries"):
+                    progress.add_stage("queries", 1)
+                    waits = chunk_futures if cfg.queries.source == "holdout" else []
+                    queries_future = self._track(
+                        "queries",
+                        self.apps["queries"](
+                            str(queries.directory), cfg.queries.model_dump(), self.embedding,
+                            str(plan.terms_file) if plan.terms_file else None, chunk_files,
+                            cfg.dataset.holdout_fraction, *waits,
+                        ),
+                        progress,
+                        "count",
+                    )
+                else:
+                    queries_future = Future()
+                    queries_future.set_result(read_manifest(queries.directory))
+                if not self._start("groundtruth"):
+                    progress.add_stage("groundtruth", 1)
+                    gt_future = self._track(
+                        "groundtruth",
+                        self.apps["groundtruth"](
+                            str(gt.directory), str(embed.directory), str(queries.directory / "queries.parquet"),
+                            cfg.groundtruth.model_dump(), dataset_future, queries_future,
+                        ),
+                        progress,
+                        "queries",
+                    )
+
+            # Wait in dependency order so the first failure is the one reported.
+            if chunks_done is not None:
+                self.provenance.stage_finished("chunk", chunks_done.result())
+            else:
+                self.provenance.stage_finished("chunk", read_manifest(chunks.directory))
+            self.provenance.stage_finished("embed", dataset_future.result())
+            if queries_future is not None:
+                self.provenance.stage_finished("queries", queries_future.result())
+            if gt_future is not None:
+                self.provenance.stage_finished("groundtruth", gt_future.result())
+            elif cfg.queries:
+                self.provenance.stage_finished("groundtruth", read_manifest(plan.stage("groundtruth").directory))
+        return {name: str(stage.directory) for name, stage in plan.stages.items()}
+
+
+def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
+    """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
+    parsl_config = parsl_config_for(plan.config, provenance.run_dir)
+    dfk = parsl.load(parsl_config)
+    try:
+        return DagRunner(plan, provenance, console).run()
+    finally:
+        dfk.cleanup()

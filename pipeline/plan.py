@@ -1,0 +1,217 @@
+"""The plan of a run: every stage's content key, directory and whether it is already complete.
+
+Keys depend only on the configuration, the input files' identity and upstream keys, never on outputs,
+so the whole plan is known before anything runs: ``plan`` prints it, ``run`` skips what is complete.
+Changing only the model changes the keys of embed, queries and ground truth but not of shard and chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apps import chunking as chunk_stage
+from apps import corpus as corpus_stage
+from apps import dataset as dataset_stage
+from apps import groundtruth as gt_stage
+from apps import queries as queries_stage
+from apps.models import resolve_model_path, tokenizer_fingerprint
+from pipeline.config_loader import LoadedConfig
+from pipeline.errors import ConfigError, InputDataError
+from pipeline.store import complete_manifest, content_key, sha256_file
+
+# Embedding fields that change the vectors (batching knobs do not).
+VECTOR_FIELDS = (
+    "backend",
+    "max_length",
+    "dtype",
+    "pooling",
+    "normalize",
+    "dimension",
+    "attn_implementation",
+    "output_dtype",
+)
+
+
+@dataclass
+class StagePlan:
+    """One stage: its key, its output directory and whether a verified manifest is already there."""
+
+    name: str
+    key: str
+    directory: Path
+    params: dict[str, Any]
+    upstream: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when the stage's manifest exists and every file it lists is present with its size."""
+        return complete_manifest(self.directory) is not None
+
+
+@dataclass
+class Plan:
+    """Everything ``run`` needs, computed without executing a stage."""
+
+    loaded: LoadedConfig
+    store: Path
+    corpus_files: list[Path]
+    model_dir: Path
+    tokenizer_dir: Path
+    dimension: int
+    stages: dict[str, StagePlan]
+    file_metadata: dict[str, Any]
+    terms_file: Path | None
+
+    @property
+    def config(self):
+        return self.loaded.config
+
+    def stage(self, name: str) -> StagePlan:
+        return self.stages[name]
+
+    @property
+    def complete(self) -> bool:
+        """True when every stage is already complete (a re-run has nothing to do)."""
+        return all(stage.complete for stage in self.stages.values())
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """Identity of model weights: config bytes plus the names and sizes of weight files (hashing GBs is slow)."""
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file() and path.suffix in {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}:
+            digest.update(str(path.relative_to(model_dir)).encode())
+            if path.suffix == ".json":
+                digest.update(path.read_bytes())
+            else:
+                digest.update(str(path.stat().st_size).encode())
+    return digest.hexdigest()[:16]
+
+
+def native_dimension(model_dir: Path) -> int:
+    """Output dimension of a model directory (sentence-transformers modules first, then config.json)."""
+    dense = sorted(model_dir.glob("*_Dense/config.json"))
+    if dense:
+        return int(json.loads(dense[-1].read_text())["out_features"])
+    pooling = sorted(model_dir.glob("*_Pooling/config.json"))
+    if pooling:
+        return int(json.loads(pooling[0].read_text())["word_embedding_dimension"])
+    config = json.loads((model_dir / "config.json").read_text())
+    return int(config["hidden_size"])
+
+
+def model_slug(model_id: str, model_dir: Path) -> str:
+    """A short readable name for directory names (``Qwen3-Embedding-4B``)."""
+    name = (model_id or model_dir.name).split("/")[-1]
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name)[:48] or "model"
+
+
+def build_plan(loaded: LoadedConfig) -> Plan:
+    """Resolve inputs and compute every stage's key and directory; raise ConfigError for bad paths."""
+    cfg = loaded.config
+    base = loaded.base_dir
+    store = Path(cfg.workdir).expanduser().resolve() / "store"
+
+    try:
+        files = corpus_stage.expand_paths(cfg.corpus.paths, base)
+    except InputDataError as exc:
+        raise loaded.error_at(("corpus", "paths"), str(exc)) from None
+    try:
+        model_dir = resolve_model_path(cfg.embedding.model, base)
+    except InputDataError as exc:
+        raise loaded.error_at(("embedding", "model"), str(exc)) from None
+    tokenizer_spec = cfg.chunking.tokenizer
+    try:
+        tokenizer_dir = resolve_model_path(tokenizer_spec, base) if tokenizer_spec else model_dir
+    except InputDataError as exc:
+        raise loaded.error_at(("chunking", "tokenizer"), str(exc)) from None
+    terms_file = None
+    if cfg.queries and cfg.queries.source == "terms":
+        terms_file = cfg.resolve_path(cfg.queries.terms_file, base)
+        if not terms_file.is_file():
+            raise loaded.error_at(("queries", "terms_file"), f"term list {terms_file} does not exist")
+
+    embedding = cfg.embedding.model_dump()
+    dimension = cfg.embedding.dimension or native_dimension(model_dir)
+    model_identity = {
+        "model_id": cfg.embedding.model_id,
+        "revision": cfg.embedding.revision,
+        "fingerprint": model_fingerprint(model_dir),
+    }
+    vector_params = {**{k: embedding[k] for k in VECTOR_FIELDS}, "model": model_identity}
+
+    stages: dict[str, StagePlan] = {}
+
+    def add(name: str, version: str, params: dict[str, Any], upstream: list[str], directory: Path | None = None):
+        key = content_key(name, version, params, upstream)
+        stages[name] = StagePlan(name, key, directory or store / name / key, params, upstream)
+        return stages[name]
+
+    corpus_params = cfg.corpus.model_dump(exclude={"paths"})
+    docs = add(
+        "shard",
+        corpus_stage.STAGE_VERSION,
+        {"corpus": corpus_params, "files": corpus_stage.file_fingerprints(files), "sharding": cfg.sharding.model_dump()},
+        [],
+    )
+    chunk_params: dict[str, Any] = {
+        "chunking": cfg.chunking.model_dump(exclude={"tokenizer"}),
+        "tokenizer": tokenizer_fingerprint(str(tokenizer_dir)),
+    }
+    if cfg.chunking.method == "semantic":  # breakpoints come from the model's embeddings
+        chunk_params["vectors"] = vector_params
+    chunks = add("chunk", chunk_stage.STAGE_VERSION, chunk_params, [docs.key])
+
+    dataset_params = {"vectors": vector_params, "holdout_fraction": cfg.dataset.holdout_fraction}
+    dataset_key = content_key("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key])
+    if cfg.dataset.dir:
+        dataset_dir = cfg.resolve_path(cfg.dataset.dir, Path.cwd())
+    else:
+        dataset_dir = store / "datasets" / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
+    add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
+
+    if cfg.queries:
+        query_params: dict[str, Any] = {
+            **cfg.queries.model_dump(exclude={"terms_file"}),
+            "vectors": vector_params,
+            "task": cfg.embedding.query_task if cfg.queries.instruction else None,
+        }
+        upstream: list[str] = []
+        if terms_file is not None:
+            query_params["terms_sha256"] = sha256_file(terms_file)
+        else:
+            query_params["holdout_fraction"] = cfg.dataset.holdout_fraction
+            upstream = [chunks.key]
+        queries = add("queries", queries_stage.STAGE_VERSION, query_params, upstream)
+        gt_params = cfg.groundtruth.model_dump(include={"k", "metric"})
+        add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [dataset_key, queries.key])
+
+    file_metadata = {
+        "dataset_name": cfg.dataset.name,
+        "dataset_key": dataset_key,
+        "model": cfg.embedding.model,
+        "model_id": cfg.embedding.model_id,
+        "revision": cfg.embedding.revision,
+        "model_fingerprint": model_identity["fingerprint"],
+        "backend": cfg.embedding.backend,
+        "dimension": dimension,
+        "dtype": cfg.embedding.dtype,
+        "output_dtype": cfg.embedding.output_dtype,
+        "pooling": "model" if cfg.embedding.backend == "sentence-transformers" else cfg.embedding.pooling,
+        "normalize": cfg.embedding.normalize,
+        "max_length": cfg.embedding.max_length,
+        "document_instruction": None,
+        "query_instruction": (
+            f"Instruct: {cfg.embedding.query_task}\\nQuery:{{text}}" if cfg.queries and cfg.queries.instruction else None
+        ),
+        "chunking": cfg.chunking.model_dump(),
+        "tokenizer_fingerprint": chunk_params["tokenizer"],
+    }
+    if not files:
+        raise ConfigError("no corpus files", file=str(loaded.path))
+    return Plan(loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file)

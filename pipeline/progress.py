@@ -1,0 +1,57 @@
+"""Console progress for long stages: shards done/total, items per second, ETA (rich)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+class StageProgress(AbstractContextManager):
+    """One bar per stage, advanced from Parsl future callbacks (thread-safe through rich)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<12}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[items]:>8} items {task.fields[rate]:>9}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._tasks: dict[str, TaskID] = {}
+        self._items: dict[str, int] = {}
+        self._started: dict[str, float] = {}
+
+    def __enter__(self) -> StageProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def add_stage(self, name: str, total: int) -> None:
+        """Show a stage with ``total`` tasks (shards)."""
+        self._items[name] = 0
+        self._started[name] = time.monotonic()
+        self._tasks[name] = self.progress.add_task(name, total=total, items=0, rate="")
+
+    def advance(self, name: str, items: int = 0) -> None:
+        """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries)."""
+        self._items[name] += items
+        elapsed = max(time.monotonic() - self._started[name], 1e-6)
+        rate = f"{self._items[name] / elapsed:,.1f}/s" if self._items[name] else ""
+        self.progress.update(self._tasks[name], advance=1, items=f"{self._items[name]:,}", rate=rate)

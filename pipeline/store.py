@@ -1,0 +1,151 @@
+"""Content-addressed artifacts: keys, atomic writes and manifests.
+
+A stage output lives in a directory named by its content key: the hash of the upstream keys, the
+stage's parameters and its version. Every file is written to a temporary name and renamed into place;
+``manifest.json`` is written last. So a directory without a manifest that verifies is never taken as
+complete, and resume is "skip whatever has a verified manifest".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MANIFEST = "manifest.json"
+KEY_LENGTH = 16  # hex digits of sha256 kept in directory names (64 bits)
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: the input of every hash."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def content_key(stage: str, version: str, params: Any, upstream: Iterable[str] = ()) -> str:
+    """The content key of a stage output: hash of stage name, version, parameters and upstream keys."""
+    payload = canonical_json({"stage": stage, "version": version, "params": params, "upstream": list(upstream)})
+    return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 hex digest of a file, read in 1 MiB pieces."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _temp_beside(path: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _publish(tmp: Path, path: Path) -> None:
+    """fsync then rename: after a crash the file is either whole or absent."""
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same directory + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        _publish(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as indented JSON atomically."""
+    atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet_atomic(
+    table: pa.Table, path: Path, *, row_group_rows: int = 4096, metadata: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Write a zstd Parquet file atomically; return ``{rows, bytes, sha256}`` of what was written.
+
+    ``metadata`` goes into the file's key-value metadata (model, dimension, chunker, ...).
+    The writer is configured so the same table gives the same bytes on every run.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    tmp = _temp_beside(path)
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            row_group_size=row_group_rows,
+            write_statistics=True,
+            use_dictionary=False,
+        )
+        _publish(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"rows": table.num_rows, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest of a stage directory, or None when there is none (the stage is not complete)."""
+    try:
+        return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def verify_files(directory: Path, files: list[dict[str, Any]], *, checksums: bool = False) -> list[str]:
+    """Problems with the files a manifest lists (missing, wrong size, wrong sha256); empty when fine."""
+    problems = []
+    for entry in files:
+        path = directory / entry["file"]
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != entry["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {entry['bytes']}")
+        elif checksums and sha256_file(path) != entry["sha256"]:
+            problems.append(f"{path}: sha256 differs from the manifest")
+    return problems
+
+
+def complete_manifest(directory: Path, *, checksums: bool = False) -> dict[str, Any] | None:
+    """The manifest if it exists and every file it lists verifies; otherwise None."""
+    manifest = read_manifest(directory)
+    if manifest is None or verify_files(directory, manifest.get("files", []), checksums=checksums):
+        return None
+    return manifest
+
+
+def shard_record_path(directory: Path, file_name: str) -> Path:
+    """Sidecar that marks one shard file of a stage complete (written after the file itself)."""
+    return directory / "_shards" / f"{file_name}.json"
+
+
+def read_shard_record(directory: Path, file_name: str) -> dict[str, Any] | None:
+    """The record of a finished shard if its file is present with the recorded size, else None."""
+    record_path = shard_record_path(directory, file_name)
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    if verify_files(directory, [record]):
+        return None
+    return record
+
+
+def write_shard_record(directory: Path, record: dict[str, Any]) -> None:
+    """Mark a shard file complete; ``record`` has at least file, rows, bytes and sha256."""
+    atomic_write_json(shard_record_path(directory, record["file"]), record)

@@ -1,0 +1,213 @@
+"""Qdrant adapter on fmnist1k: the embedded engine (qdrant-edge-py) and qdrant-client (local mode)."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from apps.vdb import get_adapter
+from apps.vdb.base import CollectionSpec, DatabaseError
+from apps.vdb.qdrant import QdrantSettings
+from apps.vecs import read_vecs
+
+DATA = Path("/work/shared/data/ann/fmnist1k")
+# Small segments must still get (and use) HNSW, otherwise every search would be an exact scan.
+SMALL = {"indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
+
+
+@pytest.fixture(scope="module")
+def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Base vectors (1000x784), queries (500x784) and exact L2 neighbours (500x100)."""
+    if not DATA.exists():
+        pytest.skip(f"{DATA} not present")
+    base = read_vecs(DATA / "fmnist1k_base.fvecs")
+    queries = read_vecs(DATA / "fmnist1k_query.fvecs")
+    truth = read_vecs(DATA / "fmnist1k_groundtruth.ivecs")
+    return base, queries, truth
+
+
+def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Mean |returned top-k ∩ exact top-k| / k."""
+    return float(
+        np.mean([len(set(row[:k]) & set(exact[:k])) / k for row, exact in zip(ids, truth, strict=True)])
+    )
+
+
+def spec(dim: int = 784, **kw: object) -> CollectionSpec:
+    return CollectionSpec(name="fmnist", dim=dim, metric="l2", hnsw_m=16, ef_construction=128, **kw)
+
+
+@pytest.fixture
+def deploy(tmp_path: Path):
+    """Start a deployment for the given settings; always stopped, even when the test fails."""
+    started = []
+
+    def _start(settings: QdrantSettings):
+        adapter = get_adapter("qdrant")
+        deployment = adapter.deployment(settings)
+        started.append(deployment)
+        endpoints = deployment.start(tmp_path / f"run{len(started)}", timeout=30)
+        return deployment, endpoints, adapter.client(settings, endpoints)
+
+    yield _start
+    for deployment in started:
+        deployment.stop()
+
+
+def insert_all(client, base: np.ndarray, batch: int = 250) -> None:
+    for lo in range(0, len(base), batch):
+        client.insert(np.arange(lo, lo + batch, dtype=np.int64), base[lo : lo + batch])
+
+
+def test_edge_deferred_hnsw_recall(deploy, fmnist) -> None:
+    base, queries, truth = fmnist
+    settings = QdrantSettings(**SMALL)
+    _, endpoints, client = deploy(settings)
+    assert endpoints.in_process and endpoints.server_version.startswith("qdrant-edge-py")
+    client.create_collection(spec())
+    insert_all(client, base)
+    client.wait_searchable(len(base), timeout=10)
+    assert client.count() == 1000
+    before = client.describe()
+    assert before.details["indexed_vectors_count"] == 0  # deferred: nothing indexed during upload
+
+    # Without an index the search is exact: it must reproduce the published L2 ground truth and distances.
+    exact = client.search(queries[:50], k=10, ef=None)
+    assert recall_at(exact.ids, truth[:50], 10) == 1.0
+    want = np.linalg.norm(base[truth[:50, :10]] - queries[:50, None, :], axis=2)
+    np.testing.assert_allclose(exact.scores, want, rtol=1e-4)
+
+    client.build_index(timeout=120)
+    after = client.describe()
+    assert after.count == 1000
+    assert after.details["indexed_vectors_count"] == 1000  # HNSW built over every point
+    assert after.segments >= 1 and after.disk_bytes > base.nbytes
+
+    result = client.search(queries, k=10, ef=64)
+    assert result.ids.shape == (500, 10) and result.ids.dtype == np.int64
+    assert recall_at(result.ids, truth, 10) >= 0.9
+    client.close()
+
+
+def test_edge_retry_is_idempotent_and_survives_reopen(deploy, fmnist) -> None:
+    base, _, _ = fmnist
+    settings = QdrantSettings()
+    deployment, endpoints, client = deploy(settings)
+    client.create_collection(spec())
+    insert_all(client, base[:500])
+    client.insert(np.arange(250, 500, dtype=np.int64), base[250:500])  # a retried batch
+    assert client.count() == 500
+    client.close()
+    deployment.stop()  # closes the shard: the WAL lock is released
+
+    reopened = get_adapter("qdrant").client(settings, endpoints)
+    reopened.create_collection(spec())  # attaches to the existing collection
+    assert reopened.count() == 500
+    reopened.close()
+
+
+def test_edge_dimension_mismatch(deploy, fmnist) -> None:
+    base, _, _ = fmnist
+    _, _, client = deploy(QdrantSettings())
+    client.create_collection(spec())
+    client.insert(np.arange(10, dtype=np.int64), base[:10])
+    with pytest.raises(DatabaseError, match=r"dimension 784.*dimension 128"):
+        client.create_collection(spec(dim=128))
+    client.create_collection(spec())
+    short = client.search(base[:2], k=20, ef=None)  # only 10 points: the rest is padded with -1
+    assert short.ids[0, 0] == 0 and (short.ids[:, 10:] == -1).all() and np.isnan(short.scores[:, 10:]).all()
+    with pytest.raises(DatabaseError, match=r"queries have shape \(2, 5\), collection dimension is 784"):
+        client.search(np.zeros((2, 5), dtype=np.float32), k=3, ef=None)
+    with pytest.raises(ValueError, match="non-negative"):
+        client.insert(np.array([-1]), base[:1])
+    client.create_collection(spec(dim=128), recreate=True)
+    assert client.count() == 0
+    client.close()
+
+
+def test_edge_shard_opened_by_a_second_process_fails_clearly(deploy) -> None:
+    # Edge is in-process (Endpoints.in_process): a client in another process must get a clear error.
+    _, endpoints, client = deploy(QdrantSettings())
+    client.create_collection(spec(dim=4))
+    code = (
+        "import sys\n"
+        "from apps.vdb import get_adapter\n"
+        "from apps.vdb.base import CollectionSpec, Endpoints\n"
+        "from apps.vdb.qdrant import QdrantSettings\n"
+        "c = get_adapter('qdrant').client(QdrantSettings(), Endpoints.model_validate_json(sys.argv[1]))\n"
+        "c.create_collection(CollectionSpec(name='fmnist', dim=4, metric='l2'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, endpoints.model_dump_json()], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "DatabaseError: qdrant edge: cannot open" in done.stderr and "one process at a time" in done.stderr
+    client.close()
+
+
+@pytest.mark.slow
+def test_server_client_against_local_mode(deploy, fmnist, tmp_path: Path) -> None:
+    base, queries, truth = fmnist
+    settings = QdrantSettings(
+        mode="server", local_path=str(tmp_path / "local"), request_points=100, poll_s=0.05
+    )
+    _, endpoints, client = deploy(settings)
+    assert "local mode" in endpoints.server_version
+    client.create_collection(spec())
+    insert_all(client, base)
+    client.insert(np.arange(0, 250, dtype=np.int64), base[:250])  # retried batch: no duplicates
+    client.wait_searchable(len(base), timeout=10)
+    assert client.count() == 1000
+    client.build_index(timeout=30)  # update_collection + steady-state wait (local mode has no optimizer)
+    result = client.search(queries, k=10, ef=64)
+    assert recall_at(result.ids, truth, 10) >= 0.9
+    stats = client.describe()
+    assert stats.count == 1000 and stats.segments >= 1 and stats.disk_bytes > 0
+    with pytest.raises(DatabaseError, match=r"dimension 784.*dimension 16"):
+        client.create_collection(spec(dim=16))
+    client.close()
+
+
+def test_server_mode_without_url_or_binary(tmp_path: Path) -> None:
+    settings = QdrantSettings(mode="server", binary="qdrant-not-installed-here")
+    deployment = get_adapter("qdrant").deployment(settings)
+    try:
+        with pytest.raises(DatabaseError, match=r"qdrant-not-installed-here.*mode: edge"):
+            deployment.start(tmp_path)
+    finally:
+        deployment.stop()
+
+
+def test_server_binary_that_fails_shows_log_tail(tmp_path: Path) -> None:
+    # A real process standing in for a broken qdrant install: it prints an error and exits.
+    binary = tmp_path / "qdrant"
+    binary.write_text(
+        '#!/bin/sh\necho "panic: storage path $QDRANT__STORAGE__STORAGE_PATH not writable"\nexit 3\n'
+    )
+    binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
+    deployment = get_adapter("qdrant").deployment(QdrantSettings(mode="server", binary=str(binary)))
+    try:
+        with pytest.raises(DatabaseError, match=r"exited with code 3(.|\n)*panic: storage path .*storage"):
+            deployment.start(tmp_path / "run", timeout=10)
+    finally:
+        deployment.stop()
+    assert not deployment.proc.alive()
+
+
+def test_url_mode_connects_without_starting(tmp_path: Path) -> None:
+    deployment = get_adapter("qdrant").deployment(QdrantSettings(mode="server", url="http://127.0.0.1:1"))
+    endpoints = deployment.start(tmp_path)
+    assert endpoints.nodes[0].port == 1 and endpoints.nodes[0].grpc_port == 6334
+    assert deployment.proc is None and not endpoints.in_process
+    deployment.stop()
+
+
+def test_settings_reject_unknown_keys() -> None:
+    with pytest.raises(ValidationError):
+        QdrantSettings(name="qdrant", indexing_threshold=5)
