@@ -23,7 +23,7 @@ from apps.models import load_tokenizer
 from apps.taskinfo import task_context
 from pipeline.store import read_shard_record, write_parquet_atomic, write_shard_record
 
-STAGE_VERSION = "1"
+STAGE_VERSION = "2"  # 2: offsets found by search (langchain start_index was -1 for some)
 CHUNK_SCHEMA = pa.schema(
     [
         ("chunk_id", pa.string()),
@@ -49,16 +49,25 @@ def _recursive_splitter(tokenizer, chunk_size: int, overlap: int):
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
     return RecursiveCharacterTextSplitter.from_huggingface_tokenizer(
-        tokenizer, chunk_size=chunk_size, chunk_overlap=overlap, add_start_index=True
+        tokenizer, chunk_size=chunk_size, chunk_overlap=overlap
     )
 
 
 def split_recursive(text: str, splitter) -> list[tuple[int, int]]:
-    """Character spans of the recursive splitter's chunks of ``text``."""
-    spans = []
-    for piece in splitter.create_documents([text]):
-        start = piece.metadata["start_index"]
-        spans.append((start, start + len(piece.page_content)))
+    """Character spans of the recursive splitter's chunks of ``text``.
+
+    Offsets are found here rather than with langchain's ``add_start_index``, which reports -1 for
+    some overlapping chunks. Chunks come in text order, so each is searched after the previous start.
+    """
+    spans: list[tuple[int, int]] = []
+    for piece in splitter.split_text(text):
+        cursor = spans[-1][0] + 1 if spans else 0
+        start = text.find(piece, cursor)
+        if start < 0:
+            start = text.find(piece)
+        if start < 0:  # the splitter changed the text (it only strips whitespace): a bug to report
+            raise ValueError(f"chunk not found in its document: {piece[:60]!r}")
+        spans.append((start, start + len(piece)))
     return spans
 
 
@@ -134,7 +143,9 @@ class Chunker:
             if n <= limit:
                 spans.append((start, end))
             else:  # too long: split again recursively, keeping absolute offsets
-                spans.extend((start + s, start + e) for s, e in split_recursive(text[start:end], self.splitter))
+                spans.extend(
+                    (start + s, start + e) for s, e in split_recursive(text[start:end], self.splitter)
+                )
         return spans
 
 

@@ -142,7 +142,11 @@ def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
 
 
 def finalize_dataset(
-    dataset_dir: str, key: str, records: list[dict[str, Any]], file_metadata: dict[str, Any], extra: dict[str, Any]
+    dataset_dir: str,
+    key: str,
+    records: list[dict[str, Any]],
+    file_metadata: dict[str, Any],
+    extra: dict[str, Any],
 ) -> dict[str, Any]:
     """Write the dataset card and, last, ``manifest.json`` listing every part; return the manifest."""
     out = Path(dataset_dir)

@@ -154,7 +154,7 @@ class Embedder:
         raw = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         if self.cfg["backend"] == "transformers":
             eos = self.tokenizer.eos_token_id
-            return [Encoded(ids[: max_length - 1] + [eos], len(ids) > max_length - 1) for ids in raw]
+            return [Encoded([*ids[: max_length - 1], eos], len(ids) > max_length - 1) for ids in raw]
         specials = self.tokenizer.num_special_tokens_to_add(pair=False)
         # Second pass with the tokenizer's own truncation, so special tokens ([CLS] ... [SEP]) stay in place.
         built = self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
@@ -173,7 +173,10 @@ class Embedder:
             ids[row, cols] = torch.tensor(enc.ids, dtype=torch.long)
             mask[row, cols] = 1
         features = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
-        if self.cfg["backend"] == "sentence-transformers" and "token_type_ids" in self.tokenizer.model_input_names:
+        if (
+            self.cfg["backend"] == "sentence-transformers"
+            and "token_type_ids" in self.tokenizer.model_input_names
+        ):
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
         return features
 
@@ -220,7 +223,12 @@ class Embedder:
                 self.torch.cuda.empty_cache()
             stats.oom_splits += 1
             half = len(batch) // 2
-            log.warning("batch of %d texts ran out of memory; retrying as %d + %d", len(batch), half, len(batch) - half)
+            log.warning(
+                "batch of %d texts ran out of memory; retrying as %d + %d",
+                len(batch),
+                half,
+                len(batch) - half,
+            )
             return np.concatenate(
                 [self._forward_splitting(batch[:half], stats), self._forward_splitting(batch[half:], stats)]
             )

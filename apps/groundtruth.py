@@ -92,7 +92,9 @@ class ExactSearch:
         x = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
         block_ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
         distances = self._distances(x).float()
-        positions = torch.arange(self.position, self.position + len(ids), device=self.device, dtype=torch.int64)
+        positions = torch.arange(
+            self.position, self.position + len(ids), device=self.device, dtype=torch.int64
+        )
         self.position += len(ids)
         if self.position >= 1 << _POSITION_BITS:
             raise ValueError("more than 2**32 base vectors: widen the packed position")
@@ -122,7 +124,9 @@ def block_rows(n_queries: int, dim: int, memory_budget_mb: int) -> int:
     return max(256, int(memory_budget_mb * 2**20 // per_row))
 
 
-def rebatch(batches: Iterable[tuple[np.ndarray, np.ndarray]], rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def rebatch(
+    batches: Iterable[tuple[np.ndarray, np.ndarray]], rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Regroup (ids, vectors) batches into blocks of about ``rows`` rows, keeping order."""
     pending_ids: list[np.ndarray] = []
     pending_vecs: list[np.ndarray] = []
@@ -168,7 +172,8 @@ def compute_groundtruth(
         raise ArtifactError(f"{dataset_dir}: dataset is not complete (no manifest.json)")
     if dataset_manifest["dimension"] != query_vectors.shape[1]:
         raise ArtifactError(
-            f"queries have dimension {query_vectors.shape[1]} but the dataset has {dataset_manifest['dimension']}"
+            f"queries have dimension {query_vectors.shape[1]} "
+            f"but the dataset has {dataset_manifest['dimension']}"
         )
     k = min(groundtruth["k"], dataset_manifest["rows"])
     ids, distances = exact_topk(

@@ -35,7 +35,9 @@ def read_terms(path: Path, limit: int | None = None) -> list[str]:
     return terms
 
 
-def held_out_chunks(chunk_files: list[str], fraction: float, limit: int | None) -> tuple[list[int], list[str]]:
+def held_out_chunks(
+    chunk_files: list[str], fraction: float, limit: int | None
+) -> tuple[list[int], list[str]]:
     """Row ids and texts of the chunks the embed stage held out of the dataset."""
     ids, texts = [], []
     for shard, path in enumerate(chunk_files):

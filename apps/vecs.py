@@ -1,4 +1,4 @@
-"""Readers for the classic ANN benchmark files: ``.fvecs`` / ``.ivecs`` / ``.bvecs`` and ``.u8bin`` / ``.ibin``.
+"""Readers for the classic ANN benchmark files: ``.fvecs``/``.ivecs``/``.bvecs`` and ``.u8bin``/``.ibin``.
 
 ``*vecs`` files store, per row, an int32 dimension followed by that many float32 / int32 / uint8 values.
 ``*bin`` files (big-ann-benchmarks) start with two uint32 (rows, dims) followed by the row-major array.

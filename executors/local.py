@@ -40,9 +40,7 @@ def local_config(executor: LocalExecutorConfig, run_dir: Path, monitoring=None) 
                 max_workers_per_node=executor.workers,
                 cores_per_worker=1e-6,  # the worker count is set explicitly above
                 prefetch_capacity=0,
-                provider=LocalProvider(
-                    init_blocks=1, min_blocks=1, max_blocks=1, worker_init=worker_init()
-                ),
+                provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1, worker_init=worker_init()),
                 worker_logdir_root=str(run_dir / "parsl"),
             ),
             ThreadPoolExecutor(label=DRIVER, max_threads=2),

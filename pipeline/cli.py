@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,9 +15,14 @@ from rich.table import Table
 from pipeline.config_loader import load_config
 from pipeline.errors import PipelineError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Pes2o-VE pipeline: corpus -> embedding dataset -> vector-database benchmarks, with provenance.",
+)
 console = Console(stderr=True)
 out = Console()
+ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
 
 
 def _fail(exc: PipelineError) -> None:
@@ -25,7 +31,7 @@ def _fail(exc: PipelineError) -> None:
 
 
 @app.command()
-def validate(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+def validate(config: ConfigArg) -> None:
     """Check a configuration: syntax, fields, and that every path it names exists."""
     from pipeline.plan import build_plan
 
@@ -35,13 +41,14 @@ def validate(config: Path = typer.Argument(..., help="YAML run configuration")) 
     except PipelineError as exc:
         _fail(exc)
     out.print(
-        f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), {len(plan.corpus_files)} corpus file(s), "
+        f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
+        f"{len(plan.corpus_files)} corpus file(s), "
         f"model {plan.model_dir}, dimension {plan.dimension}"
     )
 
 
 @app.command()
-def plan(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+def plan(config: ConfigArg) -> None:
     """Dry run: stages, content keys, shards, resources. Nothing is executed."""
     from pipeline.plan import build_plan
 
@@ -53,13 +60,17 @@ def plan(config: Path = typer.Argument(..., help="YAML run configuration")) -> N
     cfg = loaded.config
     total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
     out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
-    out.print(f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB ({cfg.corpus.format})")
+    out.print(
+        f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB ({cfg.corpus.format})"
+    )
     if cfg.sharding.bytes_per_shard:
         out.print(f"sharding: ~{cfg.sharding.bytes_per_shard:,} text bytes per shard")
     else:
         out.print(f"sharding: {cfg.sharding.docs_per_shard:,} documents per shard")
-    out.print(f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
-              f"{cfg.embedding.backend}, {cfg.embedding.dtype}")
+    out.print(
+        f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
+        f"{cfg.embedding.backend}, {cfg.embedding.dtype}"
+    )
     out.print(f"executor: {cfg.executor.model_dump()}")
     table = Table("stage", "content key", "status", "shards", "directory")
     for name, stage in the_plan.stages.items():
@@ -78,7 +89,7 @@ def _stage_status(directory: Path) -> tuple[str, str]:
 
 
 @app.command()
-def run(config: Path = typer.Argument(..., help="YAML run configuration")) -> None:
+def run(config: ConfigArg) -> None:
     """Run the workflow; complete stages are reused, interrupted ones resume."""
     from pipeline import workflow
 
@@ -93,7 +104,7 @@ def run(config: Path = typer.Argument(..., help="YAML run configuration")) -> No
 
 
 @app.command()
-def status(run_dir: Path = typer.Argument(..., help="A run directory, runs/<run-id>")) -> None:
+def status(run_dir: Annotated[Path, typer.Argument(help="A run directory, runs/<run-id>")]) -> None:
     """What a run did: status, stages, tasks, outputs."""
     from pipeline.provenance import PROVENANCE
 
@@ -103,17 +114,28 @@ def status(run_dir: Path = typer.Argument(..., help="A run directory, runs/<run-
         raise typer.Exit(2)
     prov = json.loads(path.read_text())
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
-    out.print(f"[bold]{prov['run_id']}[/]  status [bold]{prov['status']}[/]  started {started}  host {prov['host']}")
+    out.print(
+        f"[bold]{prov['run_id']}[/]  status [bold]{prov['status']}[/]  started {started}  host {prov['host']}"
+    )
     if prov.get("error"):
         out.print(f"[red]error:[/] {prov['error']}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
     order = ["shard", "chunk", "embed", "queries", "groundtruth"]
-    stages = sorted(prov["stages"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    stages = sorted(
+        prov["stages"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+    )
     for name, stage in stages:
         rows = sum(int(t.get("rows", 0) or 0) for t in stage["tasks"])
         seconds = f"{stage['finished'] - stage['started']:.1f}" if stage.get("finished") else "running"
-        table.add_row(name, stage["key"], "yes" if stage["cached"] else "", str(len(stage["tasks"])),
-                      f"{rows:,}" if rows else "", seconds, _stage_status(Path(stage["directory"]))[0])
+        table.add_row(
+            name,
+            stage["key"],
+            "yes" if stage["cached"] else "",
+            str(len(stage["tasks"])),
+            f"{rows:,}" if rows else "",
+            seconds,
+            _stage_status(Path(stage["directory"]))[0],
+        )
     out.print(table)
 
 

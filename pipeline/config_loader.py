@@ -1,4 +1,4 @@
-"""Read a YAML run configuration: ``${ENV}`` interpolation, validation, errors with file:line and field path."""
+"""Read a YAML run configuration: ``${ENV}`` interpolation, validation, errors naming file:line and field."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -
             return default
         line = node.start_mark.line + 1 if node is not None else None
         raise ConfigError(
-            f"{_dotted(where)}: environment variable {name} is not set (use ${{{name}:-default}} for a default)",
+            f"{_dotted(where)}: environment variable {name} is not set "
+            f"(use ${{{name}:-default}} for a default)",
             file=str(path),
             line=line,
         )

@@ -46,23 +46,35 @@ def _finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict
         "upstream_keys": upstream,
         "chunks": sum(r["rows"] for r in records),
         "documents": sum(r["documents"] for r in records),
-        "files": sorted(({k: v for k, v in r.items() if k != "cached"} for r in records), key=lambda r: r["shard"]),
+        "files": sorted(
+            ({k: v for k, v in r.items() if k != "cached"} for r in records), key=lambda r: r["shard"]
+        ),
     }
     atomic_write_json(Path(out_dir) / "manifest.json", manifest)
     return manifest
 
 
-def _finalize_dataset(dataset_dir: str, key: str, metadata: dict, extra: dict, *records: dict) -> dict[str, Any]:
+def _finalize_dataset(
+    dataset_dir: str, key: str, metadata: dict, extra: dict, *records: dict
+) -> dict[str, Any]:
     return dataset_stage.finalize_dataset(dataset_dir, key, list(records), metadata, extra)
 
 
-def _queries_after_chunks(out_dir: str, queries: dict, embedding: dict, terms: str | None, chunk_files: list[str],
-                          fraction: float, *_chunk_records: dict) -> dict[str, Any]:
+def _queries_after_chunks(
+    out_dir: str,
+    queries: dict,
+    embedding: dict,
+    terms: str | None,
+    chunk_files: list[str],
+    fraction: float,
+    *_chunk_records: dict,
+) -> dict[str, Any]:
     return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction)
 
 
-def _groundtruth_after(out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict,
-                       _dataset: dict, _queries: dict) -> dict[str, Any]:
+def _groundtruth_after(
+    out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict, _dataset: dict, _queries: dict
+) -> dict[str, Any]:
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
 
@@ -85,7 +97,9 @@ class DagRunner:
             "finalize_dataset": python_app(_finalize_dataset, executors=[DRIVER]),
         }
 
-    def _track(self, stage: str, future: Future, progress: StageProgress, items_field: str = "rows") -> Future:
+    def _track(
+        self, stage: str, future: Future, progress: StageProgress, items_field: str = "rows"
+    ) -> Future:
         def done(f: Future) -> None:
             if f.exception() is None:
                 record = f.result()
@@ -143,8 +157,12 @@ class DagRunner:
                     chunk_future = self._track(
                         "chunk",
                         self.apps["chunk"](
-                            doc_file, str(chunks.directory), index, cfg.chunking.model_dump(),
-                            str(plan.tokenizer_dir), self.embedding,
+                            doc_file,
+                            str(chunks.directory),
+                            index,
+                            cfg.chunking.model_dump(),
+                            str(plan.tokenizer_dir),
+                            self.embedding,
                         ),
                         progress,
                     )
@@ -154,14 +172,21 @@ class DagRunner:
                         self._track(
                             "embed",
                             self.apps["embed"](
-                                chunk_future, str(chunks.directory), str(embed.directory), self.embedding,
-                                plan.file_metadata, cfg.dataset.holdout_fraction, cfg.dataset.row_group_rows,
+                                chunk_future,
+                                str(chunks.directory),
+                                str(embed.directory),
+                                self.embedding,
+                                plan.file_metadata,
+                                cfg.dataset.holdout_fraction,
+                                cfg.dataset.row_group_rows,
                             ),
                             progress,
                         )
                     )
             chunks_done = (
-                self.apps["finalize_chunks"](str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures)
+                self.apps["finalize_chunks"](
+                    str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures
+                )
                 if not chunk_cached
                 else None
             )
@@ -170,8 +195,11 @@ class DagRunner:
                 dataset_future.set_result(read_manifest(embed.directory))
             else:
                 dataset_future = self.apps["finalize_dataset"](
-                    str(embed.directory), embed.key, plan.file_metadata,
-                    {"chunks_key": chunks.key, "upstream_keys": embed.upstream}, *embed_futures,
+                    str(embed.directory),
+                    embed.key,
+                    plan.file_metadata,
+                    {"chunks_key": chunks.key, "upstream_keys": embed.upstream},
+                    *embed_futures,
                 )
 
             # 3. queries (in parallel with embedding) and ground truth (after both).
@@ -184,9 +212,13 @@ class DagRunner:
                     queries_future = self._track(
                         "queries",
                         self.apps["queries"](
-                            str(queries.directory), cfg.queries.model_dump(), self.embedding,
-                            str(plan.terms_file) if plan.terms_file else None, chunk_files,
-                            cfg.dataset.holdout_fraction, *waits,
+                            str(queries.directory),
+                            cfg.queries.model_dump(),
+                            self.embedding,
+                            str(plan.terms_file) if plan.terms_file else None,
+                            chunk_files,
+                            cfg.dataset.holdout_fraction,
+                            *waits,
                         ),
                         progress,
                         "count",
@@ -199,8 +231,12 @@ class DagRunner:
                     gt_future = self._track(
                         "groundtruth",
                         self.apps["groundtruth"](
-                            str(gt.directory), str(embed.directory), str(queries.directory / "queries.parquet"),
-                            cfg.groundtruth.model_dump(), dataset_future, queries_future,
+                            str(gt.directory),
+                            str(embed.directory),
+                            str(queries.directory / "queries.parquet"),
+                            cfg.groundtruth.model_dump(),
+                            dataset_future,
+                            queries_future,
                         ),
                         progress,
                         "queries",
@@ -217,7 +253,9 @@ class DagRunner:
             if gt_future is not None:
                 self.provenance.stage_finished("groundtruth", gt_future.result())
             elif cfg.queries:
-                self.provenance.stage_finished("groundtruth", read_manifest(plan.stage("groundtruth").directory))
+                self.provenance.stage_finished(
+                    "groundtruth", read_manifest(plan.stage("groundtruth").directory)
+                )
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
 
 

@@ -49,8 +49,12 @@ class StagePlan:
 
     @property
     def complete(self) -> bool:
-        """True when the stage's manifest exists and every file it lists is present with its size."""
-        return complete_manifest(self.directory) is not None
+        """True when the directory holds this stage's output (same key) and every listed file verifies.
+
+        The key check matters for user-chosen directories (``dataset.dir``), which are not named by key.
+        """
+        manifest = complete_manifest(self.directory)
+        return manifest is not None and manifest.get("key", self.key) == self.key
 
 
 @dataclass
@@ -81,7 +85,7 @@ class Plan:
 
 
 def model_fingerprint(model_dir: Path) -> str:
-    """Identity of model weights: config bytes plus the names and sizes of weight files (hashing GBs is slow)."""
+    """Identity of model weights: config bytes plus names and sizes of weight files (hashing GBs is slow)."""
     digest = hashlib.sha256()
     for path in sorted(model_dir.rglob("*")):
         if path.is_file() and path.suffix in {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}:
@@ -147,7 +151,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
 
     stages: dict[str, StagePlan] = {}
 
-    def add(name: str, version: str, params: dict[str, Any], upstream: list[str], directory: Path | None = None):
+    def add(
+        name: str, version: str, params: dict[str, Any], upstream: list[str], directory: Path | None = None
+    ):
         key = content_key(name, version, params, upstream)
         stages[name] = StagePlan(name, key, directory or store / name / key, params, upstream)
         return stages[name]
@@ -156,7 +162,11 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     docs = add(
         "shard",
         corpus_stage.STAGE_VERSION,
-        {"corpus": corpus_params, "files": corpus_stage.file_fingerprints(files), "sharding": cfg.sharding.model_dump()},
+        {
+            "corpus": corpus_params,
+            "files": corpus_stage.file_fingerprints(files),
+            "sharding": cfg.sharding.model_dump(),
+        },
         [],
     )
     chunk_params: dict[str, Any] = {
@@ -172,7 +182,11 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     if cfg.dataset.dir:
         dataset_dir = cfg.resolve_path(cfg.dataset.dir, Path.cwd())
     else:
-        dataset_dir = store / "datasets" / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
+        dataset_dir = (
+            store
+            / "datasets"
+            / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
+        )
     add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
 
     if cfg.queries:
@@ -207,7 +221,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "max_length": cfg.embedding.max_length,
         "document_instruction": None,
         "query_instruction": (
-            f"Instruct: {cfg.embedding.query_task}\\nQuery:{{text}}" if cfg.queries and cfg.queries.instruction else None
+            f"Instruct: {cfg.embedding.query_task}\\nQuery:{{text}}"
+            if cfg.queries and cfg.queries.instruction
+            else None
         ),
         "chunking": cfg.chunking.model_dump(),
         "tokenizer_fingerprint": chunk_params["tokenizer"],

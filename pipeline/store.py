@@ -30,7 +30,9 @@ def canonical_json(value: Any) -> str:
 
 def content_key(stage: str, version: str, params: Any, upstream: Iterable[str] = ()) -> str:
     """The content key of a stage output: hash of stage name, version, parameters and upstream keys."""
-    payload = canonical_json({"stage": stage, "version": version, "params": params, "upstream": list(upstream)})
+    payload = canonical_json(
+        {"stage": stage, "version": version, "params": params, "upstream": list(upstream)}
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
 
 

@@ -61,7 +61,9 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
         logging.getLogger().removeHandler(handler)
         handler.close()
     log.info("run %s finished in %.1fs", run_dir.name, time.monotonic() - started)
-    console.print(f"[green]done[/] in {time.monotonic() - started:.1f}s; provenance: {run_dir / 'provenance.json'}")
+    console.print(
+        f"[green]done[/] in {time.monotonic() - started:.1f}s; provenance: {run_dir / 'provenance.json'}"
+    )
     for name, directory in provenance.outputs.items():
         console.print(f"  {name:<12} {directory}")
     return run_dir

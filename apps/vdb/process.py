@@ -63,7 +63,7 @@ def tail(path: Path, lines: int = 40) -> str:
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     """True when GET ``url`` answers 2xx."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback health URL
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False

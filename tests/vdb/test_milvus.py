@@ -1,0 +1,222 @@
+"""The Milvus adapter against the real Milvus 2.3.5 standalone server (PyPI ``milvus``), via pymilvus."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from apps.vdb import get_adapter
+from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
+from apps.vdb.milvus import MilvusDeployment, MilvusSettings, MilvusVectorClient, _write_config
+from apps.vdb.process import free_ports
+from apps.vecs import read_vecs
+
+DATA = Path("/work/shared/data/ann/fmnist1k")
+ADAPTER = get_adapter("milvus")
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Mean |found top-k ∩ exact top-k| / k over the queries."""
+    return float(np.mean([len(set(f[:k]) & set(t[:k])) / k for f, t in zip(found, truth, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """fmnist1k base (1000x784), queries (500x784) and exact L2 ground truth (500x100)."""
+    return (
+        read_vecs(DATA / "fmnist1k_base.fvecs"),
+        read_vecs(DATA / "fmnist1k_query.fvecs"),
+        read_vecs(DATA / "fmnist1k_groundtruth.ivecs"),
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MilvusSettings, Endpoints]]:
+    """One real Milvus server for the module; always stopped, and checked to be gone."""
+    settings = MilvusSettings(name="milvus")
+    deployment = ADAPTER.deployment(settings)
+    try:
+        endpoints = deployment.start(tmp_path_factory.mktemp("milvus"), timeout=180)
+        proc = deployment.proc
+        yield settings, endpoints
+    finally:
+        deployment.stop()
+    assert proc is not None and proc.proc is not None and proc.proc.poll() is not None
+
+
+@pytest.fixture
+def client(server: tuple[MilvusSettings, Endpoints]) -> Iterator[MilvusVectorClient]:
+    settings, endpoints = server
+    client = ADAPTER.client(settings, endpoints)
+    yield client
+    client.close()
+
+
+def load(client: MilvusVectorClient, base: np.ndarray, batch: int = 250) -> np.ndarray:
+    """Insert ``base`` in batches keyed by row id; return the ids."""
+    ids = np.arange(len(base), dtype=np.int64)
+    for start in range(0, len(base), batch):
+        client.insert(ids[start : start + batch], base[start : start + batch])
+    return ids
+
+
+@pytest.mark.slow
+def test_hnsw_recall_against_exact_ground_truth(server, client, fmnist) -> None:
+    base, queries, truth = fmnist
+    assert server[1].server_version.startswith("v2.3.5")
+    spec = CollectionSpec(
+        name="fm_hnsw", dim=784, metric="l2", index_type="hnsw", hnsw_m=16, ef_construction=128
+    )
+    client.create_collection(spec, recreate=True)
+    load(client, base)
+    client.wait_searchable(len(base), timeout=60)
+    # Deferred indexing: before the build the upload index is FLAT, so search is exact.
+    assert client.describe().details["index_type"] == "FLAT"
+    assert recall_at_k(client.search(queries[:20], k=10, ef=None).ids, truth[:20], 10) == 1.0
+
+    client.build_index(timeout=120)
+    result = client.search(queries, k=10, ef=64)
+    assert result.ids.shape == (500, 10) and result.ids.dtype == np.int64
+    assert recall_at_k(result.ids, truth, 10) >= 0.9
+    assert np.all(np.diff(result.scores, axis=1) >= 0)  # L2 distances, nearest first
+
+    stats = client.describe()
+    assert stats.count == 1000 and stats.segments is not None and stats.segments >= 1
+    assert stats.details["index_type"] == "HNSW" and stats.details["indexed_rows"] >= 1000
+    assert stats.disk_bytes is not None and stats.disk_bytes > base.nbytes
+
+
+@pytest.mark.slow
+def test_ivf_flat_recall(client, fmnist) -> None:
+    base, queries, truth = fmnist
+    spec = CollectionSpec(name="fm_ivf", dim=784, metric="l2", index_type="ivf_flat", ivf_nlist=32)
+    client.create_collection(spec, recreate=True)
+    load(client, base, batch=500)
+    client.wait_searchable(len(base), timeout=60)
+    client.build_index(timeout=120)
+    assert client.describe().details["index_type"] == "IVF_FLAT"
+    assert recall_at_k(client.search(queries, k=10, ef=8).ids, truth, 10) >= 0.9  # ef is nprobe
+
+
+@pytest.mark.slow
+def test_retried_batch_does_not_duplicate(client, fmnist) -> None:
+    base = fmnist[0][:300]
+    spec = CollectionSpec(name="fm_retry", dim=784, metric="cosine", index_type="hnsw")
+    client.create_collection(spec, recreate=True)
+    ids = load(client, base, batch=100)
+    client.insert(ids[100:200], base[100:200])  # the retry of a batch whose reply was lost
+    client.wait_searchable(300, timeout=60)
+    assert client.count() == 300
+    client.build_index(timeout=120)
+    client.insert(ids[:100], base[:100])  # retried after indexing too
+    client.wait_searchable(300, timeout=60)
+    assert client.count() == 300
+    # Missing rows are reported, not waited for forever.
+    with pytest.raises(DatabaseError, match=r"300 rows visible .* expected 301 \(1 missing\)"):
+        client.wait_searchable(301, timeout=1)
+
+
+@pytest.mark.slow
+def test_dimension_mismatch(server, client, fmnist) -> None:
+    client.create_collection(CollectionSpec(name="fm_dim", dim=784), recreate=True)
+    other = ADAPTER.client(*server)  # another worker attaching with a dataset of another dimension
+    try:
+        with pytest.raises(DatabaseError, match=r"dimension 784.*dimension 768"):
+            other.create_collection(CollectionSpec(name="fm_dim", dim=768))
+        with pytest.raises(DatabaseError, match="collection dimension is 784"):
+            client.search(np.zeros((2, 768), dtype=np.float32), k=10, ef=None)
+        other.create_collection(CollectionSpec(name="fm_dim", dim=768), recreate=True)
+        other.insert(np.arange(2), np.ones((2, 768), dtype=np.float32))
+        other.wait_searchable(2, timeout=60)
+    finally:
+        other.close()
+
+
+@pytest.mark.slow
+def test_failed_start_shows_log_tail(tmp_path: Path) -> None:
+    fake = tmp_path / "milvus"
+    fake.write_text("#!/bin/sh\necho 'failed to open configs/milvus.yaml: bogus'\nexit 3\n")
+    fake.chmod(0o755)
+    deployment = MilvusDeployment(MilvusSettings(binary=str(fake)))
+    try:
+        with pytest.raises(
+            DatabaseError, match=r"(?s)exited with code 3.*failed to open configs/milvus.yaml"
+        ):
+            deployment.start(tmp_path / "work", timeout=30)
+    finally:
+        deployment.stop()
+    with pytest.raises(DatabaseError, match="does not exist or is not executable"):
+        MilvusDeployment(MilvusSettings(binary=str(tmp_path / "absent"))).start(tmp_path, timeout=5)
+
+
+@pytest.mark.slow
+def test_second_server_skips_a_taken_port(server, client, tmp_path: Path, monkeypatch) -> None:
+    """A port taken between our pick and the bind is replaced; two servers run side by side."""
+    real_free_ports = free_ports
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        taken = sock.getsockname()[1]
+        picks: list[list[int]] = []
+
+        def racy_free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+            ports = real_free_ports(n, host)
+            picks.append([taken, *ports[1:]] if not picks else ports)
+            return picks[-1]
+
+        monkeypatch.setattr("apps.vdb.milvus.free_ports", racy_free_ports)
+        second = MilvusDeployment(MilvusSettings())
+        try:
+            endpoints = second.start(tmp_path, timeout=180)
+            assert len(picks) == 2 and endpoints.nodes[0].port not in (taken, server[1].nodes[0].port)
+            other = ADAPTER.client(MilvusSettings(), endpoints)
+            other.create_collection(CollectionSpec(name="side", dim=4))
+            other.insert(np.arange(3), np.ones((3, 4), dtype=np.float32))
+            other.wait_searchable(3, timeout=60)
+            other.close()
+            client.create_collection(CollectionSpec(name="side", dim=4), recreate=True)
+            assert client.count() == 0  # separate servers, separate data (etcd ports no longer collide)
+        finally:
+            second.stop()
+
+
+def test_unusable_workdir(tmp_path: Path) -> None:
+    workdir = tmp_path / "a_file"
+    workdir.write_text("not a directory")
+    with pytest.raises(DatabaseError, match="cannot set up"):
+        MilvusDeployment(MilvusSettings()).start(workdir, timeout=5)
+
+
+def test_port_already_taken(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(DatabaseError, match=f"port {port} on 127.0.0.1 is already in use"):
+            MilvusDeployment(MilvusSettings(port=port)).start(tmp_path, timeout=5)
+
+
+def test_rendered_config(tmp_path: Path) -> None:
+    ports = dict(zip(("proxy_port", "etcd_port"), free_ports(2), strict=True))
+    _write_config(tmp_path, ports, etcd_peer=free_ports(1)[0], overrides={"proxy.ip": "127.0.0.1"})
+    config = yaml.safe_load((tmp_path / "configs" / "milvus.yaml").read_text())
+    etcd = yaml.safe_load((tmp_path / "configs" / "etcd.yaml").read_text())
+    assert config["proxy"]["port"] == ports["proxy_port"] and config["proxy"]["ip"] == "127.0.0.1"
+    assert config["localStorage"]["path"] == str(tmp_path / "data")
+    assert config["etcd"]["config"]["path"] == str(tmp_path / "configs" / "etcd.yaml")
+    assert etcd["listen-client-urls"] == f"http://127.0.0.1:{ports['etcd_port']}"
+    with pytest.raises(DatabaseError, match=r"'dataCoord\.nope' is not a key"):
+        _write_config(tmp_path, ports, etcd_peer=free_ports(1)[0], overrides={"dataCoord.nope": 1})
+
+
+def test_settings_reject_unknown_keys() -> None:
+    with pytest.raises(ValidationError, match="prot"):
+        MilvusSettings.model_validate({"name": "milvus", "prot": 19530})
+    with pytest.raises(ValidationError):
+        MilvusSettings.model_validate({"name": "qdrant"})
