@@ -256,6 +256,15 @@ class DagRunner:
                 self.provenance.stage_finished(
                     "groundtruth", read_manifest(plan.stage("groundtruth").directory)
                 )
+
+            # 4. vector databases: deploy -> insert -> index -> query -> teardown, then the report.
+            if cfg.vdb and not self._start("vdb"):
+                from pipeline.benchmark import BenchmarkRunner
+
+                report = BenchmarkRunner(plan, self.provenance, progress).run()
+                self.provenance.stage_finished("vdb", {"files": report["files"]})
+            elif cfg.vdb:
+                self.provenance.stage_finished("vdb", read_manifest(plan.stage("vdb").directory))
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
 
 

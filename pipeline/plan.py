@@ -24,6 +24,8 @@ from pipeline.config_loader import LoadedConfig
 from pipeline.errors import ConfigError, InputDataError
 from pipeline.store import complete_manifest, content_key, sha256_file
 
+BENCHMARK_VERSION = "1"
+
 # Embedding fields that change the vectors (batching knobs do not).
 VECTOR_FIELDS = (
     "backend",
@@ -203,7 +205,10 @@ def build_plan(loaded: LoadedConfig) -> Plan:
             upstream = [chunks.key]
         queries = add("queries", queries_stage.STAGE_VERSION, query_params, upstream)
         gt_params = cfg.groundtruth.model_dump(include={"k", "metric"})
-        add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [dataset_key, queries.key])
+        gt = add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [dataset_key, queries.key])
+        if cfg.vdb:
+            vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
+            add("vdb", BENCHMARK_VERSION, vdb_params, [dataset_key, queries.key, gt.key])
 
     file_metadata = {
         "dataset_name": cfg.dataset.name,

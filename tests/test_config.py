@@ -114,3 +114,14 @@ def test_plan_executes_nothing(write_config, small_corpus, tmp_path: Path) -> No
     assert "to run" in result.stdout
     assert not (tmp_path / "wd" / "store").exists()
     assert not (tmp_path / "wd" / "runs").exists()
+
+
+def test_configuration_reference_is_current() -> None:
+    from pipeline.config_docs import render
+
+    current = (REPO / "docs" / "configuration.md").read_text()
+    assert current == render(), (
+        "docs/configuration.md is stale: python -m pipeline.config_docs > docs/configuration.md"
+    )
+    for field in ("chunk_overlap", "token_budget", "memory_budget_mb", "batch_sizes", "databases"):
+        assert f"`{field}`" in current

@@ -46,19 +46,6 @@ from apps.vdb.process import ServerProcess, directory_bytes, free_ports, http_ok
 METRICS = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
 INDEX_TYPES = {"hnsw": "HNSW", "ivf_flat": "IVF_FLAT", "flat": "FLAT"}
 ID_FIELD, VECTOR_FIELD = "id", "vector"
-# Port keys of the packaged config template; the client port (proxy_port) comes first.
-PORT_KEYS = (
-    "proxy_port",
-    "proxy_internal_port",
-    "root_coord_port",
-    "query_coord_port",
-    "query_node_port",
-    "index_coord_port",
-    "index_node_port",
-    "data_coord_port",
-    "data_node_port",
-    "etcd_port",
-)
 # Sections whose ``ip`` is the address a component advertises (default: the first non-loopback one).
 IP_SECTIONS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
@@ -69,57 +56,40 @@ class MilvusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Literal["milvus"] = "milvus"
-    uri: str | None = Field(
-        None, description="URI of an existing Milvus (http://host:19530); no server is started."
-    )
-    token: str = Field(
-        "", description="Credentials for an existing server ('user:password' or an API token)."
-    )
+    uri: str | None = Field(None, description="Existing Milvus to use (http://host:19530); none is started.")
+    token: str = Field("", description="Credentials of an existing server ('user:password' or a token).")
     data_dir: str | None = Field(
-        None,
-        description="Data directory of an existing server (uri mode), so describe() can measure disk bytes.",
+        None, description="Data dir of an existing server, for describe()'s disk bytes."
     )
-    binary: str | None = Field(
-        None, description="Milvus executable; default: the one shipped by the PyPI package 'milvus'."
-    )
+    binary: str | None = Field(None, description="Milvus executable; default: the PyPI package 'milvus' one.")
     binary_cache_dir: str | None = Field(
-        None,
-        description="Where the packaged binary is unpacked once and reused (default ~/.cache/pes2o-vdb).",
+        None, description="Where the packaged binary is unpacked once (default ~/.cache/pes2o-vdb)."
     )
-    host: str = Field(
-        "127.0.0.1",
-        description="Address the components advertise and clients use (2.3 binds all interfaces).",
-    )
+    host: str = Field("127.0.0.1", description="Address components advertise (2.3 binds all interfaces).")
     port: int | None = Field(None, description="Client (proxy) port; None picks a free one.")
-    start_attempts: int = Field(
-        3, ge=1, description="Starts tried with fresh ports if a port was taken meanwhile."
-    )
-    stop_grace: float = Field(
-        10.0,
+    start_attempts: int = Field(3, ge=1, description="Starts tried with fresh ports if a port got taken.")
+    stop_grace: float = Field(10.0, ge=0, description="SIGTERM to SIGKILL seconds (> gracefulStopTimeout 5).")
+    min_segment_rows_to_index: int = Field(
+        1024,
         ge=0,
-        description="Seconds from SIGTERM to SIGKILL; keep above common.gracefulStopTimeout (5 s).",
+        description="Smaller segments get no index and are scanned (Milvus default 1024); lower it for "
+        "small samples so that the configured index is what gets measured.",
     )
     config_overrides: dict[str, str | int | float | bool] = Field(
-        default_factory=dict,
-        description="milvus.yaml keys to override, dotted, e.g. {'dataCoord.segment.maxSize': 512}.",
+        default_factory=dict, description="Dotted milvus.yaml keys, e.g. {'dataCoord.segment.maxSize': 512}."
     )
     env: dict[str, str] = Field(
         default_factory=dict, description="Extra server environment, e.g. GOMAXPROCS."
     )
     insert_mode: Literal["upsert", "insert"] = Field(
-        "upsert",
-        description="'upsert' makes retried batches idempotent; 'insert' is faster but may duplicate.",
+        "upsert", description="'upsert' makes retried batches idempotent; 'insert' may duplicate them."
     )
     consistency_level: Literal["Strong", "Bounded", "Session", "Eventually"] = Field(
         "Bounded", description="Consistency level of searches (counts are always Strong)."
     )
-    default_ef: int = Field(
-        64, ge=1, description="HNSW ef when a search gives none (raised to k if smaller)."
-    )
-    default_nprobe: int = Field(
-        16, ge=1, description="IVF nprobe when a search gives none; `ef` is nprobe for IVF."
-    )
-    request_timeout: float = Field(120.0, gt=0, description="Timeout of one client request in seconds.")
+    default_ef: int = Field(64, ge=1, description="HNSW ef when a search gives none (raised to k if lower).")
+    default_nprobe: int = Field(16, ge=1, description="IVF nprobe when a search gives none (ef is nprobe).")
+    request_timeout: float = Field(120.0, gt=0, description="Timeout of one client request, in seconds.")
 
 
 def _binary(settings: MilvusSettings) -> tuple[Path, Path]:
@@ -148,20 +118,27 @@ def _binary(settings: MilvusSettings) -> tuple[Path, Path]:
     return cache / "bin" / "milvus", cache / "bin"
 
 
-def _write_config(base: Path, ports: dict[str, int], etcd_peer: int, overrides: dict[str, Any]) -> None:
-    """Render the package's milvus.yaml template with our ports and paths under ``base``."""
-    from milvus import MilvusServerConfig
-
-    cfg = MilvusServerConfig(data_dir=str(base), **ports)
+def _write_config(base: Path, overrides: dict[str, Any], proxy_port: int | None) -> dict[str, int]:
+    """Render the package's milvus.yaml template under ``base`` with free ports; return the ports."""
+    try:
+        from milvus import MilvusServerConfig
+    except ImportError as exc:
+        raise DatabaseError("milvus: `pip install milvus==2.3.5` (its config template is used)") from exc
+    cfg = MilvusServerConfig(data_dir=str(base))
+    keys = [key for key in cfg.configurable_items if key.endswith("_port")]
+    ports = dict(zip([*keys, "etcd_peer_port", "metrics_port"], free_ports(len(keys) + 2), strict=True))
+    if proxy_port is not None:
+        ports["proxy_port"] = proxy_port
+    cfg.update(**{key: ports[key] for key in keys})
     for key, value in overrides.items():
         cfg.set(key, value)  # the template's dotted-key override mechanism (existing keys only)
     try:
         cfg.resolve()  # binds each port once to check it, then writes configs/milvus.yaml
     except RuntimeError as exc:
         raise DatabaseError(f"milvus: {exc}") from exc
+    # Embedded etcd ignores etcd.endpoints and would listen on 2379/2380: give it its own config.
     configs = base / "configs"
-    etcd_url = f"http://127.0.0.1:{ports['etcd_port']}"
-    peer_url = f"http://127.0.0.1:{etcd_peer}"
+    etcd_url, peer_url = (f"http://127.0.0.1:{ports[k]}" for k in ("etcd_port", "etcd_peer_port"))
     (configs / "etcd.yaml").write_text(
         f"name: default\nlisten-client-urls: {etcd_url}\nadvertise-client-urls: {etcd_url}\n"
         f"listen-peer-urls: {peer_url}\ninitial-advertise-peer-urls: {peer_url}\n"
@@ -177,6 +154,7 @@ def _write_config(base: Path, ports: dict[str, int], etcd_peer: int, overrides: 
             node = node.get(part) if isinstance(node, dict) else None
         if node != value:
             raise DatabaseError(f"milvus: config_overrides key {key!r} is not a key of milvus.yaml 2.3")
+    return ports
 
 
 def _server_version(uri: str, token: str, timeout: float) -> str:
@@ -222,33 +200,28 @@ class MilvusDeployment(Deployment):
         base = Path(workdir).resolve() / "milvus"
         log = base / "logs" / "server.log"
         deadline = time.monotonic() + timeout
+        overrides = {
+            "common.gracefulStopTimeout": 5,  # else the query node's graceful stop may wait 1800 s
+            "indexCoord.segment.minSegmentNumRowsToEnableIndex": s.min_segment_rows_to_index,
+            **{f"{section}.ip": s.host for section in IP_SECTIONS},
+            **s.config_overrides,
+        }
+        env = {
+            **os.environ,
+            "DEPLOY_MODE": "STANDALONE",
+            "MILVUSCONF": str(base / "configs"),
+            "MILVUS_RUN_DIR": str(base / "run"),
+            "LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}",  # bundled libs
+            **s.env,
+        }
         for attempt in range(s.start_attempts):
-            picked = free_ports(len(PORT_KEYS) + 2)
-            ports = dict(zip(PORT_KEYS, picked, strict=False))
-            if s.port is not None:
-                ports["proxy_port"] = s.port
-            etcd_peer, metrics = picked[-2:]
-            # Without a bound the query node's graceful stop waits up to 1800 s for segment hand-off.
-            overrides = {
-                "common.gracefulStopTimeout": 5,
-                **{f"{section}.ip": s.host for section in IP_SECTIONS},
-                **s.config_overrides,
-            }
-            env = {
-                **os.environ,
-                "DEPLOY_MODE": "STANDALONE",
-                "METRICS_PORT": str(metrics),  # also serves /healthz
-                "MILVUSCONF": str(base / "configs"),
-                "MILVUS_RUN_DIR": str(base / "run"),
-                "LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}",  # bundled libs
-                **s.env,
-            }
             self.proc = ServerProcess("milvus", [str(exe), "run", "standalone"], log, env=env, cwd=base)
             try:
-                _write_config(base, ports, etcd_peer, overrides)
+                ports = _write_config(base, overrides, s.port)
+                self.proc.env["METRICS_PORT"] = str(ports["metrics_port"])  # also serves /healthz
                 self.proc.start()
-                remaining = max(1.0, deadline - time.monotonic())
-                self.proc.wait_healthy(lambda m=metrics: http_ok(f"http://127.0.0.1:{m}/healthz"), remaining)
+                health = f"http://127.0.0.1:{ports['metrics_port']}/healthz"
+                self.proc.wait_healthy(lambda url=health: http_ok(url), max(1.0, deadline - time.monotonic()))
                 uri = f"http://{s.host}:{ports['proxy_port']}"
                 version = _server_version(uri, "", max(1.0, deadline - time.monotonic()))
             except OSError as exc:  # an unusable workdir (a file, no permission, disk full)
@@ -256,16 +229,17 @@ class MilvusDeployment(Deployment):
                 raise DatabaseError(f"milvus: cannot set up {base}: {exc}") from exc
             except DatabaseError as exc:
                 self.stop()
-                # Another process may grab a free port between our pick and the bind check; coordinators
-                # and proxy then fail (2.3's worker nodes silently pick another port themselves).
-                taken = any(m in str(exc) for m in ("address already in use", "bind failed"))
+                # A port was taken after we picked it: try fresh ones (2.3's worker nodes would
+                # silently pick another port themselves; coordinators, proxy and etcd cannot).
+                taken = any(m in str(exc) for m in ("bind failed", "address already in use"))
                 retry = taken and s.port is None
                 if retry and attempt + 1 < s.start_attempts and time.monotonic() < deadline:
                     continue
                 raise
+            extra = {"metrics_port": ports["metrics_port"]}
             return Endpoints(
                 database="milvus",
-                nodes=[Endpoint(host=s.host, port=ports["proxy_port"], extra={"metrics_port": metrics})],
+                nodes=[Endpoint(host=s.host, port=ports["proxy_port"], extra=extra)],
                 data_dir=str(base / "data"),
                 server_version=version,
                 log_paths=[str(log), str(base / "logs" / "standalone-1.log")],
@@ -397,11 +371,8 @@ class MilvusVectorClient(Client):
         with _errors(f"build {target} index"):
             c.flush(name)
             current = c.describe_index(name, VECTOR_FIELD) if c.list_indexes(name) else {}
-            wanted = {
-                "index_type": target,
-                **{k: str(v) for k, v in self._build_params(spec, target).items()},
-            }
-            if any(current.get(k) != v for k, v in wanted.items()):  # describe_index reports strings
+            wanted = {k: str(v) for k, v in self._build_params(spec, target).items()}  # as describe_index
+            if any(current.get(k) != v for k, v in {"index_type": target, **wanted}.items()):
                 c.release_collection(name)  # 2.3 refuses to drop the index of a loaded collection
                 if current:
                     c.drop_index(name, VECTOR_FIELD)
@@ -450,23 +421,20 @@ class MilvusVectorClient(Client):
             persistent = self.client.list_persistent_segments(name)
             index = self.client.describe_index(name, VECTOR_FIELD) if self.client.list_indexes(name) else {}
         data = Path(self.data_dir) if self.data_dir else None
-        # Per-part bytes: etcd WAL and rocksmq preallocate ~64 MB each, whatever the data size.
+        # Per part: etcd's WAL and rocksmq preallocate ~64 MB each, whatever the data size.
         parts = (
             {f"bytes_{p.name}": directory_bytes(p) for p in data.iterdir()} if data and data.is_dir() else {}
         )
+        params = {k: v for k, v in index.items() if k in ("M", "efConstruction", "nlist")}
         return StorageStats(
             count=self.count(),
             segments=len(loaded),
-            disk_bytes=directory_bytes(data) if data is not None and data.is_dir() else None,
+            disk_bytes=directory_bytes(data) if parts else None,
             details={
                 "persistent_segments": len(persistent),
-                "segment_rows": sum(
-                    seg.num_rows for seg in loaded
-                ),  # includes replaced rows until compaction
+                "segment_rows": sum(seg.num_rows for seg in loaded),  # replaced rows count until compaction
                 "index_type": index.get("index_type"),
-                "index_params": str(
-                    {k: v for k, v in index.items() if k in ("M", "efConstruction", "nlist")}
-                ),
+                "index_params": str(params),
                 "indexed_rows": index.get("indexed_rows"),
                 **parts,
             },

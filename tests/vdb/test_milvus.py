@@ -39,7 +39,8 @@ def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MilvusSettings, Endpoints]]:
     """One real Milvus server for the module; always stopped, and checked to be gone."""
-    settings = MilvusSettings(name="milvus")
+    # fmnist1k is one 1000-row segment: below Milvus's default 1024 rows it would not be indexed at all.
+    settings = MilvusSettings(name="milvus", min_segment_rows_to_index=100)
     deployment = ADAPTER.deployment(settings)
     try:
         endpoints = deployment.start(tmp_path_factory.mktemp("milvus"), timeout=180)
@@ -102,6 +103,8 @@ def test_ivf_flat_recall(client, fmnist) -> None:
     client.build_index(timeout=120)
     assert client.describe().details["index_type"] == "IVF_FLAT"
     assert recall_at_k(client.search(queries, k=10, ef=8).ids, truth, 10) >= 0.9  # ef is nprobe
+    # One probed list of 32 misses neighbours: proof that the IVF index, not a brute-force scan, answered.
+    assert recall_at_k(client.search(queries, k=10, ef=1).ids, truth, 10) < 0.9
 
 
 @pytest.mark.slow
@@ -134,6 +137,25 @@ def test_dimension_mismatch(server, client, fmnist) -> None:
         other.create_collection(CollectionSpec(name="fm_dim", dim=768), recreate=True)
         other.insert(np.arange(2), np.ones((2, 768), dtype=np.float32))
         other.wait_searchable(2, timeout=60)
+    finally:
+        other.close()
+
+
+@pytest.mark.slow
+def test_attach_to_existing_server_by_uri(server, tmp_path: Path) -> None:
+    node = server[1].nodes[0]
+    settings = MilvusSettings(uri=f"http://{node.host}:{node.port}")
+    attached = MilvusDeployment(settings)
+    endpoints = attached.start(tmp_path, timeout=30)
+    assert endpoints.server_version == server[1].server_version and endpoints.nodes[0].port == node.port
+    attached.stop()  # started nothing, so stops nothing
+    assert not list(tmp_path.iterdir())
+    other = ADAPTER.client(settings, endpoints)
+    try:
+        other.create_collection(CollectionSpec(name="by_uri", dim=4), recreate=True)
+        other.insert(np.arange(5), np.ones((5, 4), dtype=np.float32))
+        other.wait_searchable(5, timeout=60)
+        assert other.describe().disk_bytes is None  # no data_dir given for an external server
     finally:
         other.close()
 
@@ -203,16 +225,17 @@ def test_port_already_taken(tmp_path: Path) -> None:
 
 
 def test_rendered_config(tmp_path: Path) -> None:
-    ports = dict(zip(("proxy_port", "etcd_port"), free_ports(2), strict=True))
-    _write_config(tmp_path, ports, etcd_peer=free_ports(1)[0], overrides={"proxy.ip": "127.0.0.1"})
+    ports = _write_config(tmp_path, {"proxy.ip": "127.0.0.1"}, proxy_port=None)
     config = yaml.safe_load((tmp_path / "configs" / "milvus.yaml").read_text())
     etcd = yaml.safe_load((tmp_path / "configs" / "etcd.yaml").read_text())
+    assert len(set(ports.values())) == len(ports) == 12  # ten template ports, etcd peer, metrics
     assert config["proxy"]["port"] == ports["proxy_port"] and config["proxy"]["ip"] == "127.0.0.1"
     assert config["localStorage"]["path"] == str(tmp_path / "data")
     assert config["etcd"]["config"]["path"] == str(tmp_path / "configs" / "etcd.yaml")
     assert etcd["listen-client-urls"] == f"http://127.0.0.1:{ports['etcd_port']}"
+    assert etcd["listen-peer-urls"] == f"http://127.0.0.1:{ports['etcd_peer_port']}"
     with pytest.raises(DatabaseError, match=r"'dataCoord\.nope' is not a key"):
-        _write_config(tmp_path, ports, etcd_peer=free_ports(1)[0], overrides={"dataCoord.nope": 1})
+        _write_config(tmp_path, {"dataCoord.nope": 1}, proxy_port=None)
 
 
 def test_settings_reject_unknown_keys() -> None:

@@ -1,0 +1,142 @@
+"""The query stage: run every setting of the sweep and store raw results (measure now, evaluate later).
+
+A setting is (ef, batch size, clients, k). The query set is split across the client processes; each sends
+its share in batches of ``batch_size`` and records, per request, the returned ids and scores and the
+request's start and end. Metrics (QPS, latency percentiles, recall) are computed afterwards from these
+raw Parquet files by :mod:`apps.vdb_metrics`, so a metric can be corrected without re-running a cluster.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from apps.dataset import arrow_to_vectors
+from apps.vdb.base import CollectionSpec, Endpoints
+from apps.vdb.pool import ClientPool, client
+from apps.vdb_metrics import raw_query_table
+from pipeline.store import write_parquet_atomic
+
+
+def setting_name(ef: int | None, batch_size: int, clients: int, k: int) -> str:
+    """A stable, readable name of one setting (used in file names and reports)."""
+    return f"ef={ef},batch={batch_size},clients={clients},k={k}"
+
+
+def sweep(query_cfg: dict[str, Any], index_type: str) -> list[dict[str, Any]]:
+    """Every setting of the sweep; ef only varies for graph indexes. Grouped by clients (pool reuse)."""
+    efs = query_cfg["ef"] if index_type in ("hnsw", "dynamic", "ivf_flat") else [None]
+    return [
+        {"ef": ef, "batch_size": b, "clients": c, "k": k}
+        for c, ef, b, k in itertools.product(
+            query_cfg["clients"], efs, query_cfg["batch_size"], query_cfg["k"]
+        )
+    ]
+
+
+def run_share(
+    query_ids: np.ndarray,
+    vectors: np.ndarray,
+    k: int,
+    ef: int | None,
+    batch_size: int,
+    warmup: int,
+    index: int,
+) -> dict[str, list]:
+    """Pool function: one client's share of a setting; per-query rows with its request's timings."""
+    db = client()
+    for start in range(0, min(warmup, len(vectors)), batch_size):
+        db.search(vectors[start : min(start + batch_size, warmup)], k, ef)
+    rows: dict[str, list] = {
+        "client": [],
+        "request": [],
+        "query_id": [],
+        "ids": [],
+        "scores": [],
+        "t_start": [],
+        "t_end": [],
+    }
+    for request, start in enumerate(range(0, len(vectors), batch_size)):
+        batch = vectors[start : start + batch_size]
+        t0 = time.time()
+        result = db.search(batch, k, ef)
+        t1 = time.time()
+        n = len(batch)
+        rows["client"] += [index] * n
+        rows["request"] += [request] * n
+        rows["query_id"] += query_ids[start : start + n].tolist()
+        rows["ids"] += [list(map(int, r)) for r in result.ids]
+        rows["scores"] += [list(map(float, r)) for r in result.scores]
+        rows["t_start"] += [t0] * n
+        rows["t_end"] += [t1] * n
+    return rows
+
+
+def read_queries(queries_file: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of the query set, the first ``limit`` when set."""
+    table = pq.read_table(queries_file, columns=["id", "embedding"])
+    if limit:
+        table = table.slice(0, limit)
+    return table.column("id").to_numpy(), arrow_to_vectors(table.column("embedding"))
+
+
+def query_sweep(
+    database: str,
+    settings: dict,
+    endpoints: dict,
+    spec: dict,
+    queries_file: str,
+    query_cfg: dict[str, Any],
+    out_dir: str,
+    _index: dict,
+) -> list[dict[str, Any]]:
+    """Parsl task: run every setting; write ``raw/<setting>.parquet``; return one record per setting."""
+    collection = CollectionSpec.model_validate(spec)
+    endpoints_model = Endpoints.model_validate(endpoints)
+    ids, vectors = read_queries(queries_file, query_cfg.get("max_queries"))
+    if vectors.shape[1] != collection.dim:
+        raise ValueError(f"queries have dimension {vectors.shape[1]}, the collection {collection.dim}")
+    records = []
+    settings_list = sweep(query_cfg, collection.index_type)
+    for clients, group in itertools.groupby(settings_list, key=lambda s: s["clients"]):
+        with ClientPool(clients, database, settings, endpoints_model, collection) as pool:
+            for setting in group:
+                shares = np.array_split(np.arange(len(ids)), pool.size)
+                futures = [
+                    pool.submit(
+                        run_share,
+                        ids[s],
+                        vectors[s],
+                        setting["k"],
+                        setting["ef"],
+                        setting["batch_size"],
+                        query_cfg["warmup_queries"],
+                        i,
+                    )
+                    for i, s in enumerate(shares)
+                ]
+                parts = [f.result() for f in futures]
+                columns = {
+                    key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in parts[0]
+                }
+                name = setting_name(setting["ef"], setting["batch_size"], pool.size, setting["k"])
+                table = raw_query_table(
+                    database=database,
+                    setting=name,
+                    ef=setting["ef"],
+                    batch_size=setting["batch_size"],
+                    clients=pool.size,
+                    k=setting["k"],
+                    **columns,
+                )
+                path = Path(out_dir) / "raw" / f"{name.replace(',', '_').replace('=', '')}.parquet"
+                written = write_parquet_atomic(table, path, row_group_rows=8192)
+                records.append(
+                    {**setting, "clients": pool.size, "setting": name, "file": str(path), **written}
+                )
+    return records

@@ -1,0 +1,79 @@
+"""Parallel database clients as processes (one connected client per process), for insert and query.
+
+The studies found client-side batch conversion CPU-bound, so parallel clients are processes, not asyncio.
+Each process connects once (pool initializer) and keeps its client in a module global. In-process
+engines (qdrant-edge) cannot be opened by two processes at once; for them the "pool" is one thread in
+the calling process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
+
+from apps.vdb import get_adapter
+from apps.vdb.base import Client, CollectionSpec, Endpoints
+
+_CLIENT: Client | None = None
+
+
+def connect(database: str, settings: dict[str, Any], endpoints: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Pool initializer: create this process's client and attach it to the collection."""
+    global _CLIENT
+    adapter = get_adapter(database)
+    client = adapter.client(adapter.settings.model_validate(settings), Endpoints.model_validate(endpoints))
+    client.create_collection(CollectionSpec.model_validate(spec))
+    _CLIENT = client
+
+
+def client() -> Client:
+    """The client of the current pool process."""
+    if _CLIENT is None:
+        raise RuntimeError("no client in this process: run inside a pool made by client_pool()")
+    return _CLIENT
+
+
+def disconnect() -> None:
+    """Close this process's client (needed for in-process engines, which lock their files)."""
+    global _CLIENT
+    if _CLIENT is not None:
+        _CLIENT.close()
+        _CLIENT = None
+
+
+class ClientPool:
+    """``size`` connected clients; ``submit`` runs a function of the pool in one of them."""
+
+    def __init__(
+        self, size: int, database: str, settings: dict, endpoints: Endpoints, spec: CollectionSpec
+    ) -> None:
+        self.in_process = endpoints.in_process
+        self.size = 1 if self.in_process else size
+        args = (database, settings, endpoints.model_dump(), spec.model_dump())
+        self.executor: Executor
+        if self.in_process:
+            self.executor = ThreadPoolExecutor(max_workers=1, initializer=connect, initargs=args)
+        else:
+            self.executor = ProcessPoolExecutor(
+                max_workers=self.size,
+                mp_context=multiprocessing.get_context("spawn"),  # no fork after torch/grpc threads
+                initializer=connect,
+                initargs=args,
+            )
+
+    def submit(self, fn, *args: Any):
+        """Run ``fn(*args)`` in a pool client (``fn`` calls :func:`client`)."""
+        return self.executor.submit(fn, *args)
+
+    def close(self) -> None:
+        """Close clients and stop the pool."""
+        if self.in_process:
+            self.executor.submit(disconnect).result()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ClientPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

