@@ -66,8 +66,8 @@ def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     dim = column.type.list_size
-    flat = column.values.to_numpy(zero_copy_only=False)
-    return flat.astype(np.float32, copy=False).reshape(-1, dim)
+    # A writable float32 copy: zero-copy views are read-only, which torch.from_numpy warns about.
+    return np.array(column.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
 
 
 def embed_shard(

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from apps.dataset import arrow_to_vectors, dataset_parts
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
-from apps.vdb.pool import ClientPool, client
+from apps.vdb.pool import ClientPool, client, reset_client
 
 Unit = tuple[str, int]  # (part file, row group)
 
@@ -37,11 +37,17 @@ def open_client(database: str, settings: dict, endpoints: dict):
     return adapter.client(adapter.settings.model_validate(settings), Endpoints.model_validate(endpoints))
 
 
-def prepare_collection(database: str, settings: dict, endpoints: dict, spec: dict) -> dict[str, Any]:
-    """(Re)create an empty collection for one upload."""
+def prepare_collection(
+    database: str, settings: dict, endpoints: dict, spec: dict, recreate: bool
+) -> dict[str, Any]:
+    """Create the collection for one upload; ``recreate`` drops the one this run's previous upload made.
+
+    The first upload never drops anything: on a server we attached to, an existing collection with
+    another dimension is a clear DatabaseError, not a silent loss of someone's data.
+    """
     db_client = open_client(database, settings, endpoints)
     try:
-        db_client.create_collection(CollectionSpec.model_validate(spec), recreate=True)
+        db_client.create_collection(CollectionSpec.model_validate(spec), recreate=recreate)
         return {"count": db_client.count()}
     finally:
         db_client.close()
@@ -56,6 +62,7 @@ def _send(ids: np.ndarray, vectors: np.ndarray, retries: int, where: str) -> int
         except Exception as exc:  # any transport or server error: the batch is idempotent, try again
             if attempt == retries:
                 raise DatabaseError(f"{where}: insert failed after {retries} retries: {exc}") from exc
+            reset_client()  # reconnect: the server may have been restarted
             time.sleep(min(30.0, 0.5 * 2**attempt))
     raise AssertionError("unreachable")
 

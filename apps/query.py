@@ -20,6 +20,7 @@ from apps.dataset import arrow_to_vectors
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.pool import ClientPool, client
 from apps.vdb_metrics import raw_query_table
+from pipeline.errors import ArtifactError
 from pipeline.store import write_parquet_atomic
 
 
@@ -28,14 +29,17 @@ def setting_name(ef: int | None, batch_size: int, clients: int, k: int) -> str:
     return f"ef={ef},batch={batch_size},clients={clients},k={k}"
 
 
-def sweep(query_cfg: dict[str, Any], index_type: str) -> list[dict[str, Any]]:
-    """Every setting of the sweep; ef only varies for graph indexes. Grouped by clients (pool reuse)."""
+def sweep(query_cfg: dict[str, Any], index_type: str, in_process: bool = False) -> list[dict[str, Any]]:
+    """Every setting of the sweep, grouped by clients (pool reuse).
+
+    ef only varies for indexes with a search-time knob (for IVF it is nprobe). An in-process engine
+    serves one client, so its sweep has clients = 1 only rather than repeating the same setting.
+    """
     efs = query_cfg["ef"] if index_type in ("hnsw", "dynamic", "ivf_flat") else [None]
+    clients = [1] if in_process else sorted(set(query_cfg["clients"]))
     return [
         {"ef": ef, "batch_size": b, "clients": c, "k": k}
-        for c, ef, b, k in itertools.product(
-            query_cfg["clients"], efs, query_cfg["batch_size"], query_cfg["k"]
-        )
+        for c, ef, b, k in itertools.product(clients, efs, query_cfg["batch_size"], query_cfg["k"])
     ]
 
 
@@ -55,7 +59,7 @@ def run_share(
     rows: dict[str, list] = {
         "client": [],
         "request": [],
-        "query_id": [],
+        "query_ids": [],
         "ids": [],
         "scores": [],
         "t_start": [],
@@ -69,7 +73,7 @@ def run_share(
         n = len(batch)
         rows["client"] += [index] * n
         rows["request"] += [request] * n
-        rows["query_id"] += query_ids[start : start + n].tolist()
+        rows["query_ids"] += query_ids[start : start + n].tolist()
         rows["ids"] += [list(map(int, r)) for r in result.ids]
         rows["scores"] += [list(map(float, r)) for r in result.scores]
         rows["t_start"] += [t0] * n
@@ -100,9 +104,12 @@ def query_sweep(
     endpoints_model = Endpoints.model_validate(endpoints)
     ids, vectors = read_queries(queries_file, query_cfg.get("max_queries"))
     if vectors.shape[1] != collection.dim:
-        raise ValueError(f"queries have dimension {vectors.shape[1]}, the collection {collection.dim}")
+        raise ArtifactError(
+            f"{queries_file}: queries have dimension {vectors.shape[1]} but the {database} collection has "
+            f"{collection.dim}"
+        )
     records = []
-    settings_list = sweep(query_cfg, collection.index_type)
+    settings_list = sweep(query_cfg, collection.index_type, endpoints_model.in_process)
     for clients, group in itertools.groupby(settings_list, key=lambda s: s["clients"]):
         with ClientPool(clients, database, settings, endpoints_model, collection) as pool:
             for setting in group:

@@ -131,8 +131,8 @@ class BenchmarkRunner:
         units = insert_stage.work_units(str(dataset_dir))
         inserts = []
         searchable: Future | None = None
-        for batch_size in cfg.insert.batch_sizes:
-            prepared = self.apps["prepare"](name, settings_dict, endpoints, spec)
+        for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
+            prepared = self.apps["prepare"](name, settings_dict, endpoints, spec, attempt > 0)
             prepared.result()  # the collection must exist before any client attaches
             tasks = [
                 self.apps["insert"](

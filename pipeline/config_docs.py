@@ -94,7 +94,7 @@ def render() -> str:
         "`python -m pipeline.config_docs > docs/configuration.md`; do not edit by hand.",
         "Unknown keys are rejected everywhere. String values may use `${VAR}` or `${VAR:-default}`.",
         "Paths of input data are relative to the configuration file; `workdir` to the current directory.",
-        "A section listed several times under one path is a union chosen by its `method`, `platform` or `name`.",
+        "A union of sections is chosen by its `method`, `platform` or `name` field.",
         "",
     ]
     return "\n".join(header + _section(RunConfig, "(top level)", set())).rstrip() + "\n"

@@ -32,16 +32,21 @@ class StageProgress(AbstractContextManager):
             console=console,
             transient=False,
         )
+        # Without a terminal (CI logs, nohup, a batch job) live bars are invisible: print a line per task.
+        self.plain = not console.is_terminal
+        self.console = console
         self._tasks: dict[str, TaskID] = {}
         self._items: dict[str, int] = {}
         self._started: dict[str, float] = {}
 
     def __enter__(self) -> StageProgress:
-        self.progress.start()
+        if not self.plain:
+            self.progress.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.progress.stop()
+        if not self.plain:
+            self.progress.stop()
 
     def add_stage(self, name: str, total: int) -> None:
         """Show a stage with ``total`` tasks (shards)."""
@@ -55,3 +60,9 @@ class StageProgress(AbstractContextManager):
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
         rate = f"{self._items[name] / elapsed:,.1f}/s" if self._items[name] else ""
         self.progress.update(self._tasks[name], advance=1, items=f"{self._items[name]:,}", rate=rate)
+        if self.plain:
+            task = self.progress.tasks[self._tasks[name]]
+            eta = f", ETA {task.time_remaining:.0f}s" if task.time_remaining and not task.finished else ""
+            done = f"{task.completed:.0f}/{task.total:.0f}"
+            line = f"{name}: {done} done, {self._items[name]:,} items {rate}{eta}"
+            self.console.print(line, highlight=False)

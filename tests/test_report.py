@@ -63,7 +63,9 @@ def study_rows() -> list[dict[str, Any]]:
             "database": "weaviate",
             "stage": "deploy",
             "status": "failed",
-            "error": "weaviate-server not found | install Go and run `make weaviate`\nor set vdb.weaviate.binary",
+            "error": (
+                "weaviate-server not found | install Go and run `make weaviate`\nor set vdb.weaviate.binary"
+            ),
         },
     ]
     for batch, clients, seconds in ((64, 1, 9.0), (256, 1, 5.0), (1024, 1, 4.0), (256, 2, 3.0)):
@@ -125,7 +127,7 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-# --------------------------------------------------------------------------------------------- results.parquet
+# ------------------------------------------------------------------------------------------- results.parquet
 
 
 def test_results_schema_is_fixed_and_typed(tmp_path: Path) -> None:
@@ -158,7 +160,7 @@ def test_results_reject_unknown_columns_and_stages() -> None:
         normalize_rows([{"database": "qdrant", "stage": "serve"}])
     with pytest.raises(ValueError, match="no database"):
         normalize_rows([{"stage": "query"}])
-    with pytest.raises(ValueError, match="segments=2.5 is not an integer"):
+    with pytest.raises(ValueError, match=r"segments=2\.5 is not an integer"):
         normalize_rows([{"database": "qdrant", "stage": "index", "segments": 2.5}])
 
 

@@ -8,6 +8,7 @@ the calling process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
@@ -16,22 +17,43 @@ from apps.vdb import get_adapter
 from apps.vdb.base import Client, CollectionSpec, Endpoints
 
 _CLIENT: Client | None = None
+_CONNECT_ARGS: tuple | None = None
 
 
 def connect(database: str, settings: dict[str, Any], endpoints: dict[str, Any], spec: dict[str, Any]) -> None:
-    """Pool initializer: create this process's client and attach it to the collection."""
-    global _CLIENT
-    adapter = get_adapter(database)
-    client = adapter.client(adapter.settings.model_validate(settings), Endpoints.model_validate(endpoints))
-    client.create_collection(CollectionSpec.model_validate(spec))
-    _CLIENT = client
+    """Pool initializer: remember how to connect; the connection is made on first use.
+
+    Connecting lazily keeps a server that is briefly down (a restart) from breaking the whole pool:
+    an exception in an initializer kills the pool with a generic BrokenProcessPool, while an exception
+    in a task reaches the caller as the real DatabaseError.
+    """
+    global _CONNECT_ARGS
+    _CONNECT_ARGS = (database, settings, endpoints, spec)
 
 
 def client() -> Client:
-    """The client of the current pool process."""
+    """The client of the current pool process (connected and attached to the collection)."""
+    global _CLIENT
     if _CLIENT is None:
-        raise RuntimeError("no client in this process: run inside a pool made by client_pool()")
+        if _CONNECT_ARGS is None:
+            raise RuntimeError("no client in this process: run inside a ClientPool")
+        database, settings, endpoints, spec = _CONNECT_ARGS
+        adapter = get_adapter(database)
+        db_client = adapter.client(
+            adapter.settings.model_validate(settings), Endpoints.model_validate(endpoints)
+        )
+        db_client.create_collection(CollectionSpec.model_validate(spec))
+        _CLIENT = db_client
     return _CLIENT
+
+
+def reset_client() -> None:
+    """Drop this process's connection (after a failure); the next :func:`client` call reconnects."""
+    global _CLIENT
+    if _CLIENT is not None:
+        with contextlib.suppress(Exception):
+            _CLIENT.close()
+        _CLIENT = None
 
 
 def disconnect() -> None:

@@ -1,0 +1,111 @@
+"""The report stage: raw measurements of every database -> results.parquet, report.md and plots.
+
+Metrics are computed here, from the raw query files and the exact ground truth (distances recomputed
+from the vectors), never inside the measuring tasks: a metric can be corrected and the report rewritten
+without running a database again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from apps.report import write_report, write_results
+from apps.vdb_metrics import evaluate_files
+from pipeline.plan import Plan
+
+
+def result_rows(plan: Plan, outcomes: dict[str, dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    """One row per database x stage x setting, with the provenance keys on every row."""
+    keys = {
+        "dataset_key": plan.stage("embed").key,
+        "queries_key": plan.stage("queries").key,
+        "groundtruth_key": plan.stage("groundtruth").key,
+        "run_id": run_id,
+    }
+    rows: list[dict[str, Any]] = []
+    raw_files: list[str] = []
+    for database, outcome in outcomes.items():
+        common = {"database": database, "server_version": outcome.get("server_version") or None, **keys}
+        params = json.dumps(
+            {"collection": outcome.get("collection"), "settings": outcome.get("settings")}, sort_keys=True
+        )
+        if outcome.get("status") != "succeeded":
+            rows.append(
+                {
+                    **common,
+                    "stage": "deploy",
+                    "status": outcome.get("status", "failed"),
+                    "error": outcome.get("reason"),
+                }
+            )
+            continue
+        rows.append(
+            {
+                **common,
+                "stage": "deploy",
+                "status": "ok",
+                "deploy_s": outcome.get("deploy_s"),
+                "params": params,
+            }
+        )
+        for insert in outcome["insert"]:
+            rows.append(
+                {
+                    **common,
+                    "stage": "insert",
+                    "status": "ok",
+                    "setting": f"batch={insert['batch_size']},clients={insert['clients']}",
+                    "vectors": insert["rows"],
+                    "upload_s": insert["upload_s"],
+                    "searchable_s": insert["searchable_s"],
+                    "insert_vectors_per_s": insert["insert_vectors_per_s"],
+                    "batch_size": insert["batch_size"],
+                    "clients": insert["clients"],
+                    "workers": insert["workers"],
+                }
+            )
+        index = outcome["index"]
+        rows.append(
+            {
+                **common,
+                "stage": "index",
+                "status": "ok",
+                "index_s": index["index_s"],
+                "segments": index["segments"],
+                "disk_bytes": index["disk_bytes"],
+                "write_amplification": index["write_amplification"],
+                "vectors": index["count"],
+                "params": params,
+            }
+        )
+        raw_files.extend(q["file"] for q in outcome["queries"])
+    if raw_files:
+        evaluated = evaluate_files(
+            raw_files,
+            plan.stage("groundtruth").directory / "groundtruth.parquet",
+            plan.stage("queries").directory / "queries.parquet",
+            plan.stage("embed").directory,
+            plan.config.groundtruth.metric,
+        )
+        rows.extend(
+            {**row, **keys, "server_version": outcomes[row["database"]].get("server_version")}
+            for row in evaluated
+        )
+    return rows
+
+
+def write_benchmark_report(
+    plan: Plan, outcomes: dict[str, dict[str, Any]], out_dir: Path, run_id: str
+) -> dict[str, Any]:
+    """Write results.parquet and report.md (+ PNG plots) into ``out_dir``; return the written files."""
+    rows = result_rows(plan, outcomes, run_id)
+    results = write_results(rows, out_dir / "results.parquet")
+    written = write_report(
+        out_dir / "results.parquet", out_dir, title=f"Vector database benchmark: {plan.config.name}"
+    )
+    files = [{"file": "report/results.parquet", **results}]
+    for path in [written["report"], *written["figures"].values()]:
+        files.append({"file": f"report/{Path(path).name}", "bytes": Path(path).stat().st_size})
+    return {"files": files, "report": str(written["report"]), "rows": len(rows)}
