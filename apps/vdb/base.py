@@ -21,6 +21,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.errors import PipelineError
+
 Metric = Literal["cosine", "ip", "l2"]
 
 
@@ -89,8 +91,10 @@ class StorageStats(BaseModel):
     details: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
 
-class DatabaseError(RuntimeError):
+class DatabaseError(PipelineError):
     """A database failed in a way the user must see (missing binary, failed start, lost rows)."""
+
+    exit_code = 5
 
 
 class Deployment(abc.ABC):

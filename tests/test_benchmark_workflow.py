@@ -1,0 +1,171 @@
+"""The vector-database part of ``python -m pipeline run``, end to end through the CLI, with real servers:
+Qdrant's embedded engine, the Milvus standalone server and weaviate-server, all on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.conftest import REPO, base_config, run_cli, sample_records, write_jsonl
+
+pytestmark = pytest.mark.slow
+
+SWEEP = {"ef": [16, 64], "batch_size": [1, 8], "clients": [1, 2], "k": [10], "warmup_queries": 4}
+QDRANT = {"name": "qdrant", "mode": "edge", "indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
+MILVUS = {"name": "milvus", "min_segment_rows_to_index": 0}
+WEAVIATE = {"name": "weaviate"}
+
+
+def vdb_section(*databases: dict, **extra) -> dict:
+    return {
+        "databases": list(databases),
+        "collection": {"index_type": "hnsw", "hnsw_m": 16, "ef_construction": 64},
+        "insert": {"batch_sizes": [32, 128], "clients_per_worker": 2},
+        "query": SWEEP,
+        **extra,
+    }
+
+
+def servers_under(path: Path) -> list[psutil.Process]:
+    """Database server processes whose command line or working files point under ``path``."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline", "environ"]):
+        try:
+            text = (
+                " ".join(proc.info["cmdline"] or []) + " " + " ".join((proc.info["environ"] or {}).values())
+            )
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if str(path) in text and any(s in text for s in ("weaviate-server", "milvus")):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("vdbcorpus") / "c.jsonl", sample_records(60))
+
+
+@pytest.fixture(scope="module")
+def full_run(corpus: Path, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("vdbrun")
+    config = base_config(corpus, root / "wd", vdb=vdb_section(QDRANT, MILVUS, WEAVIATE))
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    return path, root / "wd"
+
+
+def last_provenance(workdir: Path) -> dict:
+    run = sorted((workdir / "runs").iterdir())[-1]
+    return json.loads((run / "provenance.json").read_text())
+
+
+def test_report_covers_every_database_with_recall(full_run) -> None:
+    _config, workdir = full_run
+    prov = last_provenance(workdir)
+    assert prov["status"] == "succeeded"
+    report_dir = Path(prov["outputs"]["vdb"]) / "report"
+    rows = pq.read_table(report_dir / "results.parquet").to_pylist()
+    for database in ("qdrant", "milvus", "weaviate"):
+        mine = [r for r in rows if r["database"] == database]
+        assert {r["stage"] for r in mine} == {"deploy", "insert", "index", "query"}
+        queries = [r for r in mine if r["stage"] == "query"]
+        assert max(r["recall"] for r in queries) >= 0.9, database
+        assert all(r["qps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in queries)
+        inserts = [r for r in mine if r["stage"] == "insert"]
+        assert sorted(r["batch_size"] for r in inserts) == [32, 128]
+        index = next(r for r in mine if r["stage"] == "index")
+        assert index["vectors"] == inserts[0]["vectors"] > 0
+        assert index["write_amplification"] > 0
+        assert all(r["dataset_key"] and r["groundtruth_key"] and r["run_id"] == prov["run_id"] for r in mine)
+    # an in-process engine is swept with one client only; the servers with one and two
+    assert {r["clients"] for r in rows if r["database"] == "qdrant" and r["stage"] == "query"} == {1}
+    assert {r["clients"] for r in rows if r["database"] == "weaviate" and r["stage"] == "query"} == {1, 2}
+    report = (report_dir / "report.md").read_text()
+    assert "**best**" in report and "| milvus |" in report
+    for figure in ("recall_qps.png", "insert_throughput.png", "latency.png"):
+        assert (report_dir / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # provenance: server versions, adapter settings, exact collection parameters
+    tasks = {t["database"]: t for t in prov["stages"]["vdb"]["tasks"]}
+    assert tasks["weaviate"]["server_version"].startswith("1.36")
+    assert tasks["milvus"]["settings"]["min_segment_rows_to_index"] == 0
+    assert tasks["qdrant"]["collection"]["ef_construction"] == 64
+    # raw results kept for re-evaluation; server logs kept; servers gone
+    vdb_dir = Path(prov["outputs"]["vdb"])
+    assert list((vdb_dir / "weaviate" / "raw").glob("*.parquet"))
+    assert list((vdb_dir / "milvus").rglob("*.log"))
+    assert servers_under(workdir) == []
+
+
+def test_second_run_executes_nothing(full_run) -> None:
+    config, workdir = full_run
+    started = time.monotonic()
+    result = run_cli("run", str(config))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "nothing to execute" in result.stderr
+    assert time.monotonic() - started < 30
+    assert last_provenance(workdir)["stages"]["vdb"]["cached"]
+
+
+def test_optional_database_with_missing_binary_is_skipped(corpus: Path, tmp_path: Path) -> None:
+    broken = {"name": "weaviate", "binary": str(tmp_path / "no-such-weaviate")}
+    config = base_config(corpus, tmp_path / "wd", vdb=vdb_section(QDRANT, broken, optional=["weaviate"]))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    prov = last_provenance(tmp_path / "wd")
+    rows = pq.read_table(Path(prov["outputs"]["vdb"]) / "report" / "results.parquet").to_pylist()
+    weaviate = [r for r in rows if r["database"] == "weaviate"]
+    assert [r["status"] for r in weaviate] == ["skipped"]
+    assert "no-such-weaviate" in weaviate[0]["error"]
+    assert any(r["database"] == "qdrant" and r["stage"] == "query" for r in rows)
+    # not marked complete: once the binary exists, a re-run benchmarks the skipped database
+    assert not (Path(prov["outputs"]["vdb"]) / "manifest.json").exists()
+
+    config["vdb"]["optional"] = []
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", str(path))
+    assert result.returncode == 5
+    assert "no-such-weaviate" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_ctrl_c_tears_the_servers_down(corpus: Path, tmp_path: Path) -> None:
+    slow_sweep = {**SWEEP, "ef": [16, 32, 64, 128, 256], "batch_size": [1], "clients": [1]}
+    config = base_config(corpus, tmp_path / "wd", vdb=vdb_section(WEAVIATE, query=slow_sweep))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "run", str(path)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not list((tmp_path / "wd").rglob("endpoints.json")):
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            time.sleep(0.2)
+        assert servers_under(tmp_path / "wd"), "the Weaviate server should be running now"
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    assert servers_under(tmp_path / "wd") == []
+    assert last_provenance(tmp_path / "wd")["status"] == "interrupted"
