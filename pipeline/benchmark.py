@@ -63,6 +63,9 @@ class BenchmarkRunner:
     def run(self) -> dict[str, Any]:
         """Benchmark every database not yet done; then write results.parquet and report.md."""
         directory = self.stage.directory
+        directory.mkdir(parents=True, exist_ok=True)
+        # Server logs, endpoints and raw results of this run, reachable from the run directory.
+        (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
         self.progress.add_stage("vdb", len(self.cfg.databases))
         outcomes: dict[str, dict[str, Any]] = {}
         for settings in self.cfg.databases:

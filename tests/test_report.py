@@ -177,7 +177,8 @@ def test_report_tables_best_marker_and_figures(tmp_path: Path) -> None:
     for heading in ("## Summary (best QPS at recall ≥ 0.95)", "## Upload and index", "## Query sweep"):
         assert heading in lines
     assert (
-        "| database | vectors | upload (s) | time to searchable (s) | insert (vectors/s) | index (s) |"
+        "| database | vectors | upload (s) | searchable after last insert (s) | insert (vectors/s) "
+        "| index (s) |"
         in text
     )
     assert "| database | setting | ef | batch | clients | k | QPS | mean (ms) | P50 (ms) | P95 (ms) |" in text
