@@ -34,11 +34,11 @@ log = logging.getLogger(__name__)
 # --- thin wrappers: a future's value (a shard record) becomes the next stage's input ---------------------
 
 
-def _embed_from_chunk_record(record: dict[str, Any], chunks_dir: str, *args: Any) -> dict[str, Any]:
+def embed_chunk_shard(record: dict[str, Any], chunks_dir: str, *args: Any) -> dict[str, Any]:
     return dataset_stage.embed_shard(str(Path(chunks_dir) / record["file"]), record["shard"], *args)
 
 
-def _finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict[str, Any]) -> dict[str, Any]:
+def finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict[str, Any]) -> dict[str, Any]:
     manifest = {
         "stage": "chunk",
         "version": chunk_stage.STAGE_VERSION,
@@ -54,13 +54,13 @@ def _finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict
     return manifest
 
 
-def _finalize_dataset(
+def finalize_dataset(
     dataset_dir: str, key: str, metadata: dict, extra: dict, *records: dict
 ) -> dict[str, Any]:
     return dataset_stage.finalize_dataset(dataset_dir, key, list(records), metadata, extra)
 
 
-def _queries_after_chunks(
+def build_queries_after_chunks(
     out_dir: str,
     queries: dict,
     embedding: dict,
@@ -72,7 +72,7 @@ def _queries_after_chunks(
     return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction)
 
 
-def _groundtruth_after(
+def groundtruth_after_dataset(
     out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict, _dataset: dict, _queries: dict
 ) -> dict[str, Any]:
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
@@ -90,11 +90,11 @@ class DagRunner:
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[WORKERS]),
             "chunk": python_app(chunk_stage.chunk_shard, executors=[WORKERS]),
-            "embed": python_app(_embed_from_chunk_record, executors=[WORKERS]),
-            "queries": python_app(_queries_after_chunks, executors=[WORKERS]),
-            "groundtruth": python_app(_groundtruth_after, executors=[WORKERS]),
-            "finalize_chunks": python_app(_finalize_chunks, executors=[DRIVER]),
-            "finalize_dataset": python_app(_finalize_dataset, executors=[DRIVER]),
+            "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
+            "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
+            "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),
+            "finalize_chunks": python_app(finalize_chunks, executors=[DRIVER]),
+            "finalize_dataset": python_app(finalize_dataset, executors=[DRIVER]),
         }
 
     def _track(
