@@ -16,6 +16,17 @@ def monitoring_hub(run_dir: Path):
     return MonitoringHub(hub_address="127.0.0.1", logging_endpoint=f"sqlite:///{run_dir / 'monitoring.db'}")
 
 
+def cpu_label(config: RunConfig) -> str:
+    """Executor label for CPU-bound tasks (sharding, chunking, database clients).
+
+    HPC platforms may define a separate CPU block (label "cpu"); without one, CPU work shares the
+    worker block (label "workers") that also runs the GPU stages.
+    """
+    from executors.local import WORKERS
+
+    return "cpu" if getattr(config.executor, "cpu", None) is not None else WORKERS
+
+
 def parsl_config_for(config: RunConfig, run_dir: Path) -> Config:
     """The Parsl ``Config`` for the run's platform."""
     monitoring = monitoring_hub(run_dir) if config.monitoring else None
@@ -24,4 +35,16 @@ def parsl_config_for(config: RunConfig, run_dir: Path) -> Config:
         from executors.local import local_config
 
         return local_config(config.executor, run_dir, monitoring)
+    if platform == "polaris":
+        from executors.polaris import polaris_config
+
+        return polaris_config(config.executor, run_dir, monitoring)
+    if platform == "aurora":
+        from executors.aurora import aurora_config
+
+        return aurora_config(config.executor, run_dir, monitoring)
+    if platform == "slurm":
+        from executors.slurm import slurm_config
+
+        return slurm_config(config.executor, run_dir, monitoring)
     raise ValueError(f"no Parsl configuration for platform {platform!r}")

@@ -22,7 +22,8 @@ from apps import insert as insert_stage
 from apps import query as query_stage
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
-from executors.local import DRIVER, WORKERS
+from executors import cpu_label
+from executors.local import DRIVER
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
@@ -43,13 +44,14 @@ class BenchmarkRunner:
         self.plan, self.provenance, self.progress = plan, provenance, progress
         self.cfg = plan.config.vdb
         self.stage = plan.stage("vdb")
+        clients = cpu_label(plan.config)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(_deploy, executors=[DRIVER]),
-            "prepare": python_app(insert_stage.prepare_collection, executors=[WORKERS]),
-            "insert": python_app(insert_stage.insert_partition, executors=[WORKERS]),
-            "searchable": python_app(insert_stage.wait_searchable, executors=[WORKERS]),
-            "index": python_app(index_stage.build_index, executors=[WORKERS]),
-            "query": python_app(query_stage.query_sweep, executors=[WORKERS]),
+            "prepare": python_app(insert_stage.prepare_collection, executors=[clients]),
+            "insert": python_app(insert_stage.insert_partition, executors=[clients]),
+            "searchable": python_app(insert_stage.wait_searchable, executors=[clients]),
+            "index": python_app(index_stage.build_index, executors=[clients]),
+            "query": python_app(query_stage.query_sweep, executors=[clients]),
         }
 
     def spec(self) -> CollectionSpec:
@@ -90,8 +92,12 @@ class BenchmarkRunner:
     def run_database(self, settings, db_dir: Path) -> dict[str, Any]:
         """Deploy one database, run its stages, always tear it down; return its manifest."""
         name = settings.name
-        adapter = get_adapter(name)
-        deployment = adapter.deployment(settings)
+        if self.cfg.cluster is not None:  # HPC: Apptainer servers as a pilot job on their own nodes
+            from apps.vdb.cluster import cluster_deployment
+
+            deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
+        else:
+            deployment = get_adapter(name).deployment(settings)
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)

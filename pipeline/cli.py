@@ -71,12 +71,21 @@ def plan(config: ConfigArg) -> None:
         f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
         f"{cfg.embedding.backend}, {cfg.embedding.dtype}"
     )
-    out.print(f"executor: {cfg.executor.model_dump()}")
+    if cfg.executor.platform == "local":
+        out.print(f"executor: local, {cfg.executor.workers} worker processes on {cfg.executor.address}")
+    else:
+        out.print(f"executor: {cfg.executor.platform} (Parsl config and job scripts below)")
     table = Table("stage", "content key", "status", "shards", "directory")
     for name, stage in the_plan.stages.items():
         status, shards = _stage_status(stage.directory)
         table.add_row(name, stage.key, status, shards, str(stage.directory))
     out.print(table)
+    from pipeline.hpc_plan import render_plan
+
+    vdb_dir = the_plan.stage("vdb").directory if "vdb" in the_plan.stages else None
+    hpc = render_plan(loaded, vdb_dir=vdb_dir)  # Parsl config, job scripts, server commands (HPC only)
+    if hpc:
+        out.print(hpc, markup=False, highlight=False)
 
 
 def _stage_status(directory: Path) -> tuple[str, str]:
@@ -104,10 +113,62 @@ def run(config: ConfigArg) -> None:
 
 
 @app.command()
-def status(run_dir: Annotated[Path, typer.Argument(help="A run directory, runs/<run-id>")]) -> None:
+def submit(
+    config: ConfigArg,
+    endpoint: Annotated[str, typer.Option(help="Globus Compute endpoint UUID (on the login node)")],
+    repo_dir: Annotated[
+        str | None, typer.Option(help="Pipeline checkout on the remote side (default: $PES2O_REPO there)")
+    ] = None,
+) -> None:
+    """Start ``run`` on a remote login node through Globus Compute; prints the run id."""
+    from executors.globus import compute_executor, submit_run
+
+    with compute_executor(endpoint) as executor:
+        record = submit_run(executor, config, repo_dir=repo_dir)
+    out.print(f"started [bold]{record['run_id']}[/] on {record['host']} (pid {record['pid']})")
+    out.print(f"run directory: {record['run_dir']}\nlog: {record['log']}")
+    out.print(f"follow it with: python -m pipeline status --endpoint {endpoint} {record['run_dir']}")
+
+
+def _remote_status(endpoint: str, run: str, workdir: str | None, repo_dir: str | None) -> None:
+    from executors.globus import compute_executor, remote_status
+
+    with compute_executor(endpoint) as executor:
+        state = remote_status(executor, workdir, run, repo_dir=repo_dir)
+    out.print(f"[bold]{run}[/]  status [bold]{state['status']}[/]  host {state.get('host')}")
+    table = Table("stage", "key", "cached", "tasks", "finished")
+    for name, stage in (state.get("stages") or {}).items():
+        table.add_row(
+            name,
+            str(stage.get("key")),
+            "yes" if stage.get("cached") else "",
+            str(stage.get("tasks", "")),
+            "yes" if stage.get("finished") else "",
+        )
+    out.print(table)
+    if state["status"] in ("failed", "lost"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[
+        Path, typer.Argument(help="A run directory, runs/<run-id> (or a run id with --endpoint)")
+    ],
+    endpoint: Annotated[
+        str | None, typer.Option(help="Read the run on a remote login node through Globus Compute")
+    ] = None,
+    workdir: Annotated[
+        str | None, typer.Option(help="Remote workdir holding runs/ (with --endpoint)")
+    ] = None,
+    repo_dir: Annotated[str | None, typer.Option(help="Remote pipeline checkout (with --endpoint)")] = None,
+) -> None:
     """What a run did: status, stages, tasks, outputs."""
     from pipeline.provenance import PROVENANCE
 
+    if endpoint:
+        _remote_status(endpoint, str(run_dir), workdir, repo_dir)
+        return
     path = run_dir / PROVENANCE
     if not path.exists():
         console.print(f"[red]error:[/] {path} does not exist (is {run_dir} a run directory?)")

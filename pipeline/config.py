@@ -12,6 +12,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline.config_hpc import (
+    AuroraExecutorConfig,
+    DatabaseClusterConfig,
+    PolarisExecutorConfig,
+    SlurmExecutorConfig,
+)
+
 QWEN3_QUERY_TASK = "Given a web search query, retrieve relevant passages that answer the query"
 
 
@@ -280,6 +287,11 @@ class VdbConfig(Strict):
     query: QuerySweepConfig = Field(default_factory=QuerySweepConfig)
     startup_timeout_s: float = Field(180, gt=0, description="Time a deployment has to become healthy.")
     index_timeout_s: float = Field(1800, gt=0, description="Time the index build has to reach steady state.")
+    cluster: DatabaseClusterConfig | None = Field(
+        None,
+        description="HPC: run each database as a pilot job of Apptainer servers on its own nodes; "
+        "None: start it locally (or attach to the url in its settings).",
+    )
 
 
 # --- execution ---------------------------------------------------------------------------------------------
@@ -293,7 +305,10 @@ class LocalExecutorConfig(Strict):
     address: str = Field("127.0.0.1", description="Interface the interchange listens on.")
 
 
-ExecutorConfig = Annotated[LocalExecutorConfig, Field(discriminator="platform")]
+ExecutorConfig = Annotated[
+    LocalExecutorConfig | PolarisExecutorConfig | AuroraExecutorConfig | SlurmExecutorConfig,
+    Field(discriminator="platform"),
+]
 
 
 class RunConfig(Strict):

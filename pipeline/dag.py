@@ -21,7 +21,7 @@ from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
 from apps import groundtruth as gt_stage
 from apps import queries as queries_stage
-from executors import parsl_config_for
+from executors import cpu_label, parsl_config_for
 from executors.local import DRIVER, WORKERS
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
@@ -87,9 +87,10 @@ class DagRunner:
         self.console = console
         cfg = plan.config
         self.embedding = cfg.embedding.model_dump()
+        cpu = cpu_label(cfg)
         self.apps = {
-            "shard": python_app(corpus_stage.shard_corpus, executors=[WORKERS]),
-            "chunk": python_app(chunk_stage.chunk_shard, executors=[WORKERS]),
+            "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
+            "chunk": python_app(chunk_stage.chunk_shard, executors=[cpu]),
             "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
             "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
             "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),

@@ -235,4 +235,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     }
     if not files:
         raise ConfigError("no corpus files", file=str(loaded.path))
+    from pipeline.hpc_plan import check_or_raise
+
+    check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     return Plan(loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file)

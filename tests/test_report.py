@@ -178,8 +178,7 @@ def test_report_tables_best_marker_and_figures(tmp_path: Path) -> None:
         assert heading in lines
     assert (
         "| database | vectors | upload (s) | searchable after last insert (s) | insert (vectors/s) "
-        "| index (s) |"
-        in text
+        "| index (s) |" in text
     )
     assert "| database | setting | ef | batch | clients | k | QPS | mean (ms) | P50 (ms) | P95 (ms) |" in text
 

@@ -1,0 +1,219 @@
+"""What ``python -m pipeline plan`` shows for an HPC run: Parsl config, job scripts, server commands.
+
+Job scripts are produced by the Parsl providers themselves: the provider's ``submit`` runs with its
+scheduler command (``qsub``/``sbatch``) replaced by a stub, so the script is exactly the one Parsl would
+hand to the scheduler. Nothing is submitted and no server starts.
+
+Entry points: :func:`check_or_raise` (plan/validate time), :func:`render_artifacts` (name -> text,
+used by the golden tests) and :func:`render_plan` (one printable text).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline.config_hpc import HPC_PLATFORMS, check_platform
+from pipeline.config_loader import LoadedConfig
+from pipeline.errors import ConfigError
+
+RUN_ID = "<run-id>"
+VDB_KEY = "<vdb-key>"
+ADDRESS = "<login-node-address>"
+WORKER_PORT = "<interchange-worker-port>"
+_TIMESTAMP = re.compile(r"\.\d{9,}\.\d+")
+_OBJECT_ID = re.compile(r" at 0x[0-9a-f]+")
+
+
+def check_or_raise(loaded: LoadedConfig) -> None:
+    """Raise one ConfigError listing every platform problem, each with its line and field path."""
+    problems = check_platform(loaded.config, loaded.base_dir)
+    if not problems:
+        return
+    errors = [loaded.error_at(loc, message) for loc, message in problems]
+    lines = []
+    for (loc, message), error in zip(problems, errors, strict=True):
+        where = f"line {error.line}: " if error.line else ""
+        lines.append(f"{where}{'.'.join(str(p) for p in loc)}: {message}")
+    raise ConfigError(
+        "platform check failed:\n  " + "\n  ".join(lines), file=str(loaded.path), line=errors[0].line
+    )
+
+
+def _run_dir(loaded: LoadedConfig) -> Path:
+    return Path(loaded.config.workdir).expanduser().resolve() / "runs" / RUN_ID
+
+
+def parsl_config(loaded: LoadedConfig, run_dir: Path | None = None, address: str = ADDRESS) -> Any:
+    """The Parsl Config the run would load, with a placeholder login-node address."""
+    from executors.aurora import aurora_config
+    from executors.polaris import polaris_config
+    from executors.slurm import slurm_config
+
+    builders = {"polaris": polaris_config, "aurora": aurora_config, "slurm": slurm_config}
+    executor = loaded.config.executor
+    return builders[executor.platform](executor, run_dir or _run_dir(loaded), None, address)
+
+
+def submit_script(provider: Any, command: str, job_name: str, script_dir: str) -> tuple[str, str]:
+    """(script, submit command) exactly as ``provider.submit`` writes them, with the scheduler stubbed."""
+    calls: list[str] = []
+    fake_out = "Submitted batch job 1\n" if provider.label == "slurm" else "1.pbs\n"
+
+    def execute_wait(cmd: str, timeout: float | None = None) -> tuple[int, str, str]:
+        calls.append(cmd)
+        return 0, fake_out, ""
+
+    with tempfile.TemporaryDirectory() as tmp:
+        provider.script_dir = tmp
+        provider.execute_wait = execute_wait  # instance attribute: the real method stays untouched
+        provider.submit(command, 1, job_name)
+        written = [p for p in Path(tmp).iterdir() if p.is_file() and not p.name.endswith(".nodes")]
+        script = written[0].read_text()
+        actual_name = written[0].name
+        submit = calls[0] if calls else ""
+    del provider.execute_wait
+    # Stable text: the provider's timestamped name and temporary directory become the real ones.
+    for text_name in ("script", "submit"):
+        text = script if text_name == "script" else submit
+        text = text.replace(tmp, script_dir).replace(actual_name, job_name)
+        if text_name == "script":
+            script = text
+        else:
+            submit = text
+    return script, submit
+
+
+def _htex_command(executor: Any, parsl_run_dir: str) -> str:
+    """The worker-pool command the HighThroughputExecutor hands to its provider for block 0."""
+    executor.run_dir = parsl_run_dir
+    executor.cert_dir = f"{executor.logdir}/certificates"
+    executor.logconf_path = None
+    executor.worker_port = WORKER_PORT
+    executor.initialize_scaling()
+    return executor._get_launch_command("0")
+
+
+def _executor_scripts(loaded: LoadedConfig, config: Any, run_dir: Path) -> dict[str, str]:
+    parsl_run_dir = str(run_dir / "parsl" / "000")  # the DFK's first run directory
+    out: dict[str, str] = {}
+    for ex in config.executors:
+        if not hasattr(ex, "provider"):
+            continue
+        command = _htex_command(ex, parsl_run_dir)
+        script, submit = submit_script(
+            ex.provider, command, f"parsl.{ex.label}.block-0", f"{parsl_run_dir}/submit_scripts"
+        )
+        out[f"job-{ex.label}.sh"] = f"# submit: {submit}\n{script}"
+    return out
+
+
+def _normalise(text: str) -> str:
+    return _OBJECT_ID.sub(" at 0x...", text)
+
+
+def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
+    from apps.vdb import cluster as vc
+
+    cfg = loaded.config
+    node = vc.node_shape(cfg.executor)
+    out: dict[str, str] = {}
+    for settings in cfg.vdb.databases:
+        cluster = cfg.vdb.cluster.for_database(settings.name)
+        workdir = vdb_dir / settings.name / "server"
+        layout = vc.plan_cluster(settings, cluster, node, workdir, loaded.base_dir)
+        command = vc.launcher_command(layout, cluster, node)
+        provider = vc.cluster_provider(cfg.executor, cluster)
+        script, submit = submit_script(
+            provider, command, f"pes2o-vdb.{layout.cluster_id}", str(layout.directory / "jobs")
+        )
+        db = settings.name
+        out[f"{db}/job.sh"] = f"# submit: {submit}\n{script}"
+        # Every rank in brief (environment and command), the first two scripts in full.
+        out[f"{db}/servers.txt"] = vc.describe_ranks(layout, cluster)
+        files = vc.render_files(layout, cluster)
+        for spec in layout.ranks[:2]:
+            out[f"{db}/rank-{spec.rank:03d}.sh"] = files[f"ranks/rank-{spec.rank:03d}.sh"]
+        out.setdefault("cluster-lib.sh", vc.LIB_SH)
+        out.setdefault("cluster-launch.sh", vc.DISPATCH_SH)
+    return out
+
+
+def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[str, str]:
+    """Every artifact of an HPC run: name -> text (Parsl config, job scripts, per-rank server files)."""
+    cfg = loaded.config
+    if cfg.executor.platform not in HPC_PLATFORMS:
+        return {}
+    run_dir = _run_dir(loaded)
+    config = parsl_config(loaded, run_dir)
+    out = {"parsl-config.txt": _normalise(repr(config)) + "\n"}
+    out.update(_executor_scripts(loaded, config, run_dir))
+    if cfg.vdb and cfg.vdb.cluster:
+        store = Path(cfg.workdir).expanduser().resolve() / "store"
+        out.update(_cluster_artifacts(loaded, vdb_dir or store / "vdb" / VDB_KEY))
+    return out
+
+
+def _summary(loaded: LoadedConfig) -> str:
+    from apps.vdb import cluster as vc
+
+    cfg = loaded.config
+    ex = cfg.executor
+    lines = [f"platform {ex.platform}: login-node address from interface {ex.interface or '(all)'}"]
+    blocks = [("workers (GPU)", ex.gpu.nodes_per_block, ex.gpu.max_blocks, len(ex.gpu.accelerator_ids))]
+    if ex.cpu:
+        blocks.append(("cpu", ex.cpu.nodes_per_block, ex.cpu.max_blocks, ex.cpu.workers_per_node))
+    for label, nodes, max_blocks, per_node in blocks:
+        lines.append(f"  {label}: {nodes} node(s) x up to {max_blocks} block(s), {per_node} workers per node")
+    if cfg.vdb and cfg.vdb.cluster:
+        node = vc.node_shape(ex)
+        for settings in cfg.vdb.databases:
+            c = cfg.vdb.cluster.for_database(settings.name)
+            lines.append(
+                f"  {settings.name} job: {c.nodes} node(s), {c.workers} rank(s), "
+                f"{c.workers_per_node} per node, "
+                f"{c.cores_per_worker} cores each, storage {c.storage.medium} ({c.storage.base_dir()})"
+            )
+            layout = vc.plan_cluster(settings, cfg.vdb.cluster, node, Path("/"), loaded.base_dir)
+            for r in layout.ranks:
+                ports = " ".join(f"{k}={v}" for k, v in r.ports.items())
+                lines.append(
+                    f"    {settings.name} rank {r.rank} {r.role:<13} slot {r.node_slot} "
+                    f"cores {vc._ranges(r.cores) or '-':<8} {ports}"
+                )
+    return "\n".join(lines)
+
+
+def render_plan(loaded: LoadedConfig, vdb_dir: Path | None = None, check: bool = True) -> str:
+    """The HPC part of ``plan``: checks, a summary, then every artifact under a heading ('' when local).
+
+    ``check`` runs :func:`check_or_raise` first (off only to render configs whose files are elsewhere).
+    """
+    if loaded.config.executor.platform not in HPC_PLATFORMS:
+        return ""
+    if check:
+        check_or_raise(loaded)
+    parts = [_summary(loaded)]
+    for name, text in render_artifacts(loaded, vdb_dir).items():
+        parts.append(f"===== {name} " + "=" * max(3, 70 - len(name)) + f"\n{text.rstrip()}")
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.hpc_plan CONFIG``: print the HPC plan (until the CLI calls render_plan)."""
+    from pipeline.config_loader import load_config
+
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        print(render_plan(load_config(args[0])), end="")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Remote triggering: what ``submit``/``status`` send survives Globus Compute's serializer and really runs.
+
+The Globus service cannot be reached here, so the functions go through the same serializer the SDK uses
+(``globus_compute_sdk.serialize.ComputeSerializer``) and then through a local ``ProcessPoolExecutor``,
+which, like the Globus Compute ``Executor``, is a ``concurrent.futures.Executor``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from executors.globus import read_status, remote_status, start_run, submit_run, wait_for
+from tests.conftest import base_config, sample_records, write_jsonl
+
+serialize = pytest.importorskip("globus_compute_sdk.serialize")
+
+
+class SerializingExecutor(Executor):
+    """Sends every call through ComputeSerializer (as the Globus Compute Executor does) before running it."""
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+        self.serializer = serialize.ComputeSerializer()
+        self.payloads: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
+        packed = self.serializer.pack_buffers(
+            [
+                self.serializer.serialize(fn),
+                self.serializer.serialize(args),
+                self.serializer.serialize(kwargs),
+            ]
+        )
+        self.payloads.append(packed)
+        fn2, args2, kwargs2 = self.serializer.unpack_and_deserialize(packed)
+        return self.inner.submit(fn2, *args2, **kwargs2)
+
+    def shutdown(self, wait: bool = True, **kwargs: Any) -> None:
+        self.inner.shutdown(wait=wait)
+
+
+def tiny_config(tmp_path: Path) -> str:
+    """20 real abstracts, MiniLM, no vector databases: the smallest real run, as YAML text."""
+    corpus = write_jsonl(tmp_path / "corpus" / "tiny.jsonl", sample_records(20))
+    config = base_config(corpus, tmp_path / "work")
+    config["name"] = "globus-test"
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@pytest.mark.parametrize("strategy", [None, "DillCodeSource", "DillCodeTextInspect"])
+def test_functions_and_arguments_survive_the_compute_serializer(strategy: str | None) -> None:
+    from globus_compute_sdk.serialize import concretes
+
+    code = getattr(concretes, strategy)() if strategy else None
+    serializer = serialize.ComputeSerializer(strategy_code=code)
+    args = ("name: x\n", None, "/remote/repo", None, {"ACCOUNT": "MyProject"}, 300.0)
+    for fn in (start_run, read_status):
+        payload = serializer.serialize(fn)
+        restored = serializer.deserialize(payload)
+        assert callable(restored) and restored.__name__ == fn.__name__
+    assert serializer.deserialize(serializer.serialize(args)) == args
+    restored_result = serializer.deserialize(serializer.serialize({"run_id": "r", "pid": 1, "stages": {}}))
+    assert restored_result == {"run_id": "r", "pid": 1, "stages": {}}
+
+
+def test_status_of_a_run_that_does_not_exist(tmp_path: Path) -> None:
+    status = read_status(str(tmp_path), "nope-20260101T000000Z-abc")
+    assert status["status"] == "unknown" and status["error"] == "no provenance"
+
+
+def test_status_marks_a_dead_driver_as_lost(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "provenance.json").write_text(json.dumps({"run_id": "r1", "status": "running", "stages": {}}))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    import socket
+
+    (run_dir / "submit.json").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    status = read_status(None, str(run_dir))
+    assert status["status"] == "lost" and status["alive"] is False
+
+
+def test_submit_reports_a_config_error_with_the_log(tmp_path: Path) -> None:
+    with ProcessPoolExecutor(1) as pool, pytest.raises(RuntimeError) as err:
+        submit_run(pool, config_text="name: broken\n", repo_dir=str(tmp_path), wait_s=60)
+    assert "exited (code 2)" in str(err.value) and "corpus" in str(err.value)
+
+
+def test_submit_needs_exactly_one_config() -> None:
+    with pytest.raises(ValueError):
+        submit_run(ProcessPoolExecutor(1), repo_dir=".")
+
+
+@pytest.mark.slow
+def test_submit_runs_a_small_pipeline_and_status_reports_it_finished(tmp_path: Path) -> None:
+    repo = tmp_path / "checkout"  # stands for the remote clone: the config lands in its configs/
+    repo.mkdir()
+    text = tiny_config(tmp_path)
+    record: dict[str, Any] = {}
+    with ProcessPoolExecutor(1) as pool:
+        remote = SerializingExecutor(pool)
+        try:
+            record = submit_run(remote, config_text=text, repo_dir=str(repo), wait_s=120)
+            assert record["run_id"].startswith("globus-test-")
+            assert Path(record["config"]).parent == repo / "configs"
+            status = wait_for(remote, str(tmp_path / "work"), record["run_id"], timeout=600, poll_s=2)
+        finally:
+            if record.get("pid"):
+                _stop_if_running(int(record["pid"]))
+        assert status["status"] == "succeeded", Path(record["log"]).read_text()[-3000:]
+        assert {"shard", "chunk", "embed", "queries", "groundtruth"} <= set(status["stages"])
+        assert all(stage["manifest"] for stage in status["stages"].values())
+        # provenance says 'succeeded' just before the driver exits: it is gone moments later
+        deadline = time.monotonic() + 120
+        again = remote_status(remote, None, record["run_dir"])  # by directory instead of id
+        while again["alive"] and time.monotonic() < deadline:
+            time.sleep(1)
+            again = remote_status(remote, None, record["run_dir"])
+        assert again["status"] == "succeeded" and again["alive"] is False
+        assert len(remote.payloads) >= 3  # submit, at least one poll, the last status
+
+
+def _stop_if_running(pid: int) -> None:
+    """End the detached run this test started, if it is still there (by its own process group id)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(1)
+    os.killpg(pid, signal.SIGTERM)

@@ -1,0 +1,326 @@
+"""Rendered HPC artifacts: golden job scripts and server commands, structural checks, the pilot locally.
+
+Regenerate the golden files after an intended change with::
+
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_hpc_render.py -k golden
+
+then review ``git diff tests/golden``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.vdb import cluster as vc
+from pipeline.config_loader import load_config
+from pipeline.hpc_plan import render_artifacts, render_plan
+from tests.conftest import REPO, TERMS
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+VENV_BIN = str(Path(sys.executable).parent)
+
+# Fixed, machine-independent values: rendering never touches these paths.
+FIXED_ENV = {
+    "ACCOUNT": "MyProject",
+    "PROJECT_DIR": "/projects/MyProject",
+    "PES2O_CORPUS": "/projects/MyProject/peS2o",
+    "MODEL_DIR": "/projects/MyProject/models",
+    "VENV": "/projects/MyProject/venv",
+    "IMAGES": "/projects/MyProject/images",
+    "PES2O_TERMS": str(TERMS),
+    "DAOS_POOL": "MyPool",
+    "DAOS_CONT": "vdb",
+    "PARTITION": "gpu",
+}
+
+
+@pytest.fixture
+def fixed_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in FIXED_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("QUEUE", raising=False)
+
+
+def artifacts(platform: str) -> dict[str, str]:
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+    # This interpreter's venv appears in worker_init; golden files name it neutrally.
+    return {name: text.replace(VENV_BIN, "<venv>/bin") for name, text in render_artifacts(loaded).items()}
+
+
+# --- golden files ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_golden_artifacts(fixed_env: None, platform: str) -> None:
+    rendered = artifacts(platform)
+    root = GOLDEN / platform
+    if UPDATE:
+        for old in root.rglob("*") if root.exists() else []:
+            if old.is_file():
+                old.unlink()
+        for name, text in rendered.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text(text)
+    stored = {str(p.relative_to(root)): p.read_text() for p in root.rglob("*") if p.is_file()}
+    assert sorted(stored) == sorted(rendered), "artifacts added or removed: UPDATE_GOLDEN=1 (see module doc)"
+    for name, text in rendered.items():
+        assert text == stored[name], f"{platform}/{name} differs from its golden file (UPDATE_GOLDEN=1)"
+
+
+def test_job_scripts_come_from_the_parsl_templates(fixed_env: None) -> None:
+    polaris = artifacts("polaris")
+    gpu = polaris["job-workers.sh"]
+    assert gpu.startswith("# submit: qsub  -q prod -A MyProject ")
+    assert "#PBS -l select=16:ncpus=64:ngpus=4" in gpu and "#PBS -l walltime=06:00:00" in gpu
+    assert "#PBS -l filesystems=home:eagle" in gpu and "#PBS -l place=scatter" in gpu
+    assert "mpiexec --cpu-bind none --depth=64 --ppn 1 -n $WORKERCOUNT" in gpu
+    assert "--available-accelerators 0 1 2 3" in gpu and "--cpu-affinity block-reverse" in gpu
+    assert "source /projects/MyProject/venv/bin/activate" in gpu
+    aurora = artifacts("aurora")
+    tiles = aurora["job-workers.sh"]
+    assert "--available-accelerators 0.0 0.1 1.0 1.1 2.0 2.1 3.0 3.1 4.0 4.1 5.0 5.1" in tiles
+    assert "#PBS -l filesystems=home:flare" in tiles and "--ppn 1" in tiles
+    milvus = aurora["milvus/job.sh"]  # Milvus on DAOS: the DAOS file system and the dfuse mount
+    assert "#PBS -l filesystems=home:flare:daos_user_fs" in milvus
+    assert "launch-dfuse.sh MyPool:vdb" in milvus
+
+
+def test_plan_text_has_every_section(fixed_env: None) -> None:
+    text = render_plan(load_config(REPO / "configs" / "polaris.yaml"), check=False)
+    for heading in (
+        "parsl-config.txt",
+        "job-workers.sh",
+        "job-cpu.sh",
+        "qdrant/job.sh",
+        "milvus/servers.txt",
+    ):
+        assert f"===== {heading} " in text
+    assert "qdrant rank 39 peer" in text and "milvus rank 0 etcd" in text
+
+
+def test_local_configs_have_no_hpc_plan() -> None:
+    assert render_plan(load_config(REPO / "configs" / "local.yaml")) == ""
+
+
+# --- structure ---------------------------------------------------------------------------------------------
+
+
+def layouts(platform: str) -> list[tuple[object, vc.ClusterLayout]]:
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+    cfg = loaded.config
+    node = vc.node_shape(cfg.executor)
+    return [
+        (cfg, vc.plan_cluster(s, cfg.vdb.cluster, node, Path("/work/vdb") / s.name, loaded.base_dir))
+        for s in cfg.vdb.databases
+    ]
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora", "slurm"])
+def test_every_rank_has_distinct_ports_and_bound_cores(fixed_env: None, platform: str) -> None:
+    for cfg, layout in layouts(platform):
+        cluster = cfg.vdb.cluster.for_database(layout.database)
+        ports = [p for r in layout.ranks for p in r.ports.values()]
+        assert len(ports) == len(set(ports)), f"{layout.database}: a port is used twice"
+        assert all(1024 <= p <= 65535 for p in ports)
+        assert len(layout.ranks) == cluster.workers
+        node = cfg.executor.node
+        for rank in layout.ranks:
+            assert len(rank.cores) == cluster.cores_per_worker
+            socket = {c // node.cores_per_socket for c in rank.cores}
+            assert len(socket) == 1, f"rank {rank.rank} spans sockets"
+            assert not set(rank.cores) & set(node.reserved_cores)
+        for slot in {r.node_slot for r in layout.ranks}:
+            on_node = [c for r in layout.ranks if r.node_slot == slot for c in r.cores]
+            assert len(on_node) == len(set(on_node)), "two ranks of a node share a core"
+            assert sum(r.node_slot == slot for r in layout.ranks) <= cluster.workers_per_node
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_join_lists_name_existing_ranks(fixed_env: None, platform: str) -> None:
+    for _cfg, layout in layouts(platform):
+        ranks = {r.rank: r for r in layout.ranks}
+        if layout.database == "weaviate":
+            for r in layout.ranks:
+                joined = dict(item.split(":") for item in r.env["RAFT_JOIN"].split(","))
+                assert joined == {f"node{i}": str(ranks[i].ports["raft"]) for i in ranks}
+                assert r.env["RAFT_BOOTSTRAP_EXPECT"] == str(len(ranks))
+                assert r.env["RAFT_INTERNAL_RPC_PORT"] == str(r.ports["raft"] + 1)
+                if r.rank == 0:
+                    assert "CLUSTER_JOIN" not in r.env and not r.waits_for_rank0
+                else:
+                    assert r.env["CLUSTER_JOIN"] == f"${{VDB_RANK0_ADDR}}:{ranks[0].ports['gossip']}"
+        if layout.database == "qdrant":
+            assert "--bootstrap" not in ranks[0].argv
+            for r in layout.ranks[1:]:
+                boot = r.argv[r.argv.index("--bootstrap") + 1]
+                assert boot == f"http://${{VDB_RANK0_ADDR}}:{ranks[0].ports['p2p']}"
+            assert all(r.argv[r.argv.index("--uri") + 1].endswith(f":{r.ports['p2p']}") for r in layout.ranks)
+        if layout.database == "milvus":
+            assert ranks[0].role == "etcd"
+            etcd = f"@VDB_RANK0_ADDR@:{ranks[0].ports['client']}"
+            for r in layout.ranks[1:]:
+                assert etcd in r.files["user.yaml"] and r.waits_for_rank0
+            assert [ranks[i].role for i in layout.entry_ranks] == ["proxy"] * len(layout.entry_ranks)
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_storage_paths_come_from_the_config(fixed_env: None, platform: str) -> None:
+    for cfg, layout in layouts(platform):
+        storage = cfg.vdb.cluster.for_database(layout.database).storage
+        base = storage.base_dir()
+        assert base and layout.data_root.startswith(base.rstrip("/") + "/pes2o-vdb/")
+        for r in layout.ranks:
+            assert r.data_dir.startswith(layout.data_root)
+            for host, _target in r.binds:
+                assert host.startswith((layout.data_root, "${VDB_RANK_DIR}"))
+        if layout.database == "milvus":  # distributed: every role shares the Lustre/DAOS directory
+            assert layout.shared_data and all(
+                (layout.shared_data, "/var/lib/milvus/shared") in r.binds
+                for r in layout.ranks
+                if r.role != "etcd"
+            )
+    polaris_milvus = dict((lay.database, lay) for _, lay in layouts(platform))["milvus"]
+    expected = "/projects/MyProject/vdb-data" if platform == "polaris" else "/tmp/MyPool/vdb"
+    assert polaris_milvus.data_root.startswith(expected)
+
+
+def test_launcher_lines(fixed_env: None) -> None:
+    (_, qdrant), *_ = layouts("polaris")
+    cfg = load_config(REPO / "configs" / "polaris.yaml").config
+    line = vc.launcher_command(qdrant, cfg.vdb.cluster, cfg.executor.node)
+    assert line.startswith(
+        "mpiexec -n 40 --ppn 4 --cpu-bind list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63 "
+    )
+    slurm_cfg = load_config(REPO / "configs" / "slurm.yaml").config
+    (_, slurm_qdrant), *_ = layouts("slurm")
+    srun = vc.launcher_command(slurm_qdrant, slurm_cfg.vdb.cluster, slurm_cfg.executor.node)
+    assert srun.startswith("srun --nodes=4 --ntasks=16 --ntasks-per-node=4 --cpu-bind=mask_cpu:0xffff")
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_rendered_shell_is_valid_bash(fixed_env: None, platform: str, tmp_path: Path) -> None:
+    for _cfg, layout in layouts(platform):
+        cluster = _cfg.vdb.cluster
+        for rel, text in vc.render_files(layout, cluster).items():
+            if rel.endswith(".sh"):
+                path = tmp_path / rel.replace("/", "_")
+                path.write_text(text)
+                result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+                assert result.returncode == 0, f"{layout.database}/{rel}: {result.stderr}"
+
+
+# --- the pilot, for real, on this machine (LocalProvider, a stand-in for apptainer) ------------------------
+
+FAKE_APPTAINER = r'''#!{python}
+"""Stands in for `apptainer exec`: records its arguments, serves 200 on the rank's Qdrant HTTP port."""
+import http.server, json, os, sys
+args = sys.argv[1:]
+env_file = args[args.index("--env-file") + 1]
+env = dict(line.strip().split("=", 1) for line in open(env_file) if "=" in line)
+env = {{k: v.strip('"') for k, v in env.items()}}
+port = int(env["QDRANT__SERVICE__HTTP_PORT"])
+record = os.path.join(os.environ["FAKE_RECORD_DIR"], f"{{port}}.json")
+with open(record, "w") as fh:
+    json.dump({{"argv": args, "env": env}}, fh)
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+'''
+
+
+def test_cluster_deployment_runs_ranks_registers_and_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apps.vdb.process import free_port, port_in_use
+    from apps.vdb.qdrant import QdrantSettings
+    from pipeline.config import LocalExecutorConfig
+    from pipeline.config_hpc import DatabaseClusterConfig
+
+    fake = tmp_path / "apptainer"
+    fake.write_text(FAKE_APPTAINER.format(python=sys.executable))
+    fake.chmod(0o755)
+    image = tmp_path / "qdrant.sif"
+    image.write_bytes(b"SIF")
+    records = tmp_path / "records"
+    records.mkdir()
+    monkeypatch.setenv("FAKE_RECORD_DIR", str(records))
+    base = free_port()
+    while any(port_in_use(p) for p in range(base, base + 20)) or base + 20 > 65000:
+        base = free_port()
+    cluster = DatabaseClusterConfig(
+        nodes=1,
+        workers=2,
+        workers_per_node=2,
+        launcher="local",
+        apptainer=str(fake),
+        base_port=base,
+        storage={"medium": "memory", "memory_path": str(tmp_path / "shm")},
+        images={"qdrant": str(image)},
+        worker_init=[],
+        startup_timeout_s=60,
+    )
+    deployment = vc.ClusterDeployment(
+        QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.5
+    )
+    workdir = tmp_path / "server"
+    try:
+        endpoints = deployment.start(workdir, timeout=60)
+        assert [n.rank for n in endpoints.nodes] == [0, 1]
+        assert [n.port for n in endpoints.nodes] == [base, base + 10]
+        assert all(n.extra["url"] == f"http://{n.host}:{n.port}" for n in endpoints.nodes)
+        registry = vc.read_registry(workdir / "cluster" / "registry")
+        assert {r: e["state"] for r, e in registry.items()} == {0: "ready", 1: "ready"}
+        rank0, rank1 = (json.loads((records / f"{p}.json").read_text()) for p in (base, base + 10))
+        host0 = registry[0]["host"]
+        assert rank1["argv"][rank1["argv"].index("--bootstrap") + 1] == f"http://{host0}:{base + 2}"
+        assert "--bootstrap" not in rank0["argv"] and rank0["env"]["QDRANT__CLUSTER__ENABLED"] == "true"
+        assert (tmp_path / "shm" / "pes2o-vdb").is_dir()
+    finally:
+        deployment.stop(grace=30)
+    registry = vc.read_registry(workdir / "cluster" / "registry")
+    assert {e["state"] for e in registry.values()} == {"stopped"}
+    deadline = time.monotonic() + 10
+    while any(port_in_use(p) for p in (base, base + 10)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(port_in_use(p) for p in (base, base + 10)), "a server outlived stop()"
+    assert not list((tmp_path / "shm" / "pes2o-vdb").rglob("rank-*")), "memory data left behind"
+
+
+def test_cluster_deployment_reports_a_failed_rank_with_its_log(tmp_path: Path) -> None:
+    from apps.vdb.base import DatabaseError
+    from apps.vdb.qdrant import QdrantSettings
+    from pipeline.config import LocalExecutorConfig
+    from pipeline.config_hpc import DatabaseClusterConfig
+
+    broken = tmp_path / "apptainer"
+    broken.write_text("#!/bin/sh\necho 'FATAL: image is not a SIF' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    (tmp_path / "q.sif").write_bytes(b"x")
+    cluster = DatabaseClusterConfig(
+        workers=1,
+        launcher="local",
+        apptainer=str(broken),
+        storage={"medium": "memory", "memory_path": str(tmp_path / "shm")},
+        images={"qdrant": str(tmp_path / "q.sif")},
+        worker_init=[],
+        startup_timeout_s=30,
+    )
+    deployment = vc.ClusterDeployment(
+        QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.3
+    )
+    with pytest.raises(DatabaseError) as err:
+        deployment.start(tmp_path / "server", timeout=30)
+    assert "rank 0 failed to start" in str(err.value) and "FATAL: image is not a SIF" in str(err.value)
+    assert re.search(r"rank-000\.log", str(err.value))
