@@ -13,7 +13,7 @@ def monitoring_hub(run_dir: Path):
     """Parsl's monitoring database in the run directory (``monitoring: true`` in the config)."""
     from parsl.monitoring import MonitoringHub
 
-    return MonitoringHub(hub_address="127.0.0.1", logging_endpoint=f"sqlite:///{run_dir / 'monitoring.db'}")
+    return MonitoringHub(logging_endpoint=f"sqlite:///{run_dir / 'monitoring.db'}")
 
 
 def cpu_label(config: RunConfig) -> str:
