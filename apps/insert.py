@@ -69,6 +69,7 @@ def _send(ids: np.ndarray, vectors: np.ndarray, retries: int, where: str) -> int
 
 def insert_units(units: list[Unit], batch_size: int, retries: int) -> dict[str, Any]:
     """Pool function: send every row of ``units`` in batches; per-batch timings for the record."""
+    client()  # connect before the clock starts: upload time begins with the first request
     first_start, rows, retried, batch_seconds = None, 0, 0, []
     for part, row_group in units:
         table = pq.ParquetFile(part).read_row_group(row_group, columns=["id", "embedding"])

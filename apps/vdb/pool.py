@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.util
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
@@ -44,6 +45,9 @@ def client() -> Client:
         )
         db_client.create_collection(CollectionSpec.model_validate(spec))
         _CLIENT = db_client
+        # Close the connection when a pool process exits (multiprocessing runs Finalize callbacks with an
+        # exit priority; atexit hooks do not run in its children), so no channel is left half-open.
+        multiprocessing.util.Finalize(None, disconnect, exitpriority=10)
     return _CLIENT
 
 

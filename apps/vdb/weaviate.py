@@ -273,12 +273,16 @@ class WeaviateClient(Client):
         self._pool = ThreadPoolExecutor(settings.search_threads)
         self._spec: CollectionSpec | None = None
         self._ef: int | None = None
+        self._handle: tuple[str, Any] | None = None  # (collection name, handle): built once, not per search
 
     @property
     def _collection(self) -> Any:
         if self._spec is None:
             raise DatabaseError("no collection: call create_collection(spec) first")
-        return self._client.collections.use(class_name(self._spec.name))
+        name = class_name(self._spec.name)
+        if self._handle is None or self._handle[0] != name:
+            self._handle = (name, self._client.collections.use(name))
+        return self._handle[1]
 
     def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
         """Create (or reopen) the collection; the spec's dim and metric are kept in its description."""
@@ -445,7 +449,9 @@ class WeaviateClient(Client):
 
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), np.nan, dtype=np.float32)
-        for row, objects in enumerate(self._pool.map(one, queries)):
+        # One query: call it here; a hop to the thread pool costs more than the request on small data.
+        results = [one(queries[0])] if len(queries) == 1 else self._pool.map(one, queries)
+        for row, objects in enumerate(results):
             ids[row, : len(objects)] = [o.uuid.int for o in objects]
             scores[row, : len(objects)] = [o.metadata.distance for o in objects]
         return SearchResult(ids=ids, scores=scores)
