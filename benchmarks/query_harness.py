@@ -1,0 +1,505 @@
+"""QPS measured by the query stage versus a minimal direct client loop with the same parameters.
+
+One server per database (the adapter's Deployment, settings of ``configs/local.yaml``) is loaded and
+indexed by the project's own stages (prepare_collection -> insert_partition -> wait_searchable ->
+build_index; untimed). Then, for each setting (ef, batch size, k; 1 client) and repeat, in alternating
+order:
+
+* **harness**: ``apps.query.query_sweep`` for that one setting (its client process, warm-up, raw
+  Parquet output); QPS and latency computed from the raw rows with ``apps.vdb_metrics.qps`` /
+  ``latency_stats``;
+* **direct**: the same query vectors, warm-up, batches, k and ef sent with the vendor client's own call
+  in a plain loop in this process, timed the same way (first request start -> last request end):
+  Weaviate ``collection.query.near_vector`` per query (a batch fans out over the same number of
+  threads as the adapter's ``search_threads``; ef set on the collection config, as Weaviate requires),
+  pymilvus ``MilvusClient.search`` with ``{"ef": max(ef, k)}`` and the adapter's consistency level,
+  Qdrant edge ``EdgeShard.query_batch`` on the shard directory. Returned ids are kept, so neither side
+  does less work, and the two sides' ids are compared.
+
+Ratio = median over repeats of harness QPS / direct QPS of adjacent pairs. Target >= 0.95x.
+
+    .venv/bin/python benchmarks/query_harness.py                    # all three databases, ~5 minutes
+    .venv/bin/python benchmarks/query_harness.py --databases milvus --ef 32 128 --batch-size 1 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import _common
+import ingest
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+NAME = "query_harness"
+TARGET = 0.95
+DATABASES = ("weaviate", "milvus", "qdrant")
+COLLECTION = "query_bench"
+FMNIST_QUERIES = Path("/work/shared/data/ann/fmnist1k/fmnist1k_query.fvecs")
+
+
+# --- data --------------------------------------------------------------------------------------------------
+
+
+def queries_file(dim: int, label: str) -> Path:
+    """The project's query set of the same dimension (store/queries/*/queries.parquet), else fmnist's."""
+    from pipeline.store import read_manifest
+
+    if not label.startswith("fmnist"):
+        found = sorted(
+            (p for p in (_common.REPO / "store" / "queries").glob("*/queries.parquet")),
+            key=lambda p: p.stat().st_mtime,
+        )
+        for path in reversed(found):
+            if (read_manifest(path.parent) or {}).get("dimension") == dim:
+                return path
+    from apps.dataset import vectors_to_arrow
+    from apps.vecs import read_vecs
+    from pipeline.store import write_parquet_atomic
+
+    path = _common.OUT / "work" / "query-harness-fmnist1k-queries.parquet"
+    if not path.exists():
+        vectors = read_vecs(FMNIST_QUERIES)
+        table = pa.table(
+            {
+                "id": np.arange(len(vectors), dtype=np.int64),
+                "text": [""] * len(vectors),
+                "embedding": vectors_to_arrow(vectors, "float32"),
+            }
+        )
+        write_parquet_atomic(table, path)
+    return path
+
+
+# --- direct loops: the vendor's own call, minimal handling -------------------------------------------------
+
+
+class WeaviateDirect:
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        import weaviate
+        from weaviate.classes.init import AdditionalConfig, Timeout
+
+        from apps.vdb.weaviate import class_name
+
+        node = ctx["endpoints_model"].nodes[0]
+        self.client = weaviate.connect_to_custom(
+            http_host=node.host,
+            http_port=node.port,
+            http_secure=False,
+            grpc_host=node.host,
+            grpc_port=node.grpc_port,
+            grpc_secure=False,
+            additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
+        )
+        self.name = class_name(ctx["spec"]["name"])
+        self.collection = self.client.collections.use(self.name)
+        self.threads = ThreadPoolExecutor(ctx["settings"].search_threads)
+        self.http = f"http://{node.host}:{node.port}/v1/schema/{self.name}"
+
+    def prepare(self, ef: int | None, k: int) -> None:
+        """ef is collection configuration in Weaviate: set it (untimed), wait until the node applied it."""
+        import json
+        import urllib.request
+
+        from weaviate.classes.config import Reconfigure
+
+        if ef is None:
+            return
+        self.collection.config.update(
+            vector_config=Reconfigure.Vectors.update(
+                name="default", vector_index_config=Reconfigure.VectorIndex.hnsw(ef=ef)
+            )
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(self.http, timeout=5) as resp:
+                cfg = json.load(resp)["vectorConfig"]["default"]["vectorIndexConfig"]
+            if cfg.get("ef") == ef:
+                return
+            time.sleep(0.1)
+        raise SystemExit(f"weaviate: ef={ef} not applied after 30 s")
+
+    def search(self, batch: np.ndarray, k: int, ef: int | None) -> list[list[int]]:
+        from weaviate.classes.query import MetadataQuery
+
+        def one(vector: np.ndarray) -> list[int]:
+            res = self.collection.query.near_vector(
+                vector, limit=k, return_properties=[], return_metadata=MetadataQuery(distance=True)
+            )
+            return [o.uuid.int for o in res.objects]
+
+        if len(batch) == 1:
+            return [one(batch[0])]
+        return list(self.threads.map(one, batch))
+
+    def close(self) -> None:
+        self.threads.shutdown()
+        self.client.close()
+
+
+class MilvusDirect:
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        from pymilvus import MilvusClient
+
+        from apps.vdb.milvus import METRICS
+
+        node, self.settings = ctx["endpoints_model"].nodes[0], ctx["settings"]
+        self.client = MilvusClient(
+            uri=f"http://{node.host}:{node.port}", timeout=self.settings.request_timeout
+        )
+        self.name = ctx["spec"]["name"]
+        self.metric = METRICS[ctx["spec"]["metric"]]
+
+    def prepare(self, ef: int | None, k: int) -> None:
+        pass
+
+    def search(self, batch: np.ndarray, k: int, ef: int | None) -> list[list[int]]:
+        res = self.client.search(
+            self.name,
+            data=batch,
+            limit=k,
+            search_params={
+                "metric_type": self.metric,
+                "params": {"ef": max(ef or self.settings.default_ef, k)},
+            },
+            consistency_level=self.settings.consistency_level,
+        )
+        return [[hit["id"] for hit in hits] for hits in res]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class EdgeDirect:
+    def __init__(self, ctx: dict[str, Any]) -> None:
+        self.path = Path(ctx["endpoints_model"].data_dir) / ctx["spec"]["name"]
+        self.shard: Any = None
+
+    def prepare(self, ef: int | None, k: int) -> None:
+        from qdrant_edge import EdgeShard
+
+        if self.shard is None:  # one opener at a time: the harness's client is closed by now
+            self.shard = EdgeShard.load(str(self.path))
+
+    def search(self, batch: np.ndarray, k: int, ef: int | None) -> list[list[int]]:
+        import qdrant_edge as qe
+
+        params = qe.SearchParams(hnsw_ef=ef) if ef else None
+        request = qe.QueryBatchRequest(
+            [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q), params=params) for q in batch.tolist()]
+        )
+        return [[p.id for p in points] for points in self.shard.query_batch(request)]
+
+    def close(self) -> None:
+        if self.shard is not None:
+            self.shard.close()
+            self.shard = None
+
+
+DIRECT = {"weaviate": WeaviateDirect, "milvus": MilvusDirect, "qdrant": EdgeDirect}
+DIRECT_CALL = {
+    "weaviate": "collection.query.near_vector",
+    "milvus": "MilvusClient.search",
+    "qdrant": "EdgeShard.query_batch",
+}
+
+
+def direct_loop(direct: Any, vectors: np.ndarray, setting: dict[str, Any], warmup: int) -> dict[str, Any]:
+    """Warm-up as run_share does, then every batch; QPS = queries / (last end - first start)."""
+    k, ef, size = setting["k"], setting["ef"], setting["batch_size"]
+    direct.prepare(ef, k)
+    for start in range(0, min(warmup, len(vectors)), size):
+        direct.search(vectors[start : min(start + size, warmup)], k, ef)
+    ids: list[list[int]] = []
+    starts, ends = [], []
+    for start in range(0, len(vectors), size):
+        t0 = time.time()
+        ids += direct.search(vectors[start : start + size], k, ef)
+        starts.append(t0)
+        ends.append(time.time())
+    latency = (np.array(ends) - np.array(starts)) * 1000
+    return {
+        "queries": len(ids),
+        "qps": len(ids) / (ends[-1] - starts[0]),
+        "latency_mean_ms": float(latency.mean()),
+        "p50_ms": float(np.percentile(latency, 50)),
+        "p99_ms": float(np.percentile(latency, 99)),
+        "ids": ids,
+    }
+
+
+def _direct_process(database: str, ctx: dict[str, Any], vectors: np.ndarray, setting: dict, warmup: int):
+    """Child process: a fresh vendor client (connected before the clock), then the loop."""
+    direct = DIRECT[database](ctx)
+    try:
+        return direct_loop(direct, vectors, setting, warmup)
+    finally:
+        direct.close()
+
+
+def run_direct(ctx: dict[str, Any], vectors: np.ndarray, setting: dict[str, Any], warmup: int) -> dict:
+    """The direct loop where the harness's client runs: a fresh spawned process for a server (as the
+    query stage's ClientPool), this process for the in-process edge engine (as its one-thread pool)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    database = ctx["adapter_name"]
+    if ctx["endpoints_model"].in_process:
+        direct = DIRECT[database](ctx)
+        try:
+            return direct_loop(direct, vectors, setting, warmup)
+        finally:
+            direct.close()  # the harness's pool opens the shard next
+    small = {k: ctx[k] for k in ("settings", "endpoints_model", "spec")}
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_direct_process, database, small, vectors, setting, warmup).result()
+
+
+# --- the harness: the project's query stage ----------------------------------------------------------------
+
+
+def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """query_sweep for one setting with 1 client; metrics from its raw Parquet output."""
+    from apps.query import query_sweep
+    from apps.vdb_metrics import latency_stats, qps
+
+    query_cfg = {
+        "ef": [setting["ef"]],
+        "batch_size": [setting["batch_size"]],
+        "clients": [1],
+        "k": [setting["k"]],
+        "max_queries": ctx["max_queries"],
+        "warmup_queries": ctx["warmup"],
+    }
+    called = time.time()
+    records = query_sweep(
+        ctx["adapter_name"],
+        ctx["settings"].model_dump(mode="json"),
+        ctx["endpoints"],
+        ctx["spec"],
+        str(ctx["queries_file"]),
+        query_cfg,
+        str(out_dir),
+        {},
+    )
+    returned = time.time()
+    raw = pq.read_table(records[0]["file"])
+    stats = latency_stats(raw)
+    return {
+        "queries": raw.num_rows,
+        "qps": qps(raw),
+        "latency_mean_ms": stats["latency_mean_ms"],
+        "p50_ms": stats["p50_ms"],
+        "p99_ms": stats["p99_ms"],
+        "task_s": returned - called,
+        "phase_s": max(raw.column("t_end").to_pylist()) - min(raw.column("t_start").to_pylist()),
+        "ids": raw.column("ids").to_pylist(),
+    }
+
+
+# --- driver ------------------------------------------------------------------------------------------------
+
+
+def load_collection(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """The pipeline's insert -> searchable -> index stages (untimed set-up)."""
+    from apps.index import build_index
+    from apps.insert import insert_partition, prepare_collection, wait_searchable
+
+    args = (ctx["adapter_name"], ctx["settings"].model_dump(mode="json"), ctx["endpoints"], ctx["spec"])
+    rows = len(ctx["data"]["ids"])
+    started = time.monotonic()
+    prepare_collection(*args, True)
+    record = insert_partition(*args, ctx["data"]["units"], cfg.insert.batch_sizes[-1], 1, cfg.insert.retries)
+    wait_searchable(*args, rows, cfg.insert.timeout_s, record)
+    loaded = time.monotonic()
+    index = build_index(*args, rows, cfg.index_timeout_s, {})
+    return {"upload_s": loaded - started, "index_s": time.monotonic() - loaded, **index}
+
+
+def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from apps.vdb import get_adapter
+    from apps.vdb.base import CollectionSpec
+
+    adapter = get_adapter(database)
+    settings = ingest.settings_for(database, cfg)
+    spec = CollectionSpec(
+        name=COLLECTION,
+        dim=data["vectors"].shape[1],
+        metric=data["metric"],
+        **cfg.collection.model_dump(exclude={"name"}),
+    )
+    work = Path(tempfile.mkdtemp(prefix=f"query-{database}-", dir=_common.OUT / "work"))
+    deployment = adapter.deployment(settings)
+    runs: list[dict[str, Any]] = []
+    try:
+        endpoints = deployment.start(work / "server", cfg.startup_timeout_s)
+        ctx = {
+            "adapter_name": database,
+            "settings": settings,
+            "endpoints": endpoints.model_dump(),
+            "endpoints_model": endpoints,
+            "spec": spec.model_dump(),
+            "data": data,
+            "queries_file": data["queries_file"],
+            "max_queries": args.queries,
+            "warmup": args.warmup,
+        }
+        setup = load_collection(ctx, cfg)
+        print(
+            f"\n{database}: {endpoints.server_version}; loaded {setup['count']} rows in "
+            f"{setup['upload_s']:.1f} s, index {setup['index_s']:.1f} s ({setup['segments']} segments)"
+        )
+        from apps.query import read_queries
+
+        _, vectors = read_queries(str(data["queries_file"]), args.queries)
+        settings_list = [
+            {"ef": ef, "batch_size": b, "k": k} for ef in args.ef for b in args.batch_size for k in args.k
+        ]
+        for setting in settings_list:
+            for repeat in range(args.repeats):
+                order = ["harness", "direct"] if repeat % 2 == 0 else ["direct", "harness"]
+                pair: dict[str, dict[str, Any]] = {}
+                for side in order:
+                    if side == "harness":
+                        pair[side] = run_harness(ctx, setting, work / "raw" / f"{len(runs)}")
+                    else:
+                        pair[side] = run_direct(ctx, vectors, setting, args.warmup)
+                a, b = pair["harness"].pop("ids"), pair["direct"].pop("ids")
+                same = float(np.mean([list(x) == list(y) for x, y in zip(a, b, strict=True)]))
+                run = {"database": database, **setting, "repeat": repeat, **pair, "same_ids": same}
+                run["ratio"] = pair["harness"]["qps"] / pair["direct"]["qps"]
+                runs.append(run)
+                print(
+                    f"  ef={setting['ef']} batch={setting['batch_size']} k={setting['k']} "
+                    f"[{repeat + 1}/{args.repeats}] harness {pair['harness']['qps']:8.1f} QPS "
+                    f"(mean {pair['harness']['latency_mean_ms']:6.2f} ms)  direct "
+                    f"{pair['direct']['qps']:8.1f} QPS (mean {pair['direct']['latency_mean_ms']:6.2f} ms)  "
+                    f"ratio {run['ratio']:.2f}x  same ids {same:.0%}",
+                    flush=True,
+                )
+    finally:
+        deployment.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return {
+        "database": database,
+        "server_version": endpoints.server_version,
+        "direct_call": DIRECT_CALL[database],
+        "settings": settings.model_dump(mode="json"),
+        "spec": spec.model_dump(),
+        "setup": setup,
+        "runs": runs,
+    }
+
+
+def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for result in results:
+        groups: dict[tuple, list[dict[str, Any]]] = {}
+        for run in result["runs"]:
+            groups.setdefault((run["ef"], run["batch_size"], run["k"]), []).append(run)
+        for (ef, batch, k), runs in groups.items():
+            h = statistics.median(r["harness"]["qps"] for r in runs)
+            d = statistics.median(r["direct"]["qps"] for r in runs)
+            rows.append(
+                {
+                    "database": result["database"],
+                    "ef": ef,
+                    "batch_size": batch,
+                    "k": k,
+                    "n": len(runs),
+                    "harness_qps": h,
+                    "direct_qps": d,
+                    "ratio": statistics.median(r["ratio"] for r in runs),
+                    "ratio_of_medians": h / d,
+                    "ratio_per_repeat": [round(r["ratio"], 3) for r in runs],
+                    "harness_latency_ms": statistics.median(r["harness"]["latency_mean_ms"] for r in runs),
+                    "direct_latency_ms": statistics.median(r["direct"]["latency_mean_ms"] for r in runs),
+                    "harness_task_s": statistics.median(r["harness"]["task_s"] for r in runs),
+                    "same_ids": min(r["same_ids"] for r in runs),
+                    "met": statistics.median(r["ratio"] for r in runs) >= TARGET,
+                }
+            )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
+    parser.add_argument("--ef", type=int, nargs="+", default=[64], help="search-time ef (64)")
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[1, 32], help="queries/request (1 32)")
+    parser.add_argument("--k", type=int, nargs="+", default=[10], help="neighbours per query (10)")
+    parser.add_argument("--queries", type=int, default=500, help="queries per setting (max_queries, 500)")
+    parser.add_argument("--warmup", type=int, default=16, help="warm-up queries (warmup_queries, 16)")
+    parser.add_argument("--rows", type=int, default=None, help="first N dataset rows (default all)")
+    parser.add_argument("--repeats", type=int, default=5, help="harness/direct pairs per setting (5)")
+    parser.add_argument("--keep", action="store_true", help="keep the server work directories")
+    args = parser.parse_args()
+    (_common.OUT / "work").mkdir(parents=True, exist_ok=True)
+    cfg = ingest.vdb_config()
+    data = ingest.bench_dataset(args.rows)
+    data["queries_file"] = queries_file(data["vectors"].shape[1], data["label"])
+    shown = data["queries_file"]
+    with contextlib.suppress(ValueError):
+        shown = shown.relative_to(_common.REPO)
+    print(
+        f"{len(data['ids'])} vectors x {data['vectors'].shape[1]} from {data['label']}; queries {shown} "
+        f"(first {args.queries}), warm-up {args.warmup}, 1 client; {args.repeats} repeats; "
+        f"{_common.cores()} cores, load average {os.getloadavg()[0]:.2f}"
+    )
+    results = [run_database(db, data, cfg, args) for db in args.databases]
+    rows = summarise(results)
+    print(
+        f"\nquery harness: QPS of the query stage vs a direct client loop (median of {args.repeats}, "
+        "1 client)\n"
+    )
+    header = (
+        f"{'database':<10}{'ef':>5}{'batch':>6}{'k':>4}{'harness QPS':>13}{'direct QPS':>12}{'ratio':>8}"
+        f"{'r(med)':>8}"
+        f"{'lat h ms':>10}{'lat d ms':>10}{'same ids':>10}  target"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['database']:<10}{r['ef']:>5}{r['batch_size']:>6}{r['k']:>4}{r['harness_qps']:13.1f}"
+            f"{r['direct_qps']:12.1f}{r['ratio']:7.2f}x{r['ratio_of_medians']:7.2f}x{r['harness_latency_ms']:10.2f}"
+            f"{r['direct_latency_ms']:10.2f}{r['same_ids']:10.0%}  "
+            f"{'MET' if r['met'] else 'NOT MET'} (>= {TARGET}x)"
+        )
+    print(
+        "\nratio = median over repeats of harness QPS / direct QPS of the same (adjacent) pair; r(med) = "
+        "median harness QPS / median direct QPS. "
+        "QPS = queries / (last request end - first request start), both sides; the harness's from its raw "
+        "Parquet rows (apps.vdb_metrics.qps). lat = mean request latency. same ids = share of queries whose "
+        "returned id lists are identical on both sides (worst repeat)."
+    )
+    path = _common.write_json(
+        NAME,
+        {
+            "dataset": data["label"],
+            "rows": len(data["ids"]),
+            "queries_file": str(data["queries_file"]),
+            "queries": args.queries,
+            "warmup": args.warmup,
+            "repeats": args.repeats,
+            "target": TARGET,
+            "summary": rows,
+            "databases": results,
+        },
+    )
+    print(f"raw numbers: {path}")
+
+
+if __name__ == "__main__":
+    main()
