@@ -64,6 +64,9 @@ class BaselineEngine:
     """Plain sentence-transformers: one process, every core, ``encode(texts, batch_size=...)``."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
+        from apps.models import offline_environment
+
+        offline_environment()  # as the pipeline's Embedder: offline, no progress bars
         import torch
         from sentence_transformers import SentenceTransformer
 
@@ -253,7 +256,10 @@ class Engine:
 
 
 def _probe_process(kind: str, param: int, threads: int, texts: list[str], cfg: dict, barrier, queue) -> None:
-    """One process of a probe: load, warm up, wait for the others, embed its texts, report."""
+    """One process of a probe: load, warm up, wait for the others, embed its texts, report CPU time."""
+    from apps.models import offline_environment
+
+    offline_environment()
     import torch
 
     torch.set_num_threads(threads)
@@ -275,12 +281,16 @@ def _probe_process(kind: str, param: int, threads: int, texts: list[str], cfg: d
 
     run(texts[:32])
     barrier.wait()
+    cpu = time.process_time()
     run(texts)
-    queue.put(os.getpid())
+    queue.put(time.process_time() - cpu)
 
 
-def probe(kind: str, param: int, procs: int, threads: int, texts: list[str], cfg: dict) -> float:
-    """Chunks/s of ``procs`` processes x ``threads`` threads sharing ``texts`` (interleaved, ideal split)."""
+def probe(
+    kind: str, param: int, procs: int, threads: int, texts: list[str], cfg: dict
+) -> tuple[float, float]:
+    """(chunks/s, chunks per CPU-second) of ``procs`` processes x ``threads`` threads sharing ``texts``
+    (interleaved: an ideal split)."""
     import multiprocessing as mp
     import queue as queue_module
 
@@ -295,11 +305,10 @@ def probe(kind: str, param: int, procs: int, threads: int, texts: list[str], cfg
     try:
         barrier.wait()
         started = time.perf_counter()
-        done = 0
-        while done < procs:
+        cpu: list[float] = []
+        while len(cpu) < procs:
             try:
-                queue.get(timeout=5)
-                done += 1
+                cpu.append(queue.get(timeout=5))
             except queue_module.Empty:
                 if any(w.exitcode not in (None, 0) for w in workers):
                     raise RuntimeError(f"a probe process failed ({kind} {param})") from None
@@ -309,7 +318,7 @@ def probe(kind: str, param: int, procs: int, threads: int, texts: list[str], cfg
             w.join(timeout=30)
             if w.is_alive():
                 w.terminate()
-    return len(texts) / seconds
+    return len(texts) / seconds, len(texts) / sum(cpu)
 
 
 def explore(texts: list[str], cfg: dict, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -323,7 +332,7 @@ def explore(texts: list[str], cfg: dict, args: argparse.Namespace) -> list[dict[
     splits = sorted({(1, cores), (cores, 1), (args.workers, max(1, cores // args.workers))})
     grid = [("st", bs, 1, cores) for bs in args.explore_batch_sizes]
     grid += [("embedder", tb, p, t) for p, t in splits for tb in args.explore_budgets]
-    rates: dict[tuple, list[float]] = {setting: [] for setting in grid}
+    rates: dict[tuple, list[tuple[float, float]]] = {setting: [] for setting in grid}
     print(
         f"\nexploring {len(grid)} settings x {args.explore_repeat} passes on {len(subset)} chunks "
         "(plain processes, interleaved split, model loaded before the clock):"
@@ -334,13 +343,17 @@ def explore(texts: list[str], cfg: dict, args: argparse.Namespace) -> list[dict[
     rows = []
     for kind, param, procs, threads in grid:
         runs = rates[(kind, param, procs, threads)]
-        rate = statistics.median(runs)
+        rate = statistics.median(r[0] for r in runs)
+        per_cpu = statistics.median(r[1] for r in runs)
         knob = f"batch_size={param}" if kind == "st" else f"token_budget={param}"
         label = "SentenceTransformer.encode" if kind == "st" else "Embedder (embed stage)"
-        spread = "/".join(f"{r:.0f}" for r in runs)
-        print(f"  {label:<27} {knob:<18} {procs} proc x {threads} thr  {rate:6.1f} chunks/s  ({spread})")
+        spread = "/".join(f"{r[0]:.0f}" for r in runs)
+        print(
+            f"  {label:<27} {knob:<18} {procs} proc x {threads} thr  {rate:6.1f} chunks/s ({spread})  "
+            f"{per_cpu:5.1f} chunks/CPU-s"
+        )
         setting = {"kind": kind, "param": param, "procs": procs, "threads": threads}
-        rows.append({**setting, "chunks_per_s": rate, "runs": runs})
+        rows.append({**setting, "chunks_per_s": rate, "chunks_per_cpu_s": per_cpu, "runs": runs})
     return rows
 
 

@@ -136,6 +136,11 @@ def ratio(a: float, b: float) -> float:
     return b / a if a else float("nan")
 
 
+def fmt_ratio(a: float, b: float) -> str:
+    """``b / a`` as ``1.04x``, or ``n/a`` when the 1x figure is zero (a process seen only at 10x)."""
+    return f"{b / a:>7.2f}x" if a else f"{'n/a':>8}"
+
+
 def report(small: dict[str, Any], large: dict[str, Any]) -> None:
     """Print the two runs side by side with the ratio of every figure."""
     f = large["scale"]
@@ -158,14 +163,14 @@ def report(small: dict[str, Any], large: dict[str, Any]) -> None:
     print("peak RSS by process role (MiB):")
     for role in sorted(set(small["by_role"]) | set(large["by_role"])):
         a, b = small["by_role"].get(role, 0), large["by_role"].get(role, 0)
-        print(f"  {role:<32}{a:>10.0f}{b:>10.0f}{ratio(a, b):>7.2f}x")
+        print(f"  {role:<32}{a:>10.0f}{b:>10.0f}{fmt_ratio(a, b)}")
     print("peak RSS of the worker while running a task of the stage (MiB):")
     for stage, a in small["by_stage"].items():
         b = large["by_stage"].get(stage)
         if b:
             label = f"{stage} ({a['tasks']} -> {b['tasks']} tasks)"
             a_mib, b_mib = a["worker_peak_mib"], b["worker_peak_mib"]
-            print(f"  {label:<32}{a_mib:>10.0f}{b_mib:>10.0f}{ratio(a_mib, b_mib):>7.2f}x")
+            print(f"  {label:<32}{a_mib:>10.0f}{b_mib:>10.0f}{fmt_ratio(a_mib, b_mib)}")
 
 
 def parse_args() -> argparse.Namespace:

@@ -88,7 +88,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"no such benchmark: {', '.join(unknown)} (have: {', '.join(discover())})")
     entries = [run(name) for name in names]
-    print(f"\n{'=' * 30} summary {'=' * 75}")
+    print(f"\n{'=' * 30} summary {'=' * 73}")
     for entry in entries:
         print(summary_line(entry))
     OUT.mkdir(parents=True, exist_ok=True)
