@@ -13,15 +13,62 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field, model_validator
 
 from apps.models import load_tokenizer
 from apps.taskinfo import task_context
-from pipeline.store import read_shard_record, write_parquet_atomic, write_shard_record
+from core.config import Strict
+from core.store import read_shard_record, write_parquet_atomic, write_shard_record
+
+
+class NoChunking(Strict):
+    """One embedding per whole document (as the Qwen3/peS2o study did)."""
+
+    method: Literal["none"] = "none"
+    tokenizer: str | None = Field(
+        None, description="Tokenizer used to count tokens; default: the embedding model's tokenizer."
+    )
+
+
+class RecursiveChunking(Strict):
+    """langchain's RecursiveCharacterTextSplitter measured in the embedding model's tokens."""
+
+    method: Literal["recursive"] = "recursive"
+    chunk_size: int = Field(256, ge=8, description="Maximum chunk length in tokens, special tokens excluded.")
+    chunk_overlap: int = Field(32, ge=0, description="Tokens shared by consecutive chunks.")
+    tokenizer: str | None = Field(
+        None,
+        description="Tokenizer (path or package reference) that measures chunks; default: the embedding "
+        "model's. Models sharing a tokenizer share chunks.",
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> RecursiveChunking:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be < chunk_size ({self.chunk_size})")
+        return self
+
+
+class SemanticChunking(Strict):
+    """Breakpoints where the similarity of adjacent sentence windows drops; long chunks re-split."""
+
+    method: Literal["semantic"] = "semantic"
+    window: int = Field(1, ge=1, description="Sentences on each side forming the window compared.")
+    breakpoint_percentile: float = Field(
+        90.0, gt=0, lt=100, description="Split where the distance between windows exceeds this percentile."
+    )
+    max_chunk_size: int = Field(256, ge=8, description="Chunks longer than this (tokens) are split again.")
+    chunk_overlap: int = Field(0, ge=0, description="Token overlap used by the second, recursive split.")
+    tokenizer: str | None = Field(None, description="Tokenizer that measures chunks; default: the model's.")
+
+
+ChunkingConfig = Annotated[NoChunking | RecursiveChunking | SemanticChunking, Field(discriminator="method")]
+
 
 STAGE_VERSION = "2"  # 2: offsets found by search (langchain start_index was -1 for some)
 CHUNK_SCHEMA = pa.schema(

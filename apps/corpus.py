@@ -15,13 +15,51 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field
 
-from pipeline.errors import InputDataError
-from pipeline.store import atomic_write_json, complete_manifest, write_parquet_atomic
+from core.config import Strict
+from core.errors import InputDataError
+from core.store import atomic_write_json, complete_manifest, write_parquet_atomic
+
+
+class CorpusConfig(Strict):
+    """Where the documents come from and how to read them."""
+
+    format: Literal["pes2o", "beir", "parquet"] = Field(
+        "pes2o",
+        description="pes2o: JSONL(.gz) records {id, text, source, added, created, version}; "
+        "beir: JSONL {_id, title, text}; parquet: files with id and text columns.",
+    )
+    paths: list[str] = Field(
+        description="Files, directories or glob patterns; relative paths are relative to the config file.",
+        min_length=1,
+    )
+    id_column: str = Field("id", description="Parquet only: the column holding the document id.")
+    text_column: str = Field("text", description="Parquet only: the column holding the document text.")
+    max_documents: int | None = Field(
+        None, ge=1, description="Read at most this many documents (a quick sample of a large corpus)."
+    )
+    on_invalid: Literal["error", "skip"] = Field(
+        "error",
+        description="A record without text or a line that is not UTF-8 JSON: stop with an error naming "
+        "file and line, or skip it and count it in the manifest.",
+    )
+
+
+class ShardingConfig(Strict):
+    """How documents are grouped into shards, the unit of parallel work and of resume."""
+
+    docs_per_shard: int | None = Field(
+        1000, ge=1, description="Target documents per shard (set this or bytes_per_shard)."
+    )
+    bytes_per_shard: int | None = Field(
+        None, ge=1024, description="Target UTF-8 text bytes per shard; overrides docs_per_shard when set."
+    )
+
 
 STAGE_VERSION = "1"
 PES2O_FIELDS = ("id", "text", "source", "added", "created", "version")

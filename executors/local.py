@@ -10,12 +10,8 @@ from parsl.config import Config
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.providers import LocalProvider
 
-from pipeline.config import LocalExecutorConfig
-
-# Label of the executor that runs the heavy stages (chunk, embed, ground truth) in worker processes.
-WORKERS = "workers"
-# Label of the in-process thread executor for bookkeeping tasks (manifests, dataset card).
-DRIVER = "driver"
+from executors.config import LocalExecutorConfig
+from executors.labels import DRIVER, WORKERS
 
 
 def worker_init() -> str:

@@ -15,7 +15,7 @@ from parsl.launchers import MpiExecLauncher
 from parsl.providers import PBSProProvider
 
 from executors import hpc
-from pipeline.config_hpc import AuroraExecutorConfig, CpuWorkers, GpuWorkers, PolarisExecutorConfig
+from executors.config import AuroraExecutorConfig, CpuWorkers, GpuWorkers, PolarisExecutorConfig
 
 PbsConfig = PolarisExecutorConfig | AuroraExecutorConfig
 

@@ -10,7 +10,7 @@ from parsl.launchers import SrunLauncher
 from parsl.providers import SlurmProvider
 
 from executors import hpc
-from pipeline.config_hpc import CpuWorkers, GpuWorkers, SlurmExecutorConfig
+from executors.config import CpuWorkers, GpuWorkers, SlurmExecutorConfig
 
 
 def slurm_provider(

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.errors import PipelineError
 from pipeline.config_loader import load_config
-from pipeline.errors import PipelineError
 
 app = typer.Typer(
     add_completion=False,
@@ -89,7 +89,7 @@ def plan(config: ConfigArg) -> None:
 
 
 def _stage_status(directory: Path) -> tuple[str, str]:
-    from pipeline.store import complete_manifest
+    from core.store import complete_manifest
 
     if complete_manifest(directory) is not None:
         return "[green]complete[/]", ""

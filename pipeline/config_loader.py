@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from core.errors import ConfigError
 from pipeline.config import RunConfig
-from pipeline.errors import ConfigError
 
 # ${NAME} or ${NAME:-default}
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -19,14 +19,15 @@ from rich.console import Console
 from apps import chunking as chunk_stage
 from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
+from apps import embed as embed_stage
 from apps import groundtruth as gt_stage
-from apps import queries as queries_stage
-from executors import cpu_label, parsl_config_for
-from executors.local import DRIVER, WORKERS
+from apps import query_set as queries_stage
+from core.store import atomic_write_json, read_manifest
+from executors.labels import DRIVER, WORKERS
+from executors.platforms import cpu_label, parsl_config_for
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
-from pipeline.store import atomic_write_json, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def embed_chunk_shard(record: dict[str, Any], chunks_dir: str, *args: Any) -> dict[str, Any]:
-    return dataset_stage.embed_shard(str(Path(chunks_dir) / record["file"]), record["shard"], *args)
+    return embed_stage.embed_shard(str(Path(chunks_dir) / record["file"]), record["shard"], *args)
 
 
 def finalize_chunks(out_dir: str, key: str, upstream: list[str], *records: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ class DagRunner:
         self.console = console
         cfg = plan.config
         self.embedding = cfg.embedding.model_dump()
-        cpu = cpu_label(cfg)
+        cpu = cpu_label(cfg.executor)
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
             "chunk": python_app(chunk_stage.chunk_shard, executors=[cpu]),
@@ -260,7 +261,7 @@ class DagRunner:
 
             # 4. vector databases: deploy -> insert -> index -> query -> teardown, then the report.
             if cfg.vdb and not self._start("vdb"):
-                from pipeline.benchmark import BenchmarkRunner
+                from pipeline.vdb_stages import BenchmarkRunner
 
                 report = BenchmarkRunner(plan, self.provenance, progress).run()
                 self.provenance.stage_finished("vdb", {"files": report["files"]})
@@ -271,7 +272,7 @@ class DagRunner:
 
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
-    parsl_config = parsl_config_for(plan.config, provenance.run_dir)
+    parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
     dfk = parsl.load(parsl_config)
     try:
         return DagRunner(plan, provenance, console).run()

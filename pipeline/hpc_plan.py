@@ -16,9 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.config_hpc import HPC_PLATFORMS, check_platform
+from core.errors import ConfigError
+from executors.config import HPC_PLATFORMS
+from pipeline.checks import check_platform
 from pipeline.config_loader import LoadedConfig
-from pipeline.errors import ConfigError
 
 RUN_ID = "<run-id>"
 VDB_KEY = "<vdb-key>"
@@ -49,13 +50,9 @@ def _run_dir(loaded: LoadedConfig) -> Path:
 
 def parsl_config(loaded: LoadedConfig, run_dir: Path | None = None, address: str = ADDRESS) -> Any:
     """The Parsl Config the run would load, with a placeholder login-node address."""
-    from executors.aurora import aurora_config
-    from executors.polaris import polaris_config
-    from executors.slurm import slurm_config
+    from executors.platforms import parsl_config_for
 
-    builders = {"polaris": polaris_config, "aurora": aurora_config, "slurm": slurm_config}
-    executor = loaded.config.executor
-    return builders[executor.platform](executor, run_dir or _run_dir(loaded), None, address)
+    return parsl_config_for(loaded.config.executor, run_dir or _run_dir(loaded), address=address)
 
 
 def submit_script(provider: Any, command: str, job_name: str, script_dir: str) -> tuple[str, str]:
@@ -116,29 +113,31 @@ def _normalise(text: str) -> str:
 
 
 def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
-    from apps.vdb import cluster as vc
+    from apps.vdb.cluster.layout import plan_cluster
+    from apps.vdb.cluster.provider import cluster_provider, node_shape
+    from apps.vdb.cluster.render import DISPATCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
 
     cfg = loaded.config
-    node = vc.node_shape(cfg.executor)
+    node = node_shape(cfg.executor)
     out: dict[str, str] = {}
     for settings in cfg.vdb.databases:
         cluster = cfg.vdb.cluster.for_database(settings.name)
         workdir = vdb_dir / settings.name / "server"
-        layout = vc.plan_cluster(settings, cluster, node, workdir, loaded.base_dir)
-        command = vc.launcher_command(layout, cluster, node)
-        provider = vc.cluster_provider(cfg.executor, cluster)
+        layout = plan_cluster(settings, cluster, node, workdir, loaded.base_dir)
+        command = launcher_command(layout, cluster, node)
+        provider = cluster_provider(cfg.executor, cluster)
         script, submit = submit_script(
             provider, command, f"pes2o-vdb.{layout.cluster_id}", str(layout.directory / "jobs")
         )
         db = settings.name
         out[f"{db}/job.sh"] = f"# submit: {submit}\n{script}"
         # Every rank in brief (environment and command), the first two scripts in full.
-        out[f"{db}/servers.txt"] = vc.describe_ranks(layout, cluster)
-        files = vc.render_files(layout, cluster)
+        out[f"{db}/servers.txt"] = describe_ranks(layout, cluster)
+        files = render_files(layout, cluster)
         for spec in layout.ranks[:2]:
             out[f"{db}/rank-{spec.rank:03d}.sh"] = files[f"ranks/rank-{spec.rank:03d}.sh"]
-        out.setdefault("cluster-lib.sh", vc.LIB_SH)
-        out.setdefault("cluster-launch.sh", vc.DISPATCH_SH)
+        out.setdefault("cluster-lib.sh", LIB_SH)
+        out.setdefault("cluster-launch.sh", DISPATCH_SH)
     return out
 
 
@@ -158,7 +157,8 @@ def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[
 
 
 def _summary(loaded: LoadedConfig) -> str:
-    from apps.vdb import cluster as vc
+    from apps.vdb.cluster.layout import core_ranges, plan_cluster
+    from apps.vdb.cluster.provider import node_shape
 
     cfg = loaded.config
     ex = cfg.executor
@@ -169,7 +169,7 @@ def _summary(loaded: LoadedConfig) -> str:
     for label, nodes, max_blocks, per_node in blocks:
         lines.append(f"  {label}: {nodes} node(s) x up to {max_blocks} block(s), {per_node} workers per node")
     if cfg.vdb and cfg.vdb.cluster:
-        node = vc.node_shape(ex)
+        node = node_shape(ex)
         for settings in cfg.vdb.databases:
             c = cfg.vdb.cluster.for_database(settings.name)
             lines.append(
@@ -177,12 +177,12 @@ def _summary(loaded: LoadedConfig) -> str:
                 f"{c.workers_per_node} per node, "
                 f"{c.cores_per_worker} cores each, storage {c.storage.medium} ({c.storage.base_dir()})"
             )
-            layout = vc.plan_cluster(settings, cfg.vdb.cluster, node, Path("/"), loaded.base_dir)
+            layout = plan_cluster(settings, cfg.vdb.cluster, node, Path("/"), loaded.base_dir)
             for r in layout.ranks:
                 ports = " ".join(f"{k}={v}" for k, v in r.ports.items())
                 lines.append(
                     f"    {settings.name} rank {r.rank} {r.role:<13} slot {r.node_slot} "
-                    f"cores {vc._ranges(r.cores) or '-':<8} {ports}"
+                    f"cores {core_ranges(r.cores) or '-':<8} {ports}"
                 )
     return "\n".join(lines)
 

@@ -18,11 +18,11 @@ from apps import chunking as chunk_stage
 from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
 from apps import groundtruth as gt_stage
-from apps import queries as queries_stage
+from apps import query_set as queries_stage
 from apps.models import resolve_model_path, tokenizer_fingerprint
+from core.errors import ConfigError, InputDataError
+from core.store import complete_manifest, content_key, sha256_file
 from pipeline.config_loader import LoadedConfig
-from pipeline.errors import ConfigError, InputDataError
-from pipeline.store import complete_manifest, content_key, sha256_file
 
 BENCHMARK_VERSION = "1"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from core.store import atomic_write_json, atomic_write_text
 from pipeline.config_loader import LoadedConfig
-from pipeline.store import atomic_write_json, atomic_write_text
 
 PROVENANCE = "provenance.json"
 PACKAGES = (

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from core.errors import PipelineError
 from pipeline.config_loader import LoadedConfig
-from pipeline.errors import PipelineError
 from pipeline.plan import Plan, build_plan
 from pipeline.provenance import Provenance, create_run_dir
 
@@ -70,7 +70,7 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
 
 
 def _manifest(directory: Path):
-    from pipeline.store import read_manifest
+    from core.store import read_manifest
 
     return read_manifest(directory)
 

@@ -16,13 +16,15 @@ import pytest
 
 from apps.dataset import finalize_dataset, vectors_to_arrow
 from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
-from apps.query import query_sweep
+from apps.query_sweep import query_sweep
 from apps.vdb.base import CollectionSpec, DatabaseError
-from apps.vdb.qdrant import QdrantDeployment, QdrantSettings
-from apps.vdb.weaviate import WeaviateDeployment, WeaviateSettings, find_binary
+from apps.vdb.qdrant.adapter import QdrantDeployment
+from apps.vdb.qdrant.settings import QdrantSettings
+from apps.vdb.weaviate.adapter import WeaviateDeployment, find_binary
+from apps.vdb.weaviate.settings import WeaviateSettings
 from apps.vecs import read_vecs
-from pipeline.errors import ArtifactError
-from pipeline.store import write_parquet_atomic
+from core.errors import ArtifactError
+from core.store import write_parquet_atomic
 
 pytestmark = pytest.mark.slow
 

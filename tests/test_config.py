@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ConfigError
 from pipeline.config_loader import load_config
-from pipeline.errors import ConfigError
 from pipeline.plan import build_plan
 from tests.conftest import REPO, base_config, run_cli
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from apps.corpus import ReadStats, expand_paths, iter_documents, shard_corpus
-from pipeline.errors import InputDataError
-from pipeline.store import read_manifest
+from core.errors import InputDataError
+from core.store import read_manifest
 from tests.conftest import sample_records, write_jsonl
 
 CORPUS = {

@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.config_hpc import (
+from core.errors import ConfigError
+from executors.config import (
     AuroraExecutorConfig,
     NodeShape,
     PolarisExecutorConfig,
     SlurmExecutorConfig,
     bind_lists,
-    check_platform,
     walltime_seconds,
 )
+from pipeline.checks import check_platform
 from pipeline.config_loader import load_config
-from pipeline.errors import ConfigError
 from tests.conftest import REPO, SAMPLE, TERMS, run_cli
 
 PLATFORMS = ("polaris", "aurora", "slurm")
@@ -289,8 +289,8 @@ def test_retry_handler_retries_lost_workers_not_bad_input() -> None:
     from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
 
     from apps.vdb.base import DatabaseError
+    from core.errors import InputDataError
     from executors.hpc import retry_handler
-    from pipeline.errors import InputDataError
 
     assert retry_handler(ManagerLost(b"m1", "x3001c0s1b0n0"), {}) == 1.0
     assert retry_handler(WorkerLost(3, "x3001c0s1b0n0"), {}) == 1.0
@@ -323,11 +323,11 @@ def test_parsl_config_for_each_platform(
 ) -> None:
     import parsl.addresses
 
-    from executors import parsl_config_for
+    from executors.platforms import parsl_config_for
 
     monkeypatch.setattr(parsl.addresses, "address_by_interface", lambda ifname: "10.1.2.3")
     cfg = load_config(REPO / "configs" / f"{platform}.yaml").config
-    config = parsl_config_for(cfg, hpc_env / "runs" / "r1")
+    config = parsl_config_for(cfg.executor, hpc_env / "runs" / "r1")
     labels = [e.label for e in config.executors]
     assert labels == ["workers", "cpu", "driver"]
     gpu, cpu = config.executors[0], config.executors[1]
@@ -356,10 +356,12 @@ def test_every_hpc_field_is_described() -> None:
 
     from pydantic import BaseModel
 
-    import pipeline.config_hpc as module
+    import apps.vdb.cluster.config
+    import executors.config
 
     models = [
         cls
+        for module in (executors.config, apps.vdb.cluster.config)
         for _, cls in inspect.getmembers(module, inspect.isclass)
         if issubclass(cls, BaseModel) and cls.__module__ == module.__name__
     ]

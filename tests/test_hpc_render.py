@@ -19,7 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from apps.vdb import cluster as vc
+from apps.vdb.cluster.layout import ClusterLayout, plan_cluster
+from apps.vdb.cluster.pilot import ClusterDeployment, read_registry
+from apps.vdb.cluster.provider import node_shape
+from apps.vdb.cluster.render import launcher_command, render_files
 from pipeline.config_loader import load_config
 from pipeline.hpc_plan import render_artifacts, render_plan
 from tests.conftest import REPO, TERMS
@@ -114,12 +117,12 @@ def test_local_configs_have_no_hpc_plan() -> None:
 # --- structure ---------------------------------------------------------------------------------------------
 
 
-def layouts(platform: str) -> list[tuple[object, vc.ClusterLayout]]:
+def layouts(platform: str) -> list[tuple[object, ClusterLayout]]:
     loaded = load_config(REPO / "configs" / f"{platform}.yaml")
     cfg = loaded.config
-    node = vc.node_shape(cfg.executor)
+    node = node_shape(cfg.executor)
     return [
-        (cfg, vc.plan_cluster(s, cfg.vdb.cluster, node, Path("/work/vdb") / s.name, loaded.base_dir))
+        (cfg, plan_cluster(s, cfg.vdb.cluster, node, Path("/work/vdb") / s.name, loaded.base_dir))
         for s in cfg.vdb.databases
     ]
 
@@ -196,13 +199,13 @@ def test_storage_paths_come_from_the_config(fixed_env: None, platform: str) -> N
 def test_launcher_lines(fixed_env: None) -> None:
     (_, qdrant), *_ = layouts("polaris")
     cfg = load_config(REPO / "configs" / "polaris.yaml").config
-    line = vc.launcher_command(qdrant, cfg.vdb.cluster, cfg.executor.node)
+    line = launcher_command(qdrant, cfg.vdb.cluster, cfg.executor.node)
     assert line.startswith(
         "mpiexec -n 40 --ppn 4 --cpu-bind list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63 "
     )
     slurm_cfg = load_config(REPO / "configs" / "slurm.yaml").config
     (_, slurm_qdrant), *_ = layouts("slurm")
-    srun = vc.launcher_command(slurm_qdrant, slurm_cfg.vdb.cluster, slurm_cfg.executor.node)
+    srun = launcher_command(slurm_qdrant, slurm_cfg.vdb.cluster, slurm_cfg.executor.node)
     assert srun.startswith("srun --nodes=4 --ntasks=16 --ntasks-per-node=4 --cpu-bind=mask_cpu:0xffff")
 
 
@@ -210,7 +213,7 @@ def test_launcher_lines(fixed_env: None) -> None:
 def test_rendered_shell_is_valid_bash(fixed_env: None, platform: str, tmp_path: Path) -> None:
     for _cfg, layout in layouts(platform):
         cluster = _cfg.vdb.cluster
-        for rel, text in vc.render_files(layout, cluster).items():
+        for rel, text in render_files(layout, cluster).items():
             if rel.endswith(".sh"):
                 path = tmp_path / rel.replace("/", "_")
                 path.write_text(text)
@@ -243,10 +246,10 @@ http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
 def test_cluster_deployment_runs_ranks_registers_and_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from apps.vdb.cluster.config import DatabaseClusterConfig
     from apps.vdb.process import free_port, port_in_use
-    from apps.vdb.qdrant import QdrantSettings
+    from apps.vdb.qdrant.settings import QdrantSettings
     from pipeline.config import LocalExecutorConfig
-    from pipeline.config_hpc import DatabaseClusterConfig
 
     fake = tmp_path / "apptainer"
     fake.write_text(FAKE_APPTAINER.format(python=sys.executable))
@@ -271,16 +274,14 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
         worker_init=[],
         startup_timeout_s=60,
     )
-    deployment = vc.ClusterDeployment(
-        QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.5
-    )
+    deployment = ClusterDeployment(QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.5)
     workdir = tmp_path / "server"
     try:
         endpoints = deployment.start(workdir, timeout=60)
         assert [n.rank for n in endpoints.nodes] == [0, 1]
         assert [n.port for n in endpoints.nodes] == [base, base + 10]
         assert all(n.extra["url"] == f"http://{n.host}:{n.port}" for n in endpoints.nodes)
-        registry = vc.read_registry(workdir / "cluster" / "registry")
+        registry = read_registry(workdir / "cluster" / "registry")
         assert {r: e["state"] for r, e in registry.items()} == {0: "ready", 1: "ready"}
         rank0, rank1 = (json.loads((records / f"{p}.json").read_text()) for p in (base, base + 10))
         host0 = registry[0]["host"]
@@ -289,7 +290,7 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
         assert (tmp_path / "shm" / "pes2o-vdb").is_dir()
     finally:
         deployment.stop(grace=30)
-    registry = vc.read_registry(workdir / "cluster" / "registry")
+    registry = read_registry(workdir / "cluster" / "registry")
     assert {e["state"] for e in registry.values()} == {"stopped"}
     deadline = time.monotonic() + 10
     while any(port_in_use(p) for p in (base, base + 10)) and time.monotonic() < deadline:
@@ -300,9 +301,9 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
 
 def test_cluster_deployment_reports_a_failed_rank_with_its_log(tmp_path: Path) -> None:
     from apps.vdb.base import DatabaseError
-    from apps.vdb.qdrant import QdrantSettings
+    from apps.vdb.cluster.config import DatabaseClusterConfig
+    from apps.vdb.qdrant.settings import QdrantSettings
     from pipeline.config import LocalExecutorConfig
-    from pipeline.config_hpc import DatabaseClusterConfig
 
     broken = tmp_path / "apptainer"
     broken.write_text("#!/bin/sh\necho 'FATAL: image is not a SIF' >&2\nexit 3\n")
@@ -317,9 +318,7 @@ def test_cluster_deployment_reports_a_failed_rank_with_its_log(tmp_path: Path) -
         worker_init=[],
         startup_timeout_s=30,
     )
-    deployment = vc.ClusterDeployment(
-        QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.3
-    )
+    deployment = ClusterDeployment(QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.3)
     with pytest.raises(DatabaseError) as err:
         deployment.start(tmp_path / "server", timeout=30)
     assert "rank 0 failed to start" in str(err.value) and "FATAL: image is not a SIF" in str(err.value)

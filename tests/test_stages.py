@@ -10,10 +10,11 @@ from parsl.providers import LocalProvider
 
 from apps.chunking import chunk_shard
 from apps.corpus import shard_corpus
-from apps.dataset import embed_shard, is_held_out
+from apps.dataset import is_held_out
+from apps.embed import embed_shard
 from apps.models import resolve_model_path
-from apps.queries import build_queries
-from executors import parsl_config_for
+from apps.query_set import build_queries
+from executors.platforms import parsl_config_for
 from pipeline.config_loader import load_config
 from tests.conftest import base_config, sample_records, write_jsonl
 from tests.test_embedding import MINILM
@@ -67,7 +68,7 @@ def test_local_parsl_config(write_config, small_corpus: Path, tmp_path: Path) ->
         small_corpus, tmp_path, executor={"platform": "local", "workers": 3}, monitoring=True
     )
     loaded = load_config(write_config(config))
-    parsl_config = parsl_config_for(loaded.config, tmp_path / "run")
+    parsl_config = parsl_config_for(loaded.config.executor, tmp_path / "run", loaded.config.monitoring)
     workers = next(e for e in parsl_config.executors if isinstance(e, HighThroughputExecutor))
     assert workers.max_workers_per_node == 3
     assert isinstance(workers.provider, LocalProvider)

@@ -30,7 +30,7 @@ from apps.vdb_metrics import (
     validate_raw,
 )
 from apps.vecs import read_vecs
-from pipeline.store import atomic_write_json, write_parquet_atomic
+from core.store import atomic_write_json, write_parquet_atomic
 
 T0 = 1_700_000_000.0  # realistic time.time() values: float64 keeps microseconds
 

@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from apps.dataset import METADATA_KEY, arrow_to_vectors, iter_vectors
+from core.store import sha256_file
 from pipeline.config_loader import load_config
 from pipeline.plan import build_plan
-from pipeline.store import sha256_file
 from tests.conftest import REPO, base_config, run_cli, sample_records, write_jsonl
 
 pytestmark = pytest.mark.slow

@@ -1,16 +1,20 @@
-"""Vector-database adapters. Each module ``apps/vdb/<name>.py`` exposes ``ADAPTER``.
+"""Vector databases: one folder per database, found through this registry.
 
-The registry maps a database name to its module lazily, so importing the registry does not
-import every client library (weaviate-client, pymilvus, qdrant) into every worker.
+Each folder ``apps/vdb/<name>/`` holds everything about that database: ``settings.py`` (its config model,
+pydantic only, exported as ``SETTINGS``), ``adapter.py`` (local deployment and client, exported as
+``ADAPTER``) and ``ranks.py`` (its ranks on an HPC pilot job, ``plan_ranks``). Modules are imported lazily,
+so validating a config imports no client library and a worker imports only the database it talks to.
+Adding a database means adding a folder and one line to ``DATABASES``.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-ADAPTER_MODULES = {
+DATABASES = {
     "weaviate": "apps.vdb.weaviate",
     "milvus": "apps.vdb.milvus",
     "qdrant": "apps.vdb.qdrant",
@@ -30,10 +34,24 @@ class Adapter:
     client: Any
 
 
+def _part(name: str, part: str) -> Any:
+    try:
+        package = DATABASES[name]
+    except KeyError:
+        raise ValueError(f"unknown database {name!r}; known: {', '.join(sorted(DATABASES))}") from None
+    return importlib.import_module(f"{package}.{part}")
+
+
 def get_adapter(name: str) -> Adapter:
     """The adapter registered under ``name`` (ValueError naming the known ones otherwise)."""
-    try:
-        module_name = ADAPTER_MODULES[name]
-    except KeyError:
-        raise ValueError(f"unknown database {name!r}; known: {', '.join(sorted(ADAPTER_MODULES))}") from None
-    return importlib.import_module(module_name).ADAPTER
+    return _part(name, "adapter").ADAPTER
+
+
+def settings_models() -> list[type]:
+    """Every database's settings model (pydantic only), in registry order."""
+    return [_part(name, "settings").SETTINGS for name in DATABASES]
+
+
+def cluster_ranks(name: str) -> Callable[..., Any]:
+    """``plan_ranks(settings, cluster, image, data, base_dir) -> RankPlan`` of database ``name``."""
+    return _part(name, "ranks").plan_ranks

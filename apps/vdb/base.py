@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.errors import PipelineError
+from core.errors import PipelineError
 
 Metric = Literal["cosine", "ip", "l2"]
 

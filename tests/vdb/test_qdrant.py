@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
-from apps.vdb.qdrant import QdrantSettings
+from apps.vdb.qdrant.settings import QdrantSettings
 from apps.vecs import read_vecs
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
@@ -139,7 +139,7 @@ def test_edge_shard_opened_by_a_second_process_fails_clearly(deploy) -> None:
         "import sys\n"
         "from apps.vdb import get_adapter\n"
         "from apps.vdb.base import CollectionSpec, Endpoints\n"
-        "from apps.vdb.qdrant import QdrantSettings\n"
+        "from apps.vdb.qdrant.settings import QdrantSettings\n"
         "c = get_adapter('qdrant').client(QdrantSettings(), Endpoints.model_validate_json(sys.argv[1]))\n"
         "c.create_collection(CollectionSpec(name='fmnist', dim=4, metric='l2'))\n"
     )

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from apps.vdb import get_adapter
-from apps.vdb import weaviate as wv
 from apps.vdb.base import CollectionSpec, DatabaseError
+from apps.vdb.weaviate import adapter as wv
 from apps.vecs import read_vecs
 
 DATA = Path("/work/shared/data/ann/fmnist1k")

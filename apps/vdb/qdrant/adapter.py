@@ -24,11 +24,10 @@ import time
 import urllib.request
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from apps.vdb import Adapter
 from apps.vdb.base import (
@@ -42,38 +41,9 @@ from apps.vdb.base import (
     StorageStats,
 )
 from apps.vdb.process import ServerProcess, directory_bytes, free_ports, http_ok
+from apps.vdb.qdrant.settings import QdrantSettings
 
 _DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}  # names shared by edge and qdrant-client
-
-
-class QdrantSettings(BaseModel):
-    """Everything a user can set for Qdrant under ``vdb.databases``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["qdrant"] = "qdrant"
-    mode: Literal["edge", "server"] = Field(
-        "edge", description="edge: in-process qdrant-edge-py; server: qdrant-client"
-    )
-    url: str | None = Field(None, description="server: existing server URL (http://host:6333), or ':memory:'")
-    local_path: str | None = Field(None, description="server: qdrant-client local mode on disk (tests only)")
-    binary: str = Field("qdrant", description="server: qdrant executable to start when no url is set")
-    prefer_grpc: bool = Field(True, description="server: upload and query over gRPC")
-    grpc_port: int = Field(6334, description="server: gRPC port of the server given by url")
-    api_key_env: str | None = Field(None, description="server: environment variable holding the API key")
-    timeout_s: int = Field(120, description="server: timeout of one request, seconds")
-    request_points: int = Field(256, ge=1, description="server: points per upsert request (size limit)")
-    wait_for_writes: bool = Field(True, description="server: upsert waits until the batch is applied")
-    indexing_threshold_kb: int = Field(10000, ge=1, description="segments larger than this get HNSW (KB)")
-    full_scan_threshold_kb: int = Field(
-        10000, ge=1, description="segments smaller than this are scanned (KB)"
-    )
-    default_segment_number: int = Field(0, ge=0, description="target segment count (0: one per CPU)")
-    max_segment_size_kb: int | None = Field(None, description="largest segment the optimizer builds (KB)")
-    max_indexing_threads: int = Field(0, ge=0, description="threads per HNSW build (0: auto)")
-    edge_search_threads: int | None = Field(None, description="edge: search thread pool size (None: CPUs)")
-    poll_s: float = Field(0.5, gt=0, description="server: status polling interval, seconds")
-    settle_polls: int = Field(2, ge=1, description="server: consecutive idle polls that mean steady state")
 
 
 def _knob(settings: QdrantSettings, spec: CollectionSpec, name: str) -> Any:

@@ -24,11 +24,10 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
 from apps.vdb import Adapter
 from apps.vdb.base import (
@@ -42,41 +41,15 @@ from apps.vdb.base import (
     StorageStats,
 )
 from apps.vdb.process import ServerProcess, directory_bytes, http_ok, port_in_use
+from apps.vdb.weaviate.settings import WeaviateSettings
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 WEAVIATE_VERSION = "v1.36.0"
 BUILD_HINT = (
     f"build it with `make weaviate`, or `GOBIN={REPO_ROOT}/.build/bin go install "
     f"github.com/weaviate/weaviate/cmd/weaviate-server@{WEAVIATE_VERSION}` (needs Go >= 1.25 and about 4 "
     "minutes), or set WEAVIATE_BIN / the `binary` setting to an existing weaviate-server"
 )
-
-
-class WeaviateSettings(BaseModel):
-    """How to run (or reach) Weaviate; embedded in the YAML config under ``vdb.databases``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: Literal["weaviate"] = "weaviate"
-    binary: str | None = Field(
-        None, description="weaviate-server path; default $WEAVIATE_BIN, <repo>/.build/bin, then PATH"
-    )
-    nodes: int = Field(1, ge=1, description="Processes to start: 1 = single node, N > 1 = local cluster")
-    url: str | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
-    grpc_port: int = Field(50051, description="gRPC port of the node at `url`")
-    async_indexing: bool = Field(True, description="ASYNC_INDEXING: index from a queue (needed by dynamic)")
-    gomaxprocs: int | None = Field(None, ge=1, description="GOMAXPROCS per node (cores a node may use)")
-    raft_timeouts_multiplier: int = Field(
-        1,
-        ge=1,
-        description="RAFT_TIMEOUTS_MULTIPLIER: 1 suits loopback (starts in ~3 s); Weaviate's default is 5",
-    )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every node")
-    startup_timeout: float | None = Field(
-        None, gt=0, description="Seconds to wait for health (None: caller's)"
-    )
-    insert_request_size: int = Field(1000, ge=1, description="Objects per gRPC batch request")
-    search_threads: int = Field(8, ge=1, description="Parallel single-query requests in a search batch")
 
 
 def find_binary(settings: WeaviateSettings) -> str:

@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import Field, model_validator
 
 from apps.dataset import is_held_out, row_id, vectors_to_arrow
 from apps.taskinfo import task_context
-from pipeline.errors import InputDataError
-from pipeline.store import atomic_write_json, complete_manifest, write_parquet_atomic
+from core.config import Strict
+from core.errors import InputDataError
+from core.store import atomic_write_json, complete_manifest, write_parquet_atomic
+
+
+class QueriesConfig(Strict):
+    """Where the queries come from."""
+
+    source: Literal["terms", "holdout"] = Field(
+        "terms", description="terms: one query per line of terms_file; holdout: the held-out corpus chunks."
+    )
+    terms_file: str | None = Field(None, description="Term list, one per line (terms source).")
+    limit: int | None = Field(None, ge=1, description="Use at most this many queries (the first N).")
+    instruction: bool = Field(True, description="Embed queries with the instruction format.")
+
+    @model_validator(mode="after")
+    def _terms_need_file(self) -> QueriesConfig:
+        if self.source == "terms" and not self.terms_file:
+            raise ValueError("queries.source 'terms' needs terms_file")
+        return self
+
 
 STAGE_VERSION = "1"
 

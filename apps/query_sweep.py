@@ -20,8 +20,8 @@ from apps.dataset import arrow_to_vectors
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.pool import ClientPool, client
 from apps.vdb_metrics import raw_query_table
-from pipeline.errors import ArtifactError
-from pipeline.store import write_parquet_atomic
+from core.errors import ArtifactError
+from core.store import write_parquet_atomic
 
 
 def setting_name(ef: int | None, batch_size: int, clients: int, k: int) -> str:

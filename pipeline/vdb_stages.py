@@ -19,15 +19,15 @@ from parsl import python_app
 
 from apps import index as index_stage
 from apps import insert as insert_stage
-from apps import query as query_stage
+from apps import query_sweep as query_stage
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
-from executors import cpu_label
-from executors.local import DRIVER
+from core.store import atomic_write_json, complete_manifest, read_manifest
+from executors.labels import DRIVER
+from executors.platforms import cpu_label
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
-from pipeline.store import atomic_write_json, complete_manifest, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class BenchmarkRunner:
         self.plan, self.provenance, self.progress = plan, provenance, progress
         self.cfg = plan.config.vdb
         self.stage = plan.stage("vdb")
-        clients = cpu_label(plan.config)  # clients run on nodes separate from the database's
+        clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(_deploy, executors=[DRIVER]),
             "prepare": python_app(insert_stage.prepare_collection, executors=[clients]),
@@ -93,7 +93,7 @@ class BenchmarkRunner:
         """Deploy one database, run its stages, always tear it down; return its manifest."""
         name = settings.name
         if self.cfg.cluster is not None:  # HPC: Apptainer servers as a pilot job on their own nodes
-            from apps.vdb.cluster import cluster_deployment
+            from apps.vdb.cluster.pilot import cluster_deployment
 
             deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
         else:

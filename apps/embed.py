@@ -1,0 +1,67 @@
+"""The embed stage: one chunk shard in, one dataset part (``part-NNNNN.parquet``) out.
+
+The model itself (batching, pooling, backends) lives in :mod:`apps.embedding`; the dataset layout
+(row ids, vector columns, parts) in :mod:`apps.dataset`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.dataset import METADATA_KEY, is_held_out, row_id, vectors_to_arrow
+from apps.taskinfo import task_context
+from core.store import read_shard_record, write_parquet_atomic, write_shard_record
+
+
+def embed_shard(
+    chunks_file: str,
+    shard_index: int,
+    dataset_dir: str,
+    embedding: dict[str, Any],
+    file_metadata: dict[str, Any],
+    holdout_fraction: float,
+    row_group_rows: int,
+) -> dict[str, Any]:
+    """Embed one chunk shard into ``part-NNNNN.parquet``; return its record (skips a verified part)."""
+    from apps.embedding import get_embedder
+
+    out = Path(dataset_dir)
+    name = f"part-{shard_index:05d}.parquet"
+    if (done := read_shard_record(out, name)) is not None:
+        return {**done, "cached": True}
+    started = time.time()
+    chunks = pq.read_table(chunks_file, columns=["chunk_id", "doc_id", "chunk_index", "text"]).to_pydict()
+    ids = [row_id(shard_index, row) for row in range(len(chunks["chunk_id"]))]
+    keep = [i for i, cid in enumerate(chunks["chunk_id"]) if not is_held_out(cid, holdout_fraction)]
+    embedder = get_embedder(embedding)
+    vectors, stats = embedder.embed([chunks["text"][i] for i in keep], is_query=False)
+    table = pa.table(
+        {
+            "id": pa.array([ids[i] for i in keep], pa.int64()),
+            "doc_id": pa.array([chunks["doc_id"][i] for i in keep], pa.string()),
+            "chunk_index": pa.array([chunks["chunk_index"][i] for i in keep], pa.int32()),
+            "embedding": vectors_to_arrow(vectors, embedding["output_dtype"]),
+        }
+    )
+    metadata = {METADATA_KEY: json.dumps(file_metadata, sort_keys=True)}
+    written = write_parquet_atomic(table, out / name, row_group_rows=row_group_rows, metadata=metadata)
+    record = {
+        "file": name,
+        "shard": shard_index,
+        "input": Path(chunks_file).name,
+        "held_out": len(ids) - len(keep),
+        "dataset_key": file_metadata["dataset_key"],
+        "dimension": file_metadata["dimension"],
+        "embed": stats.__dict__,
+        "device": embedder.device,
+        **written,
+        **task_context(started),
+    }
+    write_shard_record(out, record)
+    return record

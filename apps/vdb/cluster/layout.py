@@ -1,0 +1,166 @@
+"""Rank layout of a database cluster: which process runs where, on which cores and ports, with which data.
+
+Pure planning, no side effects: :func:`plan_cluster` asks the database's own ``ranks`` module (found through
+the registry in :mod:`apps.vdb`) for its ranks, then places them on node slots and binds cores. Ranks learn
+their own address at run time (the configured interface), so the only cross-rank value a rank needs, rank
+0's address, is read from the registry rather than guessed from host names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apps.vdb import cluster_ranks
+from apps.vdb.base import DatabaseError
+from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+from executors.config import NodeShape, bind_lists
+
+REGISTRY = "registry"
+STOP_FILE = "STOP"
+CLUSTER_DIR = "cluster"
+
+
+@dataclass
+class RankSpec:
+    """One server process of a cluster, fully decided at plan time except for run-time addresses.
+
+    Strings may reference ``${VDB_ADDR}`` (this rank's address) and ``${VDB_RANK0_ADDR}`` (rank 0's,
+    read from the registry): the rank script substitutes both before starting the container.
+    """
+
+    rank: int
+    role: str
+    ports: dict[str, int]
+    client_port: str  # the ports key clients connect to
+    image: str
+    argv: list[str]
+    env: dict[str, str]
+    binds: list[tuple[str, str]]  # (host path, container path)
+    data_dir: str
+    ready_url: str  # polled on 127.0.0.1 until it answers 2xx
+    up_port: str | None = None  # a port whose opening lets others join before ready (Weaviate gossip)
+    waits_for_rank0: bool = False
+    node_slot: int = 0
+    local_index: int = 0
+    cores: list[int] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # config files (name -> text) bound into it
+    apptainer_flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RankPlan:
+    """What a database's ``ranks`` module plans: its ranks, those clients connect to, a shared directory."""
+
+    ranks: list[RankSpec]
+    entry_ranks: list[int]  # preferred first
+    shared_data: str | None = None  # Milvus distributed: the directory every rank shares
+
+
+@dataclass
+class ClusterLayout:
+    """Every rank of one database cluster and where its scripts, registry and data live."""
+
+    database: str
+    cluster_id: str
+    directory: Path  # scripts, registry and logs (shared file system)
+    data_root: str  # per-rank data lives under it
+    ranks: list[RankSpec]
+    entry_ranks: list[int]  # ranks clients connect to, preferred first
+    shared_data: str | None = None  # Milvus distributed: the directory every rank shares
+
+    @property
+    def registry(self) -> Path:
+        return self.directory / REGISTRY
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as data (rank -> role, slot, cores, ports), for ``plan`` and provenance."""
+        return {
+            "database": self.database,
+            "cluster_id": self.cluster_id,
+            "directory": str(self.directory),
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "role": r.role,
+                    "node_slot": r.node_slot,
+                    "cores": core_ranges(r.cores),
+                    "ports": r.ports,
+                    "data_dir": r.data_dir,
+                }
+                for r in self.ranks
+            ],
+            "entry_ranks": self.entry_ranks,
+        }
+
+
+def cluster_id_for(database: str, workdir: Path) -> str:
+    """A short, stable id: the same deployment directory always gets the same data directories."""
+    digest = hashlib.sha1(str(workdir).encode()).hexdigest()[:8]
+    return f"{database}-{digest}"
+
+
+def rank_ports(cluster: DatabaseClusterConfig, rank: int, names: list[str]) -> dict[str, int]:
+    """Distinct ports for every rank: rank r owns base_port + r*stride ... + stride-1."""
+    first = cluster.base_port + rank * cluster.port_stride
+    return {name: first + i for i, name in enumerate(names)}
+
+
+def common_env(cluster: DatabaseClusterConfig) -> dict[str, str]:
+    # Go servers do not follow CPU affinity; the study capped them with GOMAXPROCS = cores per worker.
+    return {"GOMAXPROCS": str(cluster.cores_per_worker)}
+
+
+def plan_cluster(
+    settings: Any,
+    cluster: DatabaseClusterConfig,
+    node: NodeShape,
+    workdir: Path,
+    base_dir: Path | None = None,
+) -> ClusterLayout:
+    """Lay out every rank of ``settings.name`` on the cluster block (no side effects)."""
+    database = settings.name
+    cluster = cluster.for_database(database)
+    cid = cluster_id_for(database, workdir)
+    storage_base = cluster.storage.base_dir()
+    if not storage_base:
+        raise DatabaseError(
+            f"vdb.cluster.storage: medium {cluster.storage.medium} has no directory configured"
+        )
+    data = f"{storage_base.rstrip('/')}/pes2o-vdb/{cid}"
+    _, image = image_for(cluster, database)
+    if not image:
+        raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
+    image = str(absolute(image, base_dir))
+    planned = cluster_ranks(database)(settings, cluster, image, data, base_dir)
+    ranks = planned.ranks
+    cores = bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) or []
+    for spec in ranks:
+        spec.node_slot, spec.local_index = divmod(spec.rank, cluster.workers_per_node)
+        spec.cores = cores[spec.local_index] if spec.local_index < len(cores) else []
+    directory = Path(workdir) / CLUSTER_DIR
+    return ClusterLayout(database, cid, directory, data, ranks, planned.entry_ranks, planned.shared_data)
+
+
+def absolute(path: str, base_dir: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base_dir is None else (base_dir / p).resolve()
+
+
+def core_ranges(cores: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3,7'."""
+    parts: list[str] = []
+    for c in sorted(cores):
+        if parts and c == int(parts[-1].split("-")[-1]) + 1:
+            start = parts[-1].split("-")[0]
+            parts[-1] = f"{start}-{c}"
+        else:
+            parts.append(str(c))
+    return ",".join(parts)
+
+
+def hw_threads(cores: list[int], node: NodeShape) -> list[int]:
+    """Physical cores plus their hyper-thread siblings (sibling of core c is c + cores per node)."""
+    return sorted(c + t * node.cores for c in cores for t in range(node.threads_per_core))

@@ -1,0 +1,180 @@
+"""A database cluster as a pilot job: submit the rendered scripts, wait for every rank, publish endpoints.
+
+:class:`ClusterDeployment` submits the job command with a Parsl provider (PBS Pro, Slurm, or local), reads
+the endpoint registry (``registry/rank-NNN.json``, rank -> host and ports, written by each rank on the
+shared file system), waits until every rank is healthy, returns :class:`Endpoints`, and on ``stop`` asks
+every rank to stop (``registry/STOP``) before cancelling the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
+from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, plan_cluster
+from apps.vdb.cluster.provider import cluster_provider, node_shape
+from apps.vdb.cluster.render import launcher_command, write_files
+from apps.vdb.process import tail
+
+
+def read_registry(registry: Path) -> dict[int, dict[str, Any]]:
+    """rank -> latest entry written by that rank (half-written files never appear: writes are renames)."""
+    entries: dict[int, dict[str, Any]] = {}
+    for path in sorted(registry.glob("rank-*.json")):
+        try:
+            entry = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        entries[int(entry["rank"])] = entry
+    return entries
+
+
+def endpoints_from_registry(layout: ClusterLayout, entries: dict[int, dict[str, Any]]) -> Endpoints:
+    """Endpoints for the clients: the entry ranks, preferred first, with their registered addresses."""
+    nodes = []
+    by_rank = {r.rank: r for r in layout.ranks}
+    for rank in layout.entry_ranks:
+        spec, entry = by_rank[rank], entries[rank]
+        host, ports = entry["host"], entry["ports"]
+        port = int(ports[spec.client_port])
+        extra: dict[str, str | int] = {"role": spec.role, "url": f"http://{host}:{port}"}
+        if "metrics" in ports:
+            extra["metrics_port"] = int(ports["metrics"])
+        nodes.append(Endpoint(rank=rank, host=host, port=port, grpc_port=ports.get("grpc"), extra=extra))
+    logs = [str(layout.directory / "logs" / f"rank-{r.rank:03d}.log") for r in layout.ranks]
+    return Endpoints(
+        database=layout.database,
+        nodes=nodes,
+        data_dir=layout.shared_data or "",
+        server_version=f"{layout.database} ({Path(layout.ranks[0].image).name if layout.ranks else '?'})",
+        log_paths=logs,
+    )
+
+
+class ClusterDeployment(Deployment):
+    """Runs one database as a batch job of Apptainer ranks; ``stop`` ends every rank and the job."""
+
+    def __init__(
+        self,
+        settings: Any,
+        cluster: DatabaseClusterConfig,
+        executor: Any,
+        base_dir: Path | None = None,
+        provider: Any = None,
+        poll_s: float = 5.0,
+        queue_timeout_s: float | None = None,
+    ) -> None:
+        # This database's view of the block (its overrides applied).
+        self.settings, self.cluster, self.executor = settings, cluster.for_database(settings.name), executor
+        self.name = settings.name
+        self.base_dir = base_dir
+        self.provider = provider
+        self.poll_s = poll_s
+        self.queue_timeout_s = queue_timeout_s
+        self.layout: ClusterLayout | None = None
+        self.job_id: str | None = None
+
+    def plan(self, workdir: Path) -> ClusterLayout:
+        """The layout this deployment would start under ``workdir`` (no side effects)."""
+        return plan_cluster(
+            self.settings, self.cluster, node_shape(self.executor), Path(workdir), self.base_dir
+        )
+
+    def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
+        """Submit the job, wait for it to run and for every rank to be healthy; return the endpoints.
+
+        Time in the queue is not counted against ``timeout`` (unless ``queue_timeout_s`` is set).
+        """
+        workdir = Path(workdir).resolve()
+        self.layout = layout = self.plan(workdir)
+        write_files(layout, self.cluster)
+        provider = self.provider or cluster_provider(self.executor, self.cluster)
+        self.provider = provider
+        provider.script_dir = str(layout.directory / "jobs")
+        Path(provider.script_dir).mkdir(parents=True, exist_ok=True)
+        command = launcher_command(layout, self.cluster, node_shape(self.executor))
+        self.job_id = provider.submit(command, 1, f"pes2o-vdb.{layout.cluster_id}")
+        if not self.job_id:
+            raise DatabaseError(f"{self.name}: the scheduler did not accept the database job")
+        health_limit = max(timeout, self.cluster.startup_timeout_s)
+        queued_since, running_since = time.monotonic(), None
+        # The registry is a file read; the scheduler is asked only at its provider's polling interval.
+        status_every = float(getattr(provider, "status_polling_interval", 30) or 30)
+        status, status_at = None, -float("inf")
+        try:
+            while True:
+                entries = read_registry(layout.registry)
+                failed = [e for e in entries.values() if e.get("state") == "failed"]
+                if failed:
+                    raise DatabaseError(self._failure(f"rank {failed[0]['rank']} failed to start", failed[0]))
+                if len(entries) == len(layout.ranks) and all(
+                    e.get("state") == "ready" for e in entries.values()
+                ):
+                    return endpoints_from_registry(layout, entries)
+                now = time.monotonic()
+                if status is None or now - status_at >= status_every:
+                    status, status_at = provider.status([self.job_id])[0], now
+                if status.terminal:
+                    raise DatabaseError(
+                        self._failure(f"database job {self.job_id} ended ({status.state.name})")
+                    )
+                if running_since is None and (entries or status.state.name == "RUNNING"):
+                    running_since = now
+                if (
+                    running_since is None
+                    and self.queue_timeout_s
+                    and now - queued_since > self.queue_timeout_s
+                ):
+                    raise DatabaseError(
+                        f"{self.name}: database job still queued after {self.queue_timeout_s:.0f}s"
+                    )
+                if running_since is not None and now - running_since > health_limit:
+                    missing = sorted(
+                        set(range(len(layout.ranks)))
+                        - {r for r, e in entries.items() if e.get("state") == "ready"}
+                    )
+                    raise DatabaseError(
+                        self._failure(f"ranks {missing} not healthy after {health_limit:.0f}s")
+                    )
+                time.sleep(self.poll_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _failure(self, what: str, entry: dict[str, Any] | None = None) -> str:
+        """An error message with the tail of the failing rank's log (or of the job's output)."""
+        assert self.layout is not None
+        logs = []
+        if entry is not None:
+            logs.append(
+                Path(entry.get("log") or self.layout.directory / "logs" / f"rank-{entry['rank']:03d}.log")
+            )
+        logs += sorted((self.layout.directory / "jobs").glob("*.std*"))
+        shown = "\n".join(f"--- {p}\n{tail(p, 20)}" for p in logs if p.exists())
+        return f"{self.name} cluster: {what}\n{shown}".rstrip()
+
+    def stop(self, grace: float = 60.0) -> None:
+        """Ask every rank to stop (flushing data), wait up to ``grace`` s, then cancel the job. Idempotent."""
+        if self.layout is None or self.job_id is None:
+            return
+        layout, job_id = self.layout, self.job_id
+        self.job_id = None
+        (layout.registry / STOP_FILE).touch()
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            entries = read_registry(layout.registry)
+            if all(e.get("state") in ("stopped", "failed") for e in entries.values()):
+                break
+            time.sleep(min(self.poll_s, 2.0))
+        with contextlib.suppress(Exception):  # the job may be gone already; teardown must not raise
+            self.provider.cancel([job_id])
+
+
+def cluster_deployment(settings: Any, run_config: Any, base_dir: Path | None = None) -> ClusterDeployment:
+    """The deployment for ``settings`` when ``run_config.vdb.cluster`` is set (call from the benchmark)."""
+    return ClusterDeployment(settings, run_config.vdb.cluster, run_config.executor, base_dir)

@@ -1,0 +1,203 @@
+"""Milvus on an HPC pilot job: standalone (embedded etcd), or etcd + mixcoord + proxy / streaming / query /
+data nodes sharing a Lustre or DAOS directory instead of MinIO (the study's HPC deployment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from apps.vdb.base import DatabaseError
+from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.cluster.layout import RankPlan, RankSpec, absolute, common_env, rank_ports
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _milvus_standalone(
+    settings: Any, cluster: DatabaseClusterConfig, image: str, data: str
+) -> list[RankSpec]:
+    ports = rank_ports(cluster, 0, ["proxy", "metrics", "etcd", "etcd_peer", "proxy_internal"])
+    rank_dir = f"{data}/rank-000"
+    user = {
+        "proxy": {"port": ports["proxy"], "internalPort": ports["proxy_internal"]},
+        "etcd": {"endpoints": [f"127.0.0.1:{ports['etcd']}"]},
+        "common": {"storageType": "local"},
+        "localStorage": {"path": "/var/lib/milvus/data"},
+        "mq": {"type": "woodpecker"},
+        "woodpecker": {"storage": {"type": "local", "rootPath": "/var/lib/milvus/woodpecker"}},
+        **_overrides(settings),
+    }
+    embed_etcd = {
+        "listen-client-urls": f"http://0.0.0.0:{ports['etcd']}",
+        "advertise-client-urls": f"http://127.0.0.1:{ports['etcd']}",
+        "listen-peer-urls": f"http://127.0.0.1:{ports['etcd_peer']}",
+        "initial-advertise-peer-urls": f"http://127.0.0.1:{ports['etcd_peer']}",
+        "initial-cluster": f"default=http://127.0.0.1:{ports['etcd_peer']}",
+        "quota-backend-bytes": 4294967296,
+        "auto-compaction-mode": "revision",
+        "auto-compaction-retention": "1000",
+    }
+    env = {
+        **common_env(cluster),
+        "DEPLOY_MODE": "STANDALONE",
+        "ETCD_USE_EMBED": "true",
+        "ETCD_DATA_DIR": "/var/lib/milvus/etcd",
+        "ETCD_CONFIG_PATH": "/milvus/configs/embedEtcd.yaml",
+        "COMMON_STORAGETYPE": "local",
+        "METRICS_PORT": str(ports["metrics"]),
+        **settings.env,
+    }
+    return [
+        RankSpec(
+            rank=0,
+            role="standalone",
+            ports=ports,
+            client_port="proxy",
+            image=image,
+            argv=["milvus", "run", "standalone"],
+            env=env,
+            binds=[
+                (rank_dir, "/var/lib/milvus"),
+                ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
+                ("${VDB_RANK_DIR}/embedEtcd.yaml", "/milvus/configs/embedEtcd.yaml"),
+            ],
+            data_dir=rank_dir,
+            ready_url=f"http://127.0.0.1:{ports['metrics']}/healthz",
+            files={"user.yaml": _yaml(user), "embedEtcd.yaml": _yaml(embed_etcd)},
+            apptainer_flags=["--pwd", "/milvus"],
+        )
+    ]
+
+
+def _overrides(settings: Any) -> dict[str, Any]:
+    """The adapter's dotted milvus.yaml overrides as nested YAML (they win over ours)."""
+    nested: dict[str, Any] = {}
+    for key, value in settings.config_overrides.items():
+        node = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+# Milvus role -> (milvus.yaml section holding ip/port, `milvus run` argument)
+_MILVUS_ROLES = {
+    "mixcoord": (None, "mixcoord"),
+    "proxy": ("proxy", "proxy"),
+    "streamingnode": ("streamingNode", "streamingnode"),
+    "querynode": ("queryNode", "querynode"),
+    "datanode": ("dataNode", "datanode"),
+}
+
+
+def _milvus_distributed(
+    settings: Any, cluster: DatabaseClusterConfig, image: str, etcd_image: str, data: str, shared: str
+) -> list[RankSpec]:
+    m = cluster.milvus
+    roles = (
+        ["etcd", "mixcoord"]
+        + ["proxy"] * m.proxies
+        + ["streamingnode"] * m.streaming_nodes
+        + ["querynode"] * m.query_nodes
+        + ["datanode"] * m.data_nodes
+    )
+    etcd_ports = rank_ports(cluster, 0, ["client", "peer", "metrics"])
+    ranks: list[RankSpec] = []
+    for r, role in enumerate(roles):
+        rank_dir = f"{data}/rank-{r:03d}"
+        if role == "etcd":
+            p = etcd_ports
+            argv = [
+                "etcd",
+                "--name=etcd0",
+                "--data-dir=/etcd-data",
+                f"--listen-client-urls=http://0.0.0.0:{p['client']}",
+                f"--advertise-client-urls=http://${{VDB_ADDR}}:{p['client']}",
+                f"--listen-peer-urls=http://0.0.0.0:{p['peer']}",
+                f"--initial-advertise-peer-urls=http://${{VDB_ADDR}}:{p['peer']}",
+                f"--initial-cluster=etcd0=http://${{VDB_ADDR}}:{p['peer']}",
+                f"--listen-metrics-urls=http://0.0.0.0:{p['metrics']}",
+                "--auto-compaction-mode=revision",
+                "--auto-compaction-retention=1000",
+                "--quota-backend-bytes=4294967296",
+            ]
+            ranks.append(
+                RankSpec(
+                    rank=r,
+                    role=role,
+                    ports=p,
+                    client_port="client",
+                    image=etcd_image,
+                    argv=argv,
+                    env={},
+                    binds=[(rank_dir, "/etcd-data")],
+                    data_dir=rank_dir,
+                    ready_url=f"http://127.0.0.1:{p['client']}/health",
+                )
+            )
+            continue
+        p = rank_ports(cluster, r, ["grpc", "metrics", "internal"])
+        section, command = _MILVUS_ROLES[role]
+        user: dict[str, Any] = {
+            "etcd": {"endpoints": [f"@VDB_RANK0_ADDR@:{etcd_ports['client']}"], "rootPath": "pes2o-vdb"},
+            "common": {"storageType": "local"},
+            "localStorage": {"path": "/var/lib/milvus/shared/data"},  # the shared directory replaces MinIO
+            "mq": {"type": "woodpecker"},
+            "woodpecker": {"storage": {"type": "local", "rootPath": "/var/lib/milvus/shared/woodpecker"}},
+        }
+        if section is None:  # the coordinator: every coordinator section advertises this rank
+            for coord in ("rootCoord", "queryCoord", "dataCoord"):
+                user[coord] = {"ip": "@VDB_ADDR@"}
+        else:
+            user[section] = {"ip": "@VDB_ADDR@", "port": p["grpc"]}
+            if role == "proxy":
+                user[section]["internalPort"] = p["internal"]
+        user.update(_overrides(settings))
+        env = {
+            **common_env(cluster),
+            "DEPLOY_MODE": "CLUSTER",
+            "COMMON_STORAGETYPE": "local",
+            "METRICS_PORT": str(p["metrics"]),
+            **settings.env,
+        }
+        ranks.append(
+            RankSpec(
+                rank=r,
+                role=role,
+                ports=p,
+                client_port="grpc",
+                image=image,
+                argv=["milvus", "run", command],
+                env=env,
+                binds=[
+                    (rank_dir, "/var/lib/milvus"),
+                    (shared, "/var/lib/milvus/shared"),
+                    ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
+                ],
+                data_dir=rank_dir,
+                ready_url=f"http://127.0.0.1:{p['metrics']}/healthz",
+                waits_for_rank0=True,
+                files={"user.yaml": _yaml(user)},
+                apptainer_flags=["--pwd", "/milvus"],
+            )
+        )
+    return ranks
+
+
+def plan_ranks(
+    settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
+) -> RankPlan:
+    """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``."""
+    if cluster.milvus.mode == "standalone":
+        return RankPlan(_milvus_standalone(settings, cluster, image, data), [0])
+    if not cluster.images.etcd:
+        raise DatabaseError("vdb.cluster.images.etcd: milvus distributed needs an etcd image")
+    shared = f"{data}/shared"
+    etcd_image = str(absolute(cluster.images.etcd, base_dir))
+    ranks = _milvus_distributed(settings, cluster, image, etcd_image, data, shared)
+    return RankPlan(ranks, [r.rank for r in ranks if r.role == "proxy"], shared)

@@ -1,0 +1,52 @@
+"""The milvus settings users write under ``vdb.databases`` (pydantic only: no client library)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MilvusSettings(BaseModel):
+    """How to run (or reach) Milvus; embedded in the run config under ``vdb.databases``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["milvus"] = "milvus"
+    uri: str | None = Field(None, description="Existing Milvus to use (http://host:19530); none is started.")
+    token: str = Field("", description="Credentials of an existing server ('user:password' or a token).")
+    data_dir: str | None = Field(
+        None, description="Data dir of an existing server, for describe()'s disk bytes."
+    )
+    binary: str | None = Field(None, description="Milvus executable; default: the PyPI package 'milvus' one.")
+    binary_cache_dir: str | None = Field(
+        None, description="Where the packaged binary is unpacked once (default ~/.cache/pes2o-vdb)."
+    )
+    host: str = Field("127.0.0.1", description="Address components advertise (2.3 binds all interfaces).")
+    port: int | None = Field(None, description="Client (proxy) port; None picks a free one.")
+    start_attempts: int = Field(3, ge=1, description="Starts tried with fresh ports if a port got taken.")
+    stop_grace: float = Field(10.0, ge=0, description="SIGTERM to SIGKILL seconds (> gracefulStopTimeout 5).")
+    min_segment_rows_to_index: int = Field(
+        1024,
+        ge=0,
+        description="Smaller segments get no index and are scanned (Milvus default 1024); lower it for "
+        "small samples so that the configured index is what gets measured.",
+    )
+    config_overrides: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Dotted milvus.yaml keys, e.g. {'dataCoord.segment.maxSize': 512}."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra server environment, e.g. GOMAXPROCS."
+    )
+    insert_mode: Literal["upsert", "insert"] = Field(
+        "upsert", description="'upsert' makes retried batches idempotent; 'insert' may duplicate them."
+    )
+    consistency_level: Literal["Strong", "Bounded", "Session", "Eventually"] = Field(
+        "Bounded", description="Consistency level of searches (counts are always Strong)."
+    )
+    default_ef: int = Field(64, ge=1, description="HNSW ef when a search gives none (raised to k if lower).")
+    default_nprobe: int = Field(16, ge=1, description="IVF nprobe when a search gives none (ef is nprobe).")
+    request_timeout: float = Field(120.0, gt=0, description="Timeout of one client request, in seconds.")
+
+
+SETTINGS = MilvusSettings

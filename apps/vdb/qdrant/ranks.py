@@ -1,0 +1,56 @@
+"""Qdrant peers on an HPC pilot job: rank 0 starts with its p2p URI, the others bootstrap from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.cluster.layout import RankPlan, RankSpec, rank_ports
+
+
+def plan_ranks(
+    settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
+) -> RankPlan:
+    """One peer per worker; clients may connect to any of them."""
+    ranks = []
+    p2p0 = rank_ports(cluster, 0, ["http", "grpc", "p2p"])["p2p"]
+    for r in range(cluster.workers):
+        ports = rank_ports(cluster, r, ["http", "grpc", "p2p"])
+        rank_dir = f"{data}/rank-{r:03d}"
+        env = {
+            "QDRANT__SERVICE__HOST": "0.0.0.0",
+            "QDRANT__SERVICE__HTTP_PORT": str(ports["http"]),
+            "QDRANT__SERVICE__GRPC_PORT": str(ports["grpc"]),
+            "QDRANT__CLUSTER__ENABLED": "true",
+            "QDRANT__CLUSTER__P2P__PORT": str(ports["p2p"]),
+            "QDRANT__STORAGE__STORAGE_PATH": "/qdrant/storage",
+            "QDRANT__STORAGE__SNAPSHOTS_PATH": "/qdrant/snapshots",
+            "QDRANT__TELEMETRY_DISABLED": "true",
+        }
+        if cluster.gpu_indexing:
+            env["QDRANT__GPU__INDEXING"] = "true"
+        argv = ["/qdrant/qdrant", "--uri", f"http://${{VDB_ADDR}}:{ports['p2p']}"]
+        if r > 0:  # joiners bootstrap from rank 0's p2p URI
+            argv += ["--bootstrap", f"http://${{VDB_RANK0_ADDR}}:{p2p0}"]
+        flags = ["--writable-tmpfs", "--pwd", "/qdrant"] + (["--nv"] if cluster.gpu_indexing else [])
+        ranks.append(
+            RankSpec(
+                rank=r,
+                role="peer",
+                ports=ports,
+                client_port="http",
+                image=image,
+                argv=argv,
+                env=env,
+                binds=[
+                    (f"{rank_dir}/storage", "/qdrant/storage"),
+                    (f"{rank_dir}/snapshots", "/qdrant/snapshots"),
+                ],
+                data_dir=rank_dir,
+                ready_url=f"http://127.0.0.1:{ports['http']}/readyz",
+                waits_for_rank0=r > 0,
+                apptainer_flags=flags,
+            )
+        )
+    return RankPlan(ranks, list(range(len(ranks))))

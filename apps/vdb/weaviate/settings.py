@@ -1,0 +1,37 @@
+"""The weaviate settings users write under ``vdb.databases`` (pydantic only: no client library)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class WeaviateSettings(BaseModel):
+    """How to run (or reach) Weaviate; embedded in the YAML config under ``vdb.databases``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["weaviate"] = "weaviate"
+    binary: str | None = Field(
+        None, description="weaviate-server path; default $WEAVIATE_BIN, <repo>/.build/bin, then PATH"
+    )
+    nodes: int = Field(1, ge=1, description="Processes to start: 1 = single node, N > 1 = local cluster")
+    url: str | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
+    grpc_port: int = Field(50051, description="gRPC port of the node at `url`")
+    async_indexing: bool = Field(True, description="ASYNC_INDEXING: index from a queue (needed by dynamic)")
+    gomaxprocs: int | None = Field(None, ge=1, description="GOMAXPROCS per node (cores a node may use)")
+    raft_timeouts_multiplier: int = Field(
+        1,
+        ge=1,
+        description="RAFT_TIMEOUTS_MULTIPLIER: 1 suits loopback (starts in ~3 s); Weaviate's default is 5",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every node")
+    startup_timeout: float | None = Field(
+        None, gt=0, description="Seconds to wait for health (None: caller's)"
+    )
+    insert_request_size: int = Field(1000, ge=1, description="Objects per gRPC batch request")
+    search_threads: int = Field(8, ge=1, description="Parallel single-query requests in a search batch")
+
+
+SETTINGS = WeaviateSettings

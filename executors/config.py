@@ -1,0 +1,332 @@
+"""Platform models: the local machine, ALCF Polaris and Aurora (PBS Pro), and Slurm sites.
+
+Everything site- or user-specific (account, queue, file systems) comes from the YAML file; the defaults
+below are only facts about the machines (cores, GPUs, the interface ALCF documents). Pydantic only:
+validating a config imports no Parsl and no client library.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from core.config import Strict
+
+# --- small types -------------------------------------------------------------------------------------------
+
+_WALLTIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
+_AFFINITY = re.compile(r"^(none|block|block-reverse|alternating|list:[0-9,\-:]+)$")
+
+
+def _check_walltime(value: str) -> str:
+    if not _WALLTIME.match(value):
+        raise ValueError(f"walltime must be HH:MM:SS, e.g. 01:00:00 (got {value!r})")
+    return value
+
+
+def _check_affinity(value: str) -> str:
+    if not _AFFINITY.match(value):
+        raise ValueError(
+            "cpu_affinity must be none, block, block-reverse, alternating or list:<cores>:<cores>... "
+            f"(got {value!r})"
+        )
+    return value
+
+
+Walltime = Annotated[str, AfterValidator(_check_walltime)]
+CpuAffinity = Annotated[str, AfterValidator(_check_affinity)]
+StorageMedium = Literal["memory", "ssd", "lustre", "daos"]
+CheckpointMode = Literal["task_exit", "periodic", "dfk_exit", "manual"]
+
+# Parsl launches one worker per entry; Aurora exposes 6 GPUs x 2 tiles as '<gpu>.<tile>'.
+AURORA_TILES = [f"{gpu}.{tile}" for gpu in range(6) for tile in range(2)]
+# ALCF's documented affinity for 12 tile workers: 8 cores (+ hyper-threads) each, skipping reserved 0 and 52.
+AURORA_TILE_AFFINITY = (
+    "list:1-8,105-112:9-16,113-120:17-24,121-128:25-32,129-136:33-40,137-144:41-48,145-152"
+    ":53-60,157-164:61-68,165-172:69-76,173-180:77-84,181-188:85-92,189-196:93-100,197-204"
+)
+
+
+def walltime_seconds(value: str) -> int:
+    """Seconds in an HH:MM:SS walltime."""
+    match = _WALLTIME.match(value)
+    if not match:
+        raise ValueError(f"not an HH:MM:SS walltime: {value!r}")
+    hours, minutes, seconds = (int(g) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+# --- machine facts -----------------------------------------------------------------------------------------
+
+
+class NodeShape(Strict):
+    """What one compute node has; used to pin workers to cores of one socket."""
+
+    sockets: int = Field(1, ge=1, description="CPU sockets per node.")
+    cores_per_socket: int = Field(32, ge=1, description="Physical cores per socket.")
+    threads_per_core: int = Field(2, ge=1, description="Hardware threads per physical core.")
+    gpus: int = Field(4, ge=0, description="GPUs per node.")
+    reserved_cores: list[int] = Field(
+        default_factory=list,
+        description="Physical cores the site reserves for the OS (Aurora: 0 and 52); never bound.",
+    )
+
+    @property
+    def cores(self) -> int:
+        """Physical cores per node."""
+        return self.sockets * self.cores_per_socket
+
+
+class QueueLimits(Strict):
+    """What one queue accepts (from the site's documentation); checked at plan time."""
+
+    min_nodes: int = Field(1, ge=1, description="Smallest job (nodes) the queue accepts.")
+    max_nodes: int = Field(ge=1, description="Largest job (nodes) the queue accepts.")
+    max_walltime: Walltime | None = Field(None, description="Longest walltime the queue accepts (HH:MM:SS).")
+
+
+# --- Parsl blocks ------------------------------------------------------------------------------------------
+
+
+class GpuWorkers(Strict):
+    """GPU HighThroughputExecutor (label 'workers'): embedding, ground truth; one worker per GPU or tile."""
+
+    nodes_per_block: int = Field(1, ge=1, description="Nodes per batch job (one Parsl block).")
+    init_blocks: int = Field(1, ge=0, description="Blocks submitted when the run starts.")
+    min_blocks: int = Field(0, ge=0, description="Blocks kept even when idle.")
+    max_blocks: int = Field(1, ge=1, description="Most blocks (batch jobs) at once.")
+    accelerators: int | list[str] = Field(
+        4,
+        description="GPUs a node offers to workers: a count (ids 0..n-1) or explicit ids such as Aurora "
+        "tiles '0.0'; Parsl starts one worker per entry and pins it (CUDA_VISIBLE_DEVICES, "
+        "ZE_AFFINITY_MASK).",
+    )
+    cores_per_worker: float = Field(8, gt=0, description="CPU hardware threads per worker.")
+    cpu_affinity: CpuAffinity = Field(
+        "block-reverse",
+        description="Parsl worker CPU pinning: block, block-reverse (Polaris: GPU 0 is near the last "
+        "cores), alternating, or an explicit list:<cores>:<cores>... per worker.",
+    )
+    prefetch_capacity: int = Field(
+        0, ge=0, description="Tasks prefetched beyond free workers (0: best balance for long tasks)."
+    )
+    bind_cmd: str = Field("--cpu-bind", description="MpiExecLauncher option that binds the manager.")
+    launcher_overrides: str = Field(
+        "--depth=64 --ppn 1",
+        description="Extra mpiexec arguments: one manager per node (--ppn 1) owning all cores.",
+    )
+    queue: str | None = Field(None, description="Queue for this block; default: executor.queue.")
+    walltime: Walltime | None = Field(None, description="Walltime of this block; default: executor.walltime.")
+    select_options: str | None = Field(
+        None, description="PBS select options of this block; default: executor.select_options."
+    )
+
+    @property
+    def accelerator_ids(self) -> list[str]:
+        """The accelerator ids as Parsl names them."""
+        if isinstance(self.accelerators, int):
+            return [str(i) for i in range(self.accelerators)]
+        return list(self.accelerators)
+
+
+class CpuWorkers(Strict):
+    """CPU HighThroughputExecutor (label 'cpu'): chunking and database clients, on their own nodes."""
+
+    nodes_per_block: int = Field(1, ge=1, description="Nodes per batch job.")
+    init_blocks: int = Field(0, ge=0, description="Blocks submitted when the run starts (0: on demand).")
+    min_blocks: int = Field(0, ge=0, description="Blocks kept even when idle.")
+    max_blocks: int = Field(1, ge=1, description="Most blocks at once.")
+    workers_per_node: int = Field(8, ge=1, description="Worker processes per node.")
+    cores_per_worker: float = Field(4, gt=0, description="CPU hardware threads per worker.")
+    cpu_affinity: CpuAffinity = Field("block", description="Parsl worker CPU pinning (see the GPU block).")
+    bind_cmd: str = Field("--cpu-bind", description="Launcher option that binds the manager.")
+    launcher_overrides: str = Field("--depth=64 --ppn 1", description="Extra launcher arguments.")
+    queue: str | None = Field(None, description="Queue for this block; default: executor.queue.")
+    walltime: Walltime | None = Field(None, description="Walltime of this block; default: executor.walltime.")
+    select_options: str | None = Field(
+        None, description="PBS select options of this block; default: executor.select_options."
+    )
+
+
+def _polaris_gpu() -> GpuWorkers:
+    return GpuWorkers(accelerators=4, cores_per_worker=8, cpu_affinity="block-reverse")
+
+
+def _aurora_gpu() -> GpuWorkers:
+    return GpuWorkers(
+        accelerators=list(AURORA_TILES),
+        cores_per_worker=16,
+        cpu_affinity=AURORA_TILE_AFFINITY,
+        launcher_overrides="--ppn 1",
+    )
+
+
+# --- executor configurations -------------------------------------------------------------------------------
+
+
+class _HpcExecutorBase(Strict):
+    """Fields shared by every batch-scheduled platform."""
+
+    walltime: Walltime = Field(description="Walltime of each batch job, HH:MM:SS.")
+    worker_init: list[str] = Field(
+        default_factory=list,
+        description="Shell lines run on every node before Parsl's workers start (modules, venv).",
+    )
+    interface: str | None = Field(
+        None,
+        description="Network interface of the login node the workers connect back to "
+        "(address_by_interface); None: Parsl tries every address.",
+    )
+    gpu: GpuWorkers = Field(default_factory=_polaris_gpu, description="The GPU worker block.")
+    cpu: CpuWorkers | None = Field(
+        None, description="The CPU worker block (label 'cpu'); omit to run CPU work on the GPU block."
+    )
+    driver_threads: int = Field(4, ge=1, description="Threads of the in-process 'driver' executor.")
+    retries: int = Field(
+        2, ge=0, description="Retries of a task lost with its worker or node (never of a bad input)."
+    )
+    checkpoint_mode: CheckpointMode | None = Field(
+        "task_exit", description="Parsl checkpointing of memoized apps (BasicMemoizer); None: off."
+    )
+    heartbeat_period: int = Field(30, ge=1, description="Seconds between worker heartbeats.")
+    heartbeat_threshold: int = Field(
+        120, ge=1, description="Seconds without heartbeat after which a worker is lost."
+    )
+    drain_margin_s: int | None = Field(
+        600,
+        ge=0,
+        description="Workers stop taking tasks this long before the walltime ends (None: never drain).",
+    )
+    node: NodeShape = Field(default_factory=NodeShape, description="Cores, sockets and GPUs of a node.")
+    queues: dict[str, QueueLimits] = Field(
+        default_factory=dict,
+        description="Queue name -> limits; a job whose node count or walltime a queue rejects fails at "
+        "plan time instead of in the scheduler.",
+    )
+    storage_media: list[StorageMedium] = Field(
+        default_factory=lambda: ["memory", "ssd", "lustre"],
+        description="Storage media the platform offers to database workers.",
+    )
+
+
+class _PbsExecutorBase(_HpcExecutorBase):
+    """PBS Pro platforms (ALCF)."""
+
+    account: str = Field(min_length=1, description="Project charged for the jobs (qsub -A).")
+    queue: str = Field(min_length=1, description="Queue (qsub -q), e.g. debug, debug-scaling, prod.")
+    filesystems: list[str] = Field(
+        default_factory=lambda: ["home"],
+        description="File systems the jobs need (#PBS -l filesystems=a:b).",
+    )
+    place: str | None = Field("scatter", description="#PBS -l place=...; None: omit.")
+    select_options: str = Field("", description="Appended to #PBS -l select (e.g. ngpus=4).")
+    scheduler_options: list[str] = Field(
+        default_factory=list, description="Further #PBS directive lines, verbatim."
+    )
+    cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement.")
+
+
+class PolarisExecutorConfig(_PbsExecutorBase):
+    """ALCF Polaris: PBS Pro, 4 x A100 and 32 cores per node, Lustre (Eagle), node-local SSD."""
+
+    platform: Literal["polaris"] = Field("polaris", description="Selects this platform (ALCF Polaris).")
+    filesystems: list[str] = Field(
+        default_factory=lambda: ["home", "eagle"],
+        description="File systems the jobs need (#PBS -l filesystems=a:b).",
+    )
+    select_options: str = Field("ngpus=4", description="Appended to #PBS -l select.")
+    cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement (hw threads).")
+    interface: str | None = Field(
+        "bond0", description="Login-node interface the workers reach (ALCF documents bond0)."
+    )
+    gpu: GpuWorkers = Field(default_factory=_polaris_gpu, description="The GPU worker block.")
+    node: NodeShape = Field(
+        default_factory=lambda: NodeShape(sockets=1, cores_per_socket=32, gpus=4),
+        description="Cores, sockets and GPUs of a node.",
+    )
+
+
+class AuroraExecutorConfig(_PbsExecutorBase):
+    """ALCF Aurora: PBS Pro, 6 Intel GPUs x 2 tiles and 104 cores per node, Lustre (Flare) and DAOS."""
+
+    platform: Literal["aurora"] = Field("aurora", description="Selects this platform (ALCF Aurora).")
+    filesystems: list[str] = Field(
+        default_factory=lambda: ["home", "flare"],
+        description="File systems the jobs need (#PBS -l filesystems=a:b).",
+    )
+    cpus_per_node: int = Field(208, ge=1, description="ncpus of the PBS select statement (hw threads).")
+    gpu: GpuWorkers = Field(default_factory=_aurora_gpu, description="The GPU (tile) worker block.")
+    node: NodeShape = Field(
+        default_factory=lambda: NodeShape(sockets=2, cores_per_socket=52, gpus=6, reserved_cores=[0, 52]),
+        description="Cores, sockets and GPUs of a node.",
+    )
+    storage_media: list[StorageMedium] = Field(
+        default_factory=lambda: ["memory", "lustre", "daos"],
+        description="Storage media the platform offers (Aurora nodes have no local SSD).",
+    )
+
+
+class SlurmExecutorConfig(_HpcExecutorBase):
+    """A Slurm site: partition, account, constraint and GPUs per node from the YAML file."""
+
+    platform: Literal["slurm"] = Field("slurm", description="Selects this platform (a Slurm site).")
+    account: str | None = Field(None, description="Account charged (#SBATCH --account); None: default.")
+    partition: str = Field(min_length=1, description="Partition (#SBATCH --partition).")
+    qos: str | None = Field(None, description="Quality of service (#SBATCH --qos).")
+    constraint: str | None = Field(None, description="Node features (#SBATCH --constraint), e.g. gpu.")
+    gpus_per_node: int | None = Field(None, ge=1, description="#SBATCH --gpus-per-node.")
+    cores_per_node: int | None = Field(None, ge=1, description="Cores requested per node.")
+    mem_per_node: int | None = Field(None, ge=1, description="Memory per node in GB.")
+    exclusive: bool = Field(True, description="Whole nodes (#SBATCH --exclusive).")
+    scheduler_options: list[str] = Field(
+        default_factory=list, description="Further #SBATCH directive lines, verbatim."
+    )
+    gpu: GpuWorkers = Field(
+        default_factory=lambda: GpuWorkers(accelerators=4, cpu_affinity="block", launcher_overrides=""),
+        description="The GPU worker block (SrunLauncher).",
+    )
+
+
+HPC_PLATFORMS = ("polaris", "aurora", "slurm")
+
+
+def bind_lists(node: NodeShape, workers_per_node: int, cores_per_worker: int) -> list[list[int]] | None:
+    """Physical cores of each node-local rank, every rank inside one socket; None when they do not fit.
+
+    Ranks fill socket 0 first, then socket 1, skipping reserved cores, so a database never spans sockets.
+    """
+    free = [
+        [
+            c
+            for c in range(s * node.cores_per_socket, (s + 1) * node.cores_per_socket)
+            if c not in node.reserved_cores
+        ]
+        for s in range(node.sockets)
+    ]
+    lists: list[list[int]] = []
+    socket = 0
+    while len(lists) < workers_per_node:
+        if socket >= node.sockets:
+            return None
+        if len(free[socket]) >= cores_per_worker:
+            lists.append(free[socket][:cores_per_worker])
+            free[socket] = free[socket][cores_per_worker:]
+        else:
+            socket += 1
+    return lists
+
+
+class LocalExecutorConfig(Strict):
+    """Parsl HighThroughputExecutor with LocalProvider on loopback (a laptop or CI machine)."""
+
+    platform: Literal["local"] = Field("local", description="Selects this platform (one machine).")
+    workers: int = Field(2, ge=1, description="Worker processes (each loads the model once).")
+    address: str = Field("127.0.0.1", description="Interface the interchange listens on.")
+
+
+ExecutorConfig = Annotated[
+    LocalExecutorConfig | PolarisExecutorConfig | AuroraExecutorConfig | SlurmExecutorConfig,
+    Field(discriminator="platform"),
+]

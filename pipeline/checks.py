@@ -1,0 +1,220 @@
+"""Cross-field checks of a run config that need several sections at once.
+
+A queue's node and walltime limits, image files, storage media a platform offers, and the database
+cluster's shape are reported by :func:`check_platform` as ``(field path, message)`` pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
+
+Problem = tuple[tuple, str]
+
+
+def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tuple]]:
+    """(nodes path, queue, nodes, walltime, walltime path) of every batch job the run submits."""
+    queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
+    for label in ("gpu", "cpu"):
+        block = getattr(executor, label)
+        if block is not None:
+            yield (
+                ("executor", label, "nodes_per_block"),
+                block.queue or queue,
+                block.nodes_per_block,
+                block.walltime or executor.walltime,
+                ("executor", label, "walltime") if block.walltime else ("executor", "walltime"),
+            )
+    cluster = getattr(vdb, "cluster", None) if vdb else None
+    if cluster is not None:
+        for name in dict.fromkeys(db.name for db in vdb.databases):
+            c = cluster.for_database(name)
+            yield (
+                cluster.field_path(name, "nodes"),
+                c.queue or queue,
+                c.nodes,
+                c.walltime or executor.walltime,
+                ("vdb", "cluster", "walltime") if c.walltime else ("executor", "walltime"),
+            )
+
+
+def _queue_problems(executor: Any, vdb: Any) -> list[Problem]:
+    problems: list[Problem] = []
+    table: dict[str, QueueLimits] = executor.queues
+    if not table:
+        return problems
+    for loc, queue, nodes, walltime, wloc in _blocks(executor, vdb):
+        limits = table.get(queue)
+        if limits is None:
+            own = getattr(executor, "queue", None)
+            where = ("executor", "queue") if queue == own else (*loc[:-1], "queue")
+            known = ", ".join(sorted(table))
+            problems.append((where, f"queue {queue!r} is not in executor.queues ({known})"))
+            continue
+        if not limits.min_nodes <= nodes <= limits.max_nodes:
+            problems.append(
+                (
+                    loc,
+                    f"queue {queue!r} accepts {limits.min_nodes}-{limits.max_nodes} nodes per job, "
+                    f"not {nodes}",
+                )
+            )
+        if limits.max_walltime and walltime_seconds(walltime) > walltime_seconds(limits.max_walltime):
+            problems.append((wloc, f"queue {queue!r} allows at most {limits.max_walltime}, not {walltime}"))
+    return list(dict.fromkeys(problems))  # a shared block is reported once
+
+
+def _resolve(path: str, base_dir: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base_dir is None else base_dir / p
+
+
+def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> list[Problem]:
+    """Problems of one database's cluster (the block with that database's overrides applied)."""
+    executor, vdb = run_config.executor, run_config.vdb
+    block: DatabaseClusterConfig = vdb.cluster
+    c = block.for_database(name)
+
+    def at(*fields: str) -> tuple:
+        return block.field_path(name, fields[0]) + tuple(fields[1:])
+
+    problems: list[Problem] = []
+    ranks, per_node = c.workers, c.workers_per_node
+    if c.nodes * per_node < ranks:
+        problems.append(
+            (at("workers"), f"{name}: {ranks} workers do not fit on {c.nodes} node(s) x {per_node}")
+        )
+    elif math.ceil(ranks / per_node) < c.nodes:
+        problems.append((at("nodes"), f"{name}: {c.nodes} nodes for {ranks} workers leaves nodes idle"))
+    if c.base_port + ranks * c.port_stride > 65535:
+        problems.append((at("base_port"), f"{name}: ports of {ranks} ranks exceed 65535"))
+    if name == "milvus":
+        m = c.milvus
+        if m.mode == "distributed" and ranks != m.ranks:
+            problems.append(
+                (
+                    at("workers"),
+                    f"milvus distributed runs {m.ranks} processes (etcd, mixcoord, {m.proxies} proxy, "
+                    f"{m.streaming_nodes} streaming, {m.query_nodes} query, {m.data_nodes} data): "
+                    f"set workers: {m.ranks}",
+                )
+            )
+        if m.mode == "standalone" and ranks != 1:
+            problems.append((at("workers"), "milvus standalone is one process: set workers: 1"))
+
+    node = getattr(executor, "node", None)
+    if node is not None and bind_lists(node, per_node, c.cores_per_worker) is None:
+        problems.append(
+            (
+                at("cores_per_worker"),
+                f"{name}: {per_node} ranks x {c.cores_per_worker} cores do not fit one socket each "
+                f"({node.sockets} x {node.cores_per_socket} cores, reserved {node.reserved_cores})",
+            )
+        )
+
+    field, path = image_for(c, name)
+    if not path:
+        problems.append((("vdb", "cluster", "images", field), f"no Apptainer image for {name}"))
+    elif not _resolve(path, base_dir).is_file():
+        problems.append((("vdb", "cluster", "images", field), f"image {path} does not exist"))
+    if name == "milvus" and c.milvus.mode == "distributed":
+        if not c.images.etcd:
+            problems.append((("vdb", "cluster", "images", "etcd"), "milvus distributed needs an etcd image"))
+        elif not _resolve(c.images.etcd, base_dir).is_file():
+            problems.append((("vdb", "cluster", "images", "etcd"), f"image {c.images.etcd} does not exist"))
+
+    storage = c.storage
+    offered = getattr(executor, "storage_media", ["memory", "ssd", "lustre", "daos"])
+    if storage.medium not in offered:
+        problems.append(
+            (
+                at("storage", "medium"),
+                f"{executor.platform} offers {', '.join(offered)}; not {storage.medium}",
+            )
+        )
+    elif storage.medium == "ssd" and not storage.ssd_path:
+        problems.append((at("storage", "ssd_path"), "medium ssd needs ssd_path (node-local directory)"))
+    elif storage.medium == "lustre":
+        if not storage.lustre_path:
+            problems.append((at("storage", "lustre_path"), "medium lustre needs lustre_path"))
+        elif not _resolve(storage.lustre_path, base_dir).is_dir():
+            problems.append((at("storage", "lustre_path"), f"directory {storage.lustre_path} does not exist"))
+    elif storage.medium == "daos":
+        if storage.daos is None:
+            problems.append((at("storage", "daos"), "medium daos needs a daos section (pool, container)"))
+        if name in ("qdrant", "weaviate"):  # the study: both mmap files, which dfuse does not support
+            problems.append((at("storage", "medium"), f"{name} cannot run on DAOS (dfuse lacks mmap)"))
+    if name == "milvus" and c.milvus.mode == "distributed" and c.nodes > 1 and not storage.shared:
+        problems.append(
+            (at("storage", "medium"), "milvus distributed over several nodes needs lustre or daos (shared)")
+        )
+
+    if c.gpu_indexing:
+        if name != "qdrant":  # the block-wide flag only concerns Qdrant; an override asks explicitly
+            if at("gpu_indexing")[2] == "overrides":
+                problems.append((at("gpu_indexing"), f"only Qdrant indexes on GPUs here, not {name}"))
+        elif executor.platform == "aurora":
+            problems.append((at("gpu_indexing"), "Qdrant's GPU build supports NVIDIA/AMD, not Intel GPUs"))
+
+    shards = c.workers * c.shards_per_worker
+    if name in ("qdrant", "weaviate") and vdb.collection.shards != shards:
+        problems.append(
+            (
+                ("vdb", "collection", "shards"),
+                f"{name}: {c.workers} workers x {c.shards_per_worker} shard(s) each: set shards: {shards}",
+            )
+        )
+    return problems
+
+
+def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
+    vdb, executor = run_config.vdb, run_config.executor
+    cluster: DatabaseClusterConfig = vdb.cluster
+    problems: list[Problem] = []
+    wanted = {"polaris": "mpiexec", "aurora": "mpiexec", "slurm": "srun", "local": "local"}[executor.platform]
+    if cluster.launcher != wanted and not (cluster.launcher == "local" and cluster.nodes == 1):
+        problems.append(
+            (("vdb", "cluster", "launcher"), f"platform {executor.platform} starts ranks with {wanted!r}")
+        )
+    for i, db in enumerate(vdb.databases):  # the cluster starts the servers: no external ones
+        if db.name == "qdrant" and (db.mode != "server" or db.url):
+            problems.append(
+                (("vdb", "databases", i, "mode"), "with vdb.cluster, qdrant needs mode: server, no url")
+            )
+        if db.name == "weaviate" and db.url:
+            problems.append((("vdb", "databases", i, "url"), "with vdb.cluster, weaviate must not set url"))
+        if db.name == "milvus" and db.uri:
+            problems.append((("vdb", "databases", i, "uri"), "with vdb.cluster, milvus must not set uri"))
+    for name in cluster.overrides:
+        if name not in {db.name for db in vdb.databases}:
+            problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))
+    for name in dict.fromkeys(db.name for db in vdb.databases):
+        problems += _database_problems(run_config, name, base_dir)
+    return list(dict.fromkeys(problems))
+
+
+def check_platform(run_config: Any, base_dir: Path | None = None) -> list[Problem]:
+    """Problems that need several sections at once, as (field path, message); empty when all is well.
+
+    ``base_dir`` resolves relative image and storage paths (the config file's directory).
+    """
+    executor = run_config.executor
+    vdb = getattr(run_config, "vdb", None)
+    cluster = getattr(vdb, "cluster", None) if vdb else None
+    problems: list[Problem] = []
+    if executor.platform in HPC_PLATFORMS:
+        account = getattr(executor, "account", None)
+        if executor.platform != "slurm" and not (account or "").strip():
+            problems.append((("executor", "account"), "an account (project) is required"))
+        problems += _queue_problems(executor, vdb)
+        gpu = executor.gpu
+        if len(gpu.accelerator_ids) > executor.node.gpus * 2:  # tiles count twice at most
+            problems.append((("executor", "gpu", "accelerators"), f"a node has {executor.node.gpus} GPUs"))
+    if cluster is not None:
+        problems += _cluster_problems(run_config, base_dir)
+    return problems
