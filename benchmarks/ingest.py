@@ -313,7 +313,7 @@ class WeaviateVendor:
         import weaviate
         from weaviate.classes.init import AdditionalConfig, Timeout
 
-        from apps.vdb.weaviate.adapter import class_name
+        from apps.vdb.weaviate.client import class_name
 
         node = ctx["endpoints_model"].nodes[0]
         self.client = weaviate.connect_to_custom(
@@ -362,7 +362,7 @@ class MilvusVendor:
         self.name = ctx["spec"]["name"]
 
     def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
-        from apps.vdb.milvus.adapter import ID_FIELD, VECTOR_FIELD
+        from apps.vdb.milvus.client import ID_FIELD, VECTOR_FIELD
 
         ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
         started = time.time()

@@ -89,7 +89,7 @@ class WeaviateDirect:
         import weaviate
         from weaviate.classes.init import AdditionalConfig, Timeout
 
-        from apps.vdb.weaviate.adapter import class_name
+        from apps.vdb.weaviate.client import class_name
 
         node = ctx["endpoints_model"].nodes[0]
         self.client = weaviate.connect_to_custom(
@@ -151,7 +151,7 @@ class MilvusDirect:
     def __init__(self, ctx: dict[str, Any]) -> None:
         from pymilvus import MilvusClient
 
-        from apps.vdb.milvus.adapter import METRICS
+        from apps.vdb.milvus.client import METRICS
 
         node, self.settings = ctx["endpoints_model"].nodes[0], ctx["settings"]
         self.client = MilvusClient(

@@ -1,7 +1,8 @@
 """Cross-field checks of a run config that need several sections at once.
 
 A queue's node and walltime limits, image files, storage media a platform offers, and the database
-cluster's shape are reported by :func:`check_platform` as ``(field path, message)`` pairs.
+cluster's shape are reported by :func:`check_platform` as ``(field path, message)`` pairs. Rules that concern
+one database live in its folder (``apps/vdb/<name>/checks.py``), reached through the registry.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from apps.vdb import cluster_checks
+from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
-
-Problem = tuple[tuple, str]
 
 
 def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tuple]]:
@@ -79,9 +80,17 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     executor, vdb = run_config.executor, run_config.vdb
     block: DatabaseClusterConfig = vdb.cluster
     c = block.for_database(name)
-
-    def at(*fields: str) -> tuple:
-        return block.field_path(name, fields[0]) + tuple(fields[1:])
+    offered = getattr(executor, "storage_media", ["memory", "ssd", "lustre", "daos"])
+    check = ClusterCheck(
+        name=name,
+        block=block,
+        cluster=c,
+        platform=executor.platform,
+        media=tuple(offered),
+        collection_shards=vdb.collection.shards,
+        base_dir=base_dir,
+    )
+    at = check.at
 
     problems: list[Problem] = []
     ranks, per_node = c.workers, c.workers_per_node
@@ -93,20 +102,6 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
         problems.append((at("nodes"), f"{name}: {c.nodes} nodes for {ranks} workers leaves nodes idle"))
     if c.base_port + ranks * c.port_stride > 65535:
         problems.append((at("base_port"), f"{name}: ports of {ranks} ranks exceed 65535"))
-    if name == "milvus":
-        m = c.milvus
-        if m.mode == "distributed" and ranks != m.ranks:
-            problems.append(
-                (
-                    at("workers"),
-                    f"milvus distributed runs {m.ranks} processes (etcd, mixcoord, {m.proxies} proxy, "
-                    f"{m.streaming_nodes} streaming, {m.query_nodes} query, {m.data_nodes} data): "
-                    f"set workers: {m.ranks}",
-                )
-            )
-        if m.mode == "standalone" and ranks != 1:
-            problems.append((at("workers"), "milvus standalone is one process: set workers: 1"))
-
     node = getattr(executor, "node", None)
     if node is not None and bind_lists(node, per_node, c.cores_per_worker) is None:
         problems.append(
@@ -120,16 +115,10 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     field, path = image_for(c, name)
     if not path:
         problems.append((("vdb", "cluster", "images", field), f"no Apptainer image for {name}"))
-    elif not _resolve(path, base_dir).is_file():
+    elif not check.exists(path):
         problems.append((("vdb", "cluster", "images", field), f"image {path} does not exist"))
-    if name == "milvus" and c.milvus.mode == "distributed":
-        if not c.images.etcd:
-            problems.append((("vdb", "cluster", "images", "etcd"), "milvus distributed needs an etcd image"))
-        elif not _resolve(c.images.etcd, base_dir).is_file():
-            problems.append((("vdb", "cluster", "images", "etcd"), f"image {c.images.etcd} does not exist"))
 
     storage = c.storage
-    offered = getattr(executor, "storage_media", ["memory", "ssd", "lustre", "daos"])
     if storage.medium not in offered:
         problems.append(
             (
@@ -144,31 +133,9 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
             problems.append((at("storage", "lustre_path"), "medium lustre needs lustre_path"))
         elif not _resolve(storage.lustre_path, base_dir).is_dir():
             problems.append((at("storage", "lustre_path"), f"directory {storage.lustre_path} does not exist"))
-    elif storage.medium == "daos":
-        if storage.daos is None:
-            problems.append((at("storage", "daos"), "medium daos needs a daos section (pool, container)"))
-        if name in ("qdrant", "weaviate"):  # the study: both mmap files, which dfuse does not support
-            problems.append((at("storage", "medium"), f"{name} cannot run on DAOS (dfuse lacks mmap)"))
-    if name == "milvus" and c.milvus.mode == "distributed" and c.nodes > 1 and not storage.shared:
-        problems.append(
-            (at("storage", "medium"), "milvus distributed over several nodes needs lustre or daos (shared)")
-        )
-
-    if c.gpu_indexing:
-        if name != "qdrant":  # the block-wide flag only concerns Qdrant; an override asks explicitly
-            if at("gpu_indexing")[2] == "overrides":
-                problems.append((at("gpu_indexing"), f"only Qdrant indexes on GPUs here, not {name}"))
-        elif executor.platform == "aurora":
-            problems.append((at("gpu_indexing"), "Qdrant's GPU build supports NVIDIA/AMD, not Intel GPUs"))
-
-    shards = c.workers * c.shards_per_worker
-    if name in ("qdrant", "weaviate") and vdb.collection.shards != shards:
-        problems.append(
-            (
-                ("vdb", "collection", "shards"),
-                f"{name}: {c.workers} workers x {c.shards_per_worker} shard(s) each: set shards: {shards}",
-            )
-        )
+    elif storage.medium == "daos" and storage.daos is None:
+        problems.append((at("storage", "daos"), "medium daos needs a daos section (pool, container)"))
+    problems += cluster_checks(name).cluster_problems(check)  # the database's own rules
     return problems
 
 
@@ -182,14 +149,7 @@ def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             (("vdb", "cluster", "launcher"), f"platform {executor.platform} starts ranks with {wanted!r}")
         )
     for i, db in enumerate(vdb.databases):  # the cluster starts the servers: no external ones
-        if db.name == "qdrant" and (db.mode != "server" or db.url):
-            problems.append(
-                (("vdb", "databases", i, "mode"), "with vdb.cluster, qdrant needs mode: server, no url")
-            )
-        if db.name == "weaviate" and db.url:
-            problems.append((("vdb", "databases", i, "url"), "with vdb.cluster, weaviate must not set url"))
-        if db.name == "milvus" and db.uri:
-            problems.append((("vdb", "databases", i, "uri"), "with vdb.cluster, milvus must not set uri"))
+        problems += cluster_checks(db.name).settings_problems(db, i)
     for name in cluster.overrides:
         if name not in {db.name for db in vdb.databases}:
             problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))

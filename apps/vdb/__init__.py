@@ -1,10 +1,17 @@
 """Vector databases: one folder per database, found through this registry.
 
-Each folder ``apps/vdb/<name>/`` holds everything about that database: ``settings.py`` (its config model,
-pydantic only, exported as ``SETTINGS``), ``adapter.py`` (local deployment and client, exported as
-``ADAPTER``) and ``ranks.py`` (its ranks on an HPC pilot job, ``plan_ranks``). Modules are imported lazily,
-so validating a config imports no client library and a worker imports only the database it talks to.
-Adding a database means adding a folder and one line to ``DATABASES``.
+Each folder ``apps/vdb/<name>/`` holds everything about that database:
+
+* ``settings.py``: its config model (pydantic only), exported as ``SETTINGS``, and ``PACKAGES``, the client
+  packages whose versions the provenance records;
+* ``adapter.py``: ``ADAPTER``, built from its local deployment (``deploy.py``) and client (``client.py``);
+* ``env.py``: its server environment, used by both the local deployment and the HPC ranks;
+* ``ranks.py``: its ranks on an HPC pilot job (``plan_ranks``) and its image field (``image_field``);
+* ``checks.py``: its own config checks on HPC (``settings_problems``, ``cluster_problems``).
+
+Modules are imported lazily, so validating a config imports no client library (settings, ranks and checks
+import none) and a worker imports only the database it talks to. Adding a database means adding a folder
+and one line to ``DATABASES``.
 """
 
 from __future__ import annotations
@@ -52,6 +59,21 @@ def settings_models() -> list[type]:
     return [_part(name, "settings").SETTINGS for name in DATABASES]
 
 
+def client_packages() -> list[str]:
+    """Every database's client packages (``PACKAGES`` of its settings module), in registry order."""
+    return [package for name in DATABASES for package in _part(name, "settings").PACKAGES]
+
+
 def cluster_ranks(name: str) -> Callable[..., Any]:
     """``plan_ranks(settings, cluster, image, data, base_dir) -> RankPlan`` of database ``name``."""
     return _part(name, "ranks").plan_ranks
+
+
+def cluster_image_field(name: str, cluster: Any) -> str:
+    """The ``vdb.cluster.images`` field database ``name`` runs from on this cluster block."""
+    return _part(name, "ranks").image_field(cluster)
+
+
+def cluster_checks(name: str) -> Any:
+    """Database ``name``'s checks: ``settings_problems(settings, index)``, ``cluster_problems(check)``."""
+    return _part(name, "checks")

@@ -6,6 +6,7 @@ Shared by the adapters that start real servers locally (Weaviate, Milvus, a ``qd
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from apps.vdb.base import DatabaseError
 
@@ -67,6 +69,12 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False
+
+
+def get_json(url: str, timeout: float = 5.0) -> Any:
+    """GET ``url`` and parse the JSON answer (errors propagate: callers decide what a failure means)."""
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.load(resp)
 
 
 class ServerProcess:

@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
-from apps.vdb.milvus.adapter import MilvusDeployment, MilvusVectorClient, _write_config
+from apps.vdb.milvus.client import MilvusVectorClient
+from apps.vdb.milvus.deploy import MilvusDeployment, _write_config
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import free_ports
 from apps.vecs import read_vecs
@@ -193,7 +194,7 @@ def test_second_server_skips_a_taken_port(server, client, tmp_path: Path, monkey
             picks.append([taken, *ports[1:]] if not picks else ports)
             return picks[-1]
 
-        monkeypatch.setattr("apps.vdb.milvus.adapter.free_ports", racy_free_ports)
+        monkeypatch.setattr("apps.vdb.milvus.deploy.free_ports", racy_free_ports)
         second = MilvusDeployment(MilvusSettings())
         try:
             endpoints = second.start(tmp_path, timeout=180)

@@ -18,7 +18,9 @@ import pytest
 
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
-from apps.vdb.weaviate import adapter as wv
+from apps.vdb.weaviate.client import WeaviateClient, class_name
+from apps.vdb.weaviate.deploy import WeaviateDeployment
+from apps.vdb.weaviate.settings import WeaviateSettings
 from apps.vecs import read_vecs
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
@@ -41,8 +43,8 @@ def recall(ids: np.ndarray, truth: np.ndarray) -> float:
 
 def start(tmp_path: Path, **settings):
     """Start a deployment and a client; the caller stops the deployment."""
-    cfg = wv.WeaviateSettings(**settings)
-    deployment = wv.WeaviateDeployment(cfg)
+    cfg = WeaviateSettings(**settings)
+    deployment = WeaviateDeployment(cfg)
     return cfg, deployment, deployment.start(tmp_path, timeout=90)
 
 
@@ -61,14 +63,14 @@ def single(tmp_path_factory):
 @pytest.fixture
 def client(single):
     cfg, endpoints = single
-    c = wv.WeaviateClient(cfg, endpoints)
+    c = WeaviateClient(cfg, endpoints)
     try:
         yield c
     finally:
         c.close()
 
 
-def load(client: wv.WeaviateClient, base: np.ndarray, spec: CollectionSpec, batch: int = 250) -> None:
+def load(client: WeaviateClient, base: np.ndarray, spec: CollectionSpec, batch: int = 250) -> None:
     client.create_collection(spec, recreate=True)
     for lo in range(0, len(base), batch):
         client.insert(np.arange(lo, min(lo + batch, len(base))), base[lo : lo + batch])
@@ -78,23 +80,23 @@ def load(client: wv.WeaviateClient, base: np.ndarray, spec: CollectionSpec, batc
 
 def test_registry_and_settings():
     adapter = get_adapter("weaviate")
-    assert adapter.settings is wv.WeaviateSettings
+    assert adapter.settings is WeaviateSettings
     with pytest.raises(ValueError, match="nodez"):
-        wv.WeaviateSettings(nodez=2)
-    assert wv.class_name("pes2o-ve") == "Pes2o_ve"
+        WeaviateSettings(nodez=2)
+    assert class_name("pes2o-ve") == "Pes2o_ve"
 
 
 def test_missing_binary_says_how_to_build(tmp_path, monkeypatch):
     with pytest.raises(DatabaseError, match="does not exist") as err:
-        wv.WeaviateDeployment(wv.WeaviateSettings(binary=str(tmp_path / "nope"))).start(tmp_path)
+        WeaviateDeployment(WeaviateSettings(binary=str(tmp_path / "nope"))).start(tmp_path)
     assert "make weaviate" in str(err.value)
     assert "go install github.com/weaviate/weaviate/cmd/weaviate-server@v1.36.0" in str(err.value)
     # Nothing anywhere and no Go: the message says Go is needed.
     monkeypatch.delenv("WEAVIATE_BIN", raising=False)
-    monkeypatch.setattr(wv, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr("apps.vdb.weaviate.deploy.REPO_ROOT", tmp_path)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DatabaseError, match="Go is not installed") as err:
-        wv.WeaviateDeployment(wv.WeaviateSettings()).start(tmp_path)
+        WeaviateDeployment(WeaviateSettings()).start(tmp_path)
     assert "make weaviate" in str(err.value)
 
 
@@ -113,8 +115,8 @@ def _servers_under(path: Path) -> list[psutil.Process]:
 
 @pytest.mark.slow
 def test_failed_start_reports_log_tail_and_leaves_nothing_running(tmp_path):
-    deployment = wv.WeaviateDeployment(
-        wv.WeaviateSettings(nodes=2, env={"PERSISTENCE_MEMTABLES_MAX_SIZE_MB": "lots"})
+    deployment = WeaviateDeployment(
+        WeaviateSettings(nodes=2, env={"PERSISTENCE_MEMTABLES_MAX_SIZE_MB": "lots"})
     )
     with pytest.raises(DatabaseError) as err:
         deployment.start(tmp_path, timeout=60)
@@ -181,7 +183,7 @@ def test_dimension_mismatch_is_a_clear_error(client, single, fmnist):
     client.create_collection(CollectionSpec(name="fm_dims", dim=784, metric="l2"), recreate=True)
     client.insert(np.arange(50), base)
     client.wait_searchable(50, timeout=30)
-    other = wv.WeaviateClient(*single)
+    other = WeaviateClient(*single)
     try:
         with pytest.raises(DatabaseError, match=r"dimension 784.*dimension 128"):
             other.create_collection(CollectionSpec(name="fm_dims", dim=128, metric="l2"))
@@ -217,7 +219,7 @@ def test_two_node_cluster_shards_and_answers_from_both(tmp_path, fmnist):
             tmp_path, nodes=2, env={"PERSISTENCE_MEMTABLES_FLUSH_DIRTY_AFTER_SECONDS": "1"}
         )
         assert len(endpoints.nodes) == 2 and len(endpoints.log_paths) == 2
-        client = wv.WeaviateClient(cfg, endpoints)
+        client = WeaviateClient(cfg, endpoints)
         try:
             load(client, base, CollectionSpec(name="fm_cluster", dim=784, metric="l2", shards=2))
             shards = {s.node: s for s in client._shards()}

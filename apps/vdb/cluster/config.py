@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from apps.vdb import cluster_image_field
 from core.config import Strict
 from executors.config import StorageMedium, Walltime
 
@@ -186,7 +187,6 @@ class DatabaseClusterConfig(Strict):
 
 
 def image_for(cluster: DatabaseClusterConfig, database: str) -> tuple[str, str | None]:
-    """(images field name, path) of the image a database runs from."""
-    if database == "qdrant" and cluster.gpu_indexing:
-        return "qdrant_gpu", cluster.images.qdrant_gpu
-    return database, getattr(cluster.images, database)
+    """(images field name, path) of the image a database runs from (the database picks the field)."""
+    field = cluster_image_field(database, cluster)
+    return field, getattr(cluster.images, field)

@@ -9,6 +9,7 @@ from typing import Any
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import RankPlan, RankSpec, absolute, common_env, rank_ports
+from apps.vdb.milvus.env import server_env
 
 
 def _yaml(data: dict[str, Any]) -> str:
@@ -41,16 +42,13 @@ def _milvus_standalone(
         "auto-compaction-mode": "revision",
         "auto-compaction-retention": "1000",
     }
-    env = {
-        **common_env(cluster),
-        "DEPLOY_MODE": "STANDALONE",
+    etcd = {
         "ETCD_USE_EMBED": "true",
         "ETCD_DATA_DIR": "/var/lib/milvus/etcd",
         "ETCD_CONFIG_PATH": "/milvus/configs/embedEtcd.yaml",
         "COMMON_STORAGETYPE": "local",
-        "METRICS_PORT": str(ports["metrics"]),
-        **settings.env,
     }
+    env = {**common_env(cluster), **server_env(settings, "STANDALONE", etcd, ports["metrics"])}
     return [
         RankSpec(
             rank=0,
@@ -158,13 +156,8 @@ def _milvus_distributed(
             if role == "proxy":
                 user[section]["internalPort"] = p["internal"]
         user.update(_overrides(settings))
-        env = {
-            **common_env(cluster),
-            "DEPLOY_MODE": "CLUSTER",
-            "COMMON_STORAGETYPE": "local",
-            "METRICS_PORT": str(p["metrics"]),
-            **settings.env,
-        }
+        storage = {"COMMON_STORAGETYPE": "local"}
+        env = {**common_env(cluster), **server_env(settings, "CLUSTER", storage, p["metrics"])}
         ranks.append(
             RankSpec(
                 rank=r,
@@ -187,6 +180,11 @@ def _milvus_distributed(
             )
         )
     return ranks
+
+
+def image_field(cluster: DatabaseClusterConfig) -> str:
+    """The ``vdb.cluster.images`` field Milvus runs from."""
+    return "milvus"
 
 
 def plan_ranks(

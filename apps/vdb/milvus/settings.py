@@ -50,3 +50,5 @@ class MilvusSettings(BaseModel):
 
 
 SETTINGS = MilvusSettings
+# Client packages whose versions the provenance records (names on PyPI; never imported here).
+PACKAGES = ("pymilvus", "milvus")

@@ -7,6 +7,12 @@ from typing import Any
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import RankPlan, RankSpec, rank_ports
+from apps.vdb.qdrant.env import server_env
+
+
+def image_field(cluster: DatabaseClusterConfig) -> str:
+    """The ``vdb.cluster.images`` field Qdrant runs from: the GPU image when it indexes on GPUs."""
+    return "qdrant_gpu" if cluster.gpu_indexing else "qdrant"
 
 
 def plan_ranks(
@@ -18,18 +24,15 @@ def plan_ranks(
     for r in range(cluster.workers):
         ports = rank_ports(cluster, r, ["http", "grpc", "p2p"])
         rank_dir = f"{data}/rank-{r:03d}"
-        env = {
-            "QDRANT__SERVICE__HOST": "0.0.0.0",
-            "QDRANT__SERVICE__HTTP_PORT": str(ports["http"]),
-            "QDRANT__SERVICE__GRPC_PORT": str(ports["grpc"]),
-            "QDRANT__CLUSTER__ENABLED": "true",
-            "QDRANT__CLUSTER__P2P__PORT": str(ports["p2p"]),
-            "QDRANT__STORAGE__STORAGE_PATH": "/qdrant/storage",
-            "QDRANT__STORAGE__SNAPSHOTS_PATH": "/qdrant/snapshots",
-            "QDRANT__TELEMETRY_DISABLED": "true",
-        }
-        if cluster.gpu_indexing:
-            env["QDRANT__GPU__INDEXING"] = "true"
+        env = server_env(
+            "0.0.0.0",
+            ports["http"],
+            ports["grpc"],
+            "/qdrant/storage",
+            "/qdrant/snapshots",
+            p2p_port=ports["p2p"],
+            gpu_indexing=cluster.gpu_indexing,
+        )
         argv = ["/qdrant/qdrant", "--uri", f"http://${{VDB_ADDR}}:{ports['p2p']}"]
         if r > 0:  # joiners bootstrap from rank 0's p2p URI
             argv += ["--bootstrap", f"http://${{VDB_RANK0_ADDR}}:{p2p0}"]

@@ -38,3 +38,5 @@ class QdrantSettings(BaseModel):
 
 
 SETTINGS = QdrantSettings
+# Client packages whose versions the provenance records (names on PyPI; never imported here).
+PACKAGES = ("qdrant-client", "qdrant-edge-py")

@@ -8,6 +8,12 @@ from typing import Any
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import RankPlan, RankSpec, common_env, rank_ports
+from apps.vdb.weaviate.env import server_env
+
+
+def image_field(cluster: DatabaseClusterConfig) -> str:
+    """The ``vdb.cluster.images`` field Weaviate runs from."""
+    return "weaviate"
 
 
 def plan_ranks(
@@ -23,23 +29,15 @@ def plan_ranks(
     for r, ports in enumerate(all_ports):
         env = {
             **common_env(cluster),
-            "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
-            "PERSISTENCE_DATA_PATH": "/var/lib/weaviate",
-            "DEFAULT_VECTORIZER_MODULE": "none",
-            "CLUSTER_HOSTNAME": f"node{r}",
-            "CLUSTER_ADVERTISE_ADDR": "${VDB_ADDR}",
-            "CLUSTER_GOSSIP_BIND_PORT": str(ports["gossip"]),
-            "CLUSTER_DATA_BIND_PORT": str(ports["data"]),
-            "CLUSTER_IN_LOCALHOST": "true",
-            "RAFT_PORT": str(ports["raft"]),
-            "RAFT_INTERNAL_RPC_PORT": str(ports["raft_rpc"]),
-            "RAFT_JOIN": raft_join,
-            "RAFT_BOOTSTRAP_EXPECT": str(cluster.workers),
-            "RAFT_TIMEOUTS_MULTIPLIER": str(settings.raft_timeouts_multiplier),
-            "GRPC_PORT": str(ports["grpc"]),
-            "ASYNC_INDEXING": str(settings.async_indexing).lower(),
-            "DISABLE_TELEMETRY": "true",
-            "GO_PROFILING_DISABLE": "true",
+            **server_env(
+                settings,
+                node=f"node{r}",
+                data_path="/var/lib/weaviate",
+                advertise="${VDB_ADDR}",
+                ports=ports,
+                raft_join=raft_join,
+                expect=cluster.workers,
+            ),
             **settings.env,
         }
         if r > 0:

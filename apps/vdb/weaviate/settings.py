@@ -35,3 +35,5 @@ class WeaviateSettings(BaseModel):
 
 
 SETTINGS = WeaviateSettings
+# Client packages whose versions the provenance records (names on PyPI; never imported here).
+PACKAGES = ("weaviate-client",)

@@ -1,0 +1,64 @@
+"""What a database's own cluster checks receive, and the rules several databases share.
+
+``pipeline/checks.py`` runs the checks every cluster needs (fit, ports, cores, image, storage) and then asks
+each database's ``checks`` module (through the registry in :mod:`apps.vdb`) for its own, passing a
+:class:`ClusterCheck`. Problems are ``(field path, message)`` pairs, field paths as the user wrote them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from apps.vdb.cluster.config import DatabaseClusterConfig
+
+Problem = tuple[tuple, str]
+
+
+@dataclass(frozen=True)
+class ClusterCheck:
+    """One database's cluster as the checks see it."""
+
+    name: str
+    block: DatabaseClusterConfig  # vdb.cluster as written
+    cluster: DatabaseClusterConfig  # with this database's overrides applied
+    platform: str
+    media: tuple[str, ...]  # storage media the platform offers
+    collection_shards: int  # vdb.collection.shards
+    base_dir: Path | None  # resolves relative paths (the config file's directory)
+
+    def at(self, *fields: str) -> tuple:
+        """Path of a cluster field as the user wrote it (under overrides.<name> when overridden there)."""
+        return self.block.field_path(self.name, fields[0]) + tuple(fields[1:])
+
+    def exists(self, path: str) -> bool:
+        """True when ``path`` (relative to the config file) is a file."""
+        p = Path(path).expanduser()
+        return (p if p.is_absolute() or self.base_dir is None else self.base_dir / p).is_file()
+
+
+def needs_mmap(check: ClusterCheck) -> list[Problem]:
+    """Databases that mmap their files cannot use DAOS: dfuse lacks mmap (the study found so)."""
+    storage = check.cluster.storage
+    if storage.medium == "daos" and "daos" in check.media:
+        return [(check.at("storage", "medium"), f"{check.name} cannot run on DAOS (dfuse lacks mmap)")]
+    return []
+
+
+def no_gpu_indexing(check: ClusterCheck) -> list[Problem]:
+    """The block-wide ``gpu_indexing`` flag does not concern this database; an override asks explicitly."""
+    if check.cluster.gpu_indexing and check.at("gpu_indexing")[2] == "overrides":
+        return [(check.at("gpu_indexing"), f"only Qdrant indexes on GPUs here, not {check.name}")]
+    return []
+
+
+def shards_per_worker(check: ClusterCheck) -> list[Problem]:
+    """The collection's shards must be workers x shards_per_worker (each worker holds its own)."""
+    c = check.cluster
+    shards = c.workers * c.shards_per_worker
+    if check.collection_shards != shards:
+        message = (
+            f"{check.name}: {c.workers} workers x {c.shards_per_worker} shard(s) each: set shards: {shards}"
+        )
+        return [(("vdb", "collection", "shards"), message)]
+    return []

@@ -1,0 +1,218 @@
+"""Milvus's client: pymilvus against one collection.
+
+* Milvus 2.3 cannot load (so cannot count or search) a collection without an index: deferred
+  indexing therefore uploads into a FLAT index (exhaustive search, as the study did) and
+  ``build_index`` swaps it for HNSW / IVF_FLAT (release, drop, create, wait, load);
+* ``upsert`` (delete + insert by primary key) keeps a retried batch from duplicating rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pymilvus import DataType, MilvusClient, MilvusException
+
+from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
+from apps.vdb.milvus.settings import MilvusSettings
+from apps.vdb.process import directory_bytes
+
+METRICS = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
+INDEX_TYPES = {"hnsw": "HNSW", "ivf_flat": "IVF_FLAT", "flat": "FLAT"}
+ID_FIELD, VECTOR_FIELD = "id", "vector"
+
+
+@contextlib.contextmanager
+def _errors(what: str) -> Iterator[None]:
+    """Re-raise pymilvus errors as DatabaseError saying what was attempted."""
+    try:
+        yield
+    except MilvusException as exc:
+        raise DatabaseError(f"milvus: {what} failed: {exc}") from exc
+
+
+class MilvusVectorClient(Client):
+    """pymilvus client for one collection; ``create_collection`` also attaches to an existing one."""
+
+    def __init__(self, settings: MilvusSettings, endpoints: Endpoints) -> None:
+        node = endpoints.nodes[0]
+        self.settings = settings
+        self.uri = settings.uri or f"http://{node.host}:{node.port}"
+        self.data_dir = endpoints.data_dir
+        self.spec: CollectionSpec | None = None
+        with _errors(f"connect to {self.uri}"):
+            self.client = MilvusClient(uri=self.uri, token=settings.token, timeout=settings.request_timeout)
+
+    def _spec(self) -> CollectionSpec:
+        if self.spec is None:
+            raise DatabaseError("milvus: call create_collection(spec) first (it attaches to an existing one)")
+        return self.spec
+
+    @staticmethod
+    def _build_params(spec: CollectionSpec, index_type: str) -> dict[str, int]:
+        if index_type == "HNSW":
+            return {"M": spec.hnsw_m, "efConstruction": spec.ef_construction}
+        return {"nlist": spec.ivf_nlist} if index_type == "IVF_FLAT" else {}
+
+    def _index_params(self, spec: CollectionSpec, index_type: str) -> Any:
+        index = MilvusClient.prepare_index_params()
+        index.add_index(
+            field_name=VECTOR_FIELD,
+            index_type=index_type,
+            metric_type=METRICS[spec.metric],
+            params=self._build_params(spec, index_type),
+        )
+        return index
+
+    def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
+        """Create (or attach to) the collection: int64 row-id key, float vector of ``spec.dim``."""
+        if spec.index_type not in INDEX_TYPES:
+            raise DatabaseError(
+                f"milvus: index_type {spec.index_type!r} unsupported; use {sorted(INDEX_TYPES)}"
+            )
+        name, c = spec.name, self.client
+        with _errors(f"create collection {name!r}"):
+            if c.has_collection(name) and recreate:
+                c.drop_collection(name)
+            if c.has_collection(name):
+                fields = c.describe_collection(name)["fields"]
+                dim = next((int(f["params"]["dim"]) for f in fields if f["name"] == VECTOR_FIELD), None)
+                if dim != spec.dim:
+                    raise DatabaseError(
+                        f"milvus: collection {name!r} exists with dimension {dim}, but the data has "
+                        f"dimension {spec.dim}; drop it or recreate it (recreate=True)"
+                    )
+                if c.list_indexes(name) and str(c.get_load_state(name)["state"]) != "Loaded":
+                    c.load_collection(name)
+                self.spec = spec
+                return
+            schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+            schema.add_field(ID_FIELD, DataType.INT64, is_primary=True)
+            schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=spec.dim)
+            # 2.3 only loads indexed collections: deferred indexing uploads into FLAT (exhaustive search).
+            first = "FLAT" if spec.deferred_indexing else INDEX_TYPES[spec.index_type]
+            c.create_collection(
+                name, schema=schema, index_params=self._index_params(spec, first), num_shards=spec.shards
+            )
+            if spec.options:  # collection properties, e.g. {"mmap.enabled": True}
+                c.alter_collection_properties(name, properties=dict(spec.options))
+        self.spec = spec
+
+    def _check_dim(self, vectors: np.ndarray, what: str) -> None:
+        dim = self._spec().dim
+        if vectors.ndim != 2 or vectors.shape[1] != dim:
+            raise DatabaseError(f"milvus: {what} have shape {vectors.shape}, collection dimension is {dim}")
+
+    def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Upsert a batch keyed by dataset row id (a retried batch replaces, never duplicates)."""
+        self._check_dim(vectors, "vectors")
+        rows = [{ID_FIELD: i, VECTOR_FIELD: v} for i, v in zip(ids.tolist(), vectors, strict=True)]
+        write = self.client.upsert if self.settings.insert_mode == "upsert" else self.client.insert
+        with _errors(f"{self.settings.insert_mode} of {len(rows)} rows"):
+            write(self._spec().name, rows)
+
+    def count(self) -> int:
+        """Rows visible to a strongly consistent count query (deleted/replaced rows excluded)."""
+        with _errors("count"):
+            res = self.client.query(
+                self._spec().name, filter="", output_fields=["count(*)"], consistency_level="Strong"
+            )
+        return int(res[0]["count(*)"])
+
+    def wait_searchable(self, expected: int, timeout: float) -> None:
+        """Flush, then poll the count until it equals ``expected``."""
+        deadline = time.monotonic() + timeout
+        with _errors("flush"):
+            self.client.flush(self._spec().name)
+        while (seen := self.count()) != expected:
+            if time.monotonic() > deadline:
+                raise DatabaseError(
+                    f"milvus: {seen} rows visible after {timeout:.0f}s, expected {expected} "
+                    + (f"({expected - seen} missing)" if seen < expected else f"({seen - expected} too many)")
+                )
+            time.sleep(0.2)
+
+    def build_index(self, timeout: float) -> None:
+        """Replace the upload index by the spec's index, wait until every row is indexed, load."""
+        spec = self._spec()
+        name, c, target = spec.name, self.client, INDEX_TYPES[spec.index_type]
+        deadline = time.monotonic() + timeout
+        with _errors(f"build {target} index"):
+            c.flush(name)
+            current = c.describe_index(name, VECTOR_FIELD) if c.list_indexes(name) else {}
+            wanted = {k: str(v) for k, v in self._build_params(spec, target).items()}  # as describe_index
+            if any(current.get(k) != v for k, v in {"index_type": target, **wanted}.items()):
+                c.release_collection(name)  # 2.3 refuses to drop the index of a loaded collection
+                if current:
+                    c.drop_index(name, VECTOR_FIELD)
+                c.create_index(name, self._index_params(spec, target))
+            while True:
+                info = c.describe_index(name, VECTOR_FIELD)
+                if info.get("state") == "Failed":
+                    raise DatabaseError(f"milvus: index build failed: {info}")
+                done = info.get("state") == "Finished" and info.get("pending_index_rows", 0) == 0
+                if done and info.get("indexed_rows") == info.get("total_rows"):
+                    break
+                if time.monotonic() > deadline:
+                    raise DatabaseError(f"milvus: index not finished after {timeout:.0f}s: {info}")
+                time.sleep(0.5)
+            c.load_collection(name, timeout=max(1.0, deadline - time.monotonic()))
+
+    def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
+        """One search request for the batch; ``ef`` is HNSW's ef (>= k) or IVF's nprobe."""
+        spec = self._spec()
+        self._check_dim(queries, "queries")
+        params: dict[str, int] = {}
+        if spec.index_type == "hnsw":
+            params = {"ef": max(ef or self.settings.default_ef, k)}  # Milvus rejects ef < k
+        elif spec.index_type == "ivf_flat":
+            params = {"nprobe": min(ef or self.settings.default_nprobe, spec.ivf_nlist)}
+        with _errors(f"search of {len(queries)} queries"):
+            res = self.client.search(
+                spec.name,
+                data=np.ascontiguousarray(queries, dtype=np.float32),
+                limit=k,
+                search_params={"metric_type": METRICS[spec.metric], "params": params},
+                consistency_level=self.settings.consistency_level,
+            )
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores = np.full((len(queries), k), np.nan, dtype=np.float32)
+        for row, hits in enumerate(res):
+            for col, hit in enumerate(hits):
+                ids[row, col], scores[row, col] = hit["id"], hit["distance"]
+        return SearchResult(ids=ids, scores=scores)
+
+    def describe(self) -> StorageStats:
+        """Count, loaded (sealed) segment count, index state and on-disk bytes of the data directory."""
+        name = self._spec().name
+        with _errors("describe"):
+            loaded = self.client.list_loaded_segments(name)
+            persistent = self.client.list_persistent_segments(name)
+            index = self.client.describe_index(name, VECTOR_FIELD) if self.client.list_indexes(name) else {}
+        data = Path(self.data_dir) if self.data_dir else None
+        # Per part: etcd's WAL and rocksmq preallocate ~64 MB each, whatever the data size.
+        parts = (
+            {f"bytes_{p.name}": directory_bytes(p) for p in data.iterdir()} if data and data.is_dir() else {}
+        )
+        params = {k: v for k, v in index.items() if k in ("M", "efConstruction", "nlist")}
+        return StorageStats(
+            count=self.count(),
+            segments=len(loaded),
+            disk_bytes=directory_bytes(data) if parts else None,
+            details={
+                "persistent_segments": len(persistent),
+                "segment_rows": sum(seg.num_rows for seg in loaded),  # replaced rows count until compaction
+                "index_type": index.get("index_type"),
+                "index_params": str(params),
+                "indexed_rows": index.get("indexed_rows"),
+                **parts,
+            },
+        )
+
+    def close(self) -> None:
+        """Close the gRPC channel."""
+        self.client.close()

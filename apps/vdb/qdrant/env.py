@@ -1,0 +1,30 @@
+"""Qdrant's server environment, written once: the local binary and the HPC peers both start from it."""
+
+from __future__ import annotations
+
+
+def server_env(
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    storage: str,
+    snapshots: str,
+    *,
+    p2p_port: int | None = None,
+    gpu_indexing: bool = False,
+) -> dict[str, str]:
+    """``QDRANT__*`` variables of one server; ``p2p_port`` turns on cluster mode (HPC peers)."""
+    env = {
+        "QDRANT__SERVICE__HOST": host,
+        "QDRANT__SERVICE__HTTP_PORT": str(http_port),
+        "QDRANT__SERVICE__GRPC_PORT": str(grpc_port),
+    }
+    if p2p_port is not None:
+        env["QDRANT__CLUSTER__ENABLED"] = "true"
+        env["QDRANT__CLUSTER__P2P__PORT"] = str(p2p_port)
+    env["QDRANT__STORAGE__STORAGE_PATH"] = storage
+    env["QDRANT__STORAGE__SNAPSHOTS_PATH"] = snapshots
+    env["QDRANT__TELEMETRY_DISABLED"] = "true"
+    if gpu_indexing:
+        env["QDRANT__GPU__INDEXING"] = "true"
+    return env

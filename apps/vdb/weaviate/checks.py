@@ -1,0 +1,19 @@
+"""Weaviate's own config checks on HPC (no client library: validating a config imports none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.vdb.cluster.checks import ClusterCheck, Problem, needs_mmap, no_gpu_indexing, shards_per_worker
+
+
+def settings_problems(settings: Any, index: int) -> list[Problem]:
+    """With ``vdb.cluster`` the pilot starts the nodes: no external server."""
+    if settings.url:
+        return [(("vdb", "databases", index, "url"), "with vdb.cluster, weaviate must not set url")]
+    return []
+
+
+def cluster_problems(check: ClusterCheck) -> list[Problem]:
+    """DAOS (mmap), no GPU build, and one shard set per worker."""
+    return needs_mmap(check) + no_gpu_indexing(check) + shards_per_worker(check)

@@ -1,0 +1,270 @@
+"""Weaviate's client: weaviate-client v4 over gRPC, connected to node 0.
+
+Quirks kept here:
+
+* HNSW ``ef`` is collection configuration, not a query parameter: ``search`` reconfigures it on change.
+* With ``ASYNC_INDEXING`` vectors are searchable once the per-shard queue drains (nodes API). The nodes
+  API's per-shard object counts only include flushed memtables; exact counts come from aggregate.
+* There is no multi-vector search call: a batch runs as parallel single gRPC queries.
+* A row id is the object UUID (``UUID(int=row_id)``): a retried batch overwrites, never duplicates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
+from apps.vdb.process import directory_bytes, get_json
+from apps.vdb.weaviate.settings import WeaviateSettings
+
+_METRICS = {"cosine": "COSINE", "ip": "DOT", "l2": "L2_SQUARED"}
+
+
+def class_name(name: str) -> str:
+    """A valid Weaviate class name (``^[A-Z][_0-9A-Za-z]*$``) for a collection name."""
+    clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "Collection"
+    return "C" + clean if not clean[0].isalpha() else clean[0].upper() + clean[1:]
+
+
+class WeaviateClient(Client):
+    """weaviate-client v4 over gRPC, connected to node 0."""
+
+    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints) -> None:
+        import weaviate
+        from weaviate.classes.init import AdditionalConfig, Timeout
+
+        self.settings = settings
+        self.endpoints = endpoints
+        node = endpoints.nodes[0]
+        try:
+            self._client = weaviate.connect_to_custom(
+                http_host=node.host,
+                http_port=node.port,
+                http_secure=False,
+                grpc_host=node.host,
+                grpc_port=node.grpc_port or settings.grpc_port,
+                grpc_secure=False,
+                additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
+            )
+        except Exception as exc:
+            raise DatabaseError(f"cannot connect to Weaviate at {node.host}:{node.port}: {exc}") from exc
+        self._pool = ThreadPoolExecutor(settings.search_threads)
+        self._spec: CollectionSpec | None = None
+        self._ef: int | None = None
+        self._handle: tuple[str, Any] | None = None  # (collection name, handle): built once, not per search
+
+    @property
+    def _collection(self) -> Any:
+        if self._spec is None:
+            raise DatabaseError("no collection: call create_collection(spec) first")
+        name = class_name(self._spec.name)
+        if self._handle is None or self._handle[0] != name:
+            self._handle = (name, self._client.collections.use(name))
+        return self._handle[1]
+
+    def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
+        """Create (or reopen) the collection; the spec's dim and metric are kept in its description."""
+        from weaviate.classes.config import Configure, VectorDistances
+
+        name = class_name(spec.name)
+        if recreate:
+            self._client.collections.delete(name)
+        if self._client.collections.exists(name):
+            dim = self._existing_dim(name)
+            if dim is not None and dim != spec.dim:
+                raise DatabaseError(
+                    f"Weaviate collection {name!r} exists with dimension {dim}, but the data "
+                    f"has dimension {spec.dim}; use another collection name or recreate it"
+                )
+            self._spec = spec
+            return
+        distance = VectorDistances[_METRICS[spec.metric]]
+        hnsw = Configure.VectorIndex.hnsw(
+            distance_metric=distance, max_connections=spec.hnsw_m, ef_construction=spec.ef_construction
+        )
+        if spec.index_type == "hnsw":
+            index = hnsw
+        elif spec.index_type == "flat":
+            index = Configure.VectorIndex.flat(distance_metric=distance)
+        elif spec.index_type == "dynamic":
+            if not self.settings.async_indexing:
+                raise DatabaseError("Weaviate's dynamic index needs async indexing: set async_indexing: true")
+            threshold = spec.options.get("dynamic_threshold")
+            index = Configure.VectorIndex.dynamic(
+                distance_metric=distance, hnsw=hnsw, threshold=int(threshold) if threshold else None
+            )
+        else:
+            raise DatabaseError(f"Weaviate has no {spec.index_type!r} index (use hnsw, flat or dynamic)")
+        self._client.collections.create(
+            name,
+            description=json.dumps({"dim": spec.dim, "metric": spec.metric}),
+            vector_config=Configure.Vectors.self_provided(vector_index_config=index),
+            sharding_config=Configure.sharding(desired_count=spec.shards),
+        )
+        self._spec = spec
+        self._ef = None
+
+    def _existing_dim(self, name: str) -> int | None:
+        """The dimension we recorded in the description, else that of a stored vector (None: empty)."""
+        collection = self._client.collections.use(name)
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            return int(json.loads(collection.config.get().description)["dim"])
+        for obj in collection.query.fetch_objects(limit=1, include_vector=True).objects:
+            return len(next(iter(obj.vector.values())))
+        return None
+
+    def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Upsert rows as objects with UUID(int=row id); any failed object raises DatabaseError."""
+        from weaviate.classes.data import DataObject
+
+        ids = np.asarray(ids, dtype=np.int64)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self._check_dim(vectors, "insert")
+        if len(ids) != len(vectors) or (ids < 0).any():
+            raise DatabaseError(f"insert needs {len(vectors)} non-negative ids, got {len(ids)}")
+        step = self.settings.insert_request_size
+        for start in range(0, len(ids), step):
+            objs = [
+                DataObject(properties={}, uuid=uuid.UUID(int=int(i)), vector=v)
+                for i, v in zip(ids[start : start + step], vectors[start : start + step], strict=True)
+            ]
+            try:
+                result = self._collection.data.insert_many(objs)
+            except Exception as exc:  # all objects failed, or the request itself did (one line per object)
+                raise DatabaseError(
+                    f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}"
+                ) from exc
+            if result.errors:
+                first = next(iter(result.errors.values()))
+                raise DatabaseError(
+                    f"Weaviate rejected {len(result.errors)} of {len(objs)} objects; first: {first.message}"
+                )
+
+    def _check_dim(self, vectors: np.ndarray, what: str) -> None:
+        dim = self._spec.dim if self._spec else None
+        if vectors.ndim != 2 or vectors.shape[1] != dim:
+            raise DatabaseError(f"{what}: vectors have shape {vectors.shape}, collection dimension is {dim}")
+
+    def _shards(self) -> list[Any]:
+        """Verbose per-shard state (object count, queue length, status) from the nodes API."""
+        nodes = self._client.cluster.nodes(collection=class_name(self._spec.name), output="verbose")
+        return [shard for node in nodes for shard in node.shards or []]
+
+    def _wait(self, done: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            ok, state = done()
+            if ok:
+                return
+            if time.monotonic() > deadline:
+                raise DatabaseError(f"Weaviate: {what} not reached after {timeout:.0f}s: {state}")
+            time.sleep(0.2)
+
+    def wait_searchable(self, expected: int, timeout: float) -> None:
+        """Wait until the exact count is ``expected`` and every shard's indexing queue is empty."""
+
+        def check() -> tuple[bool, str]:
+            count, queued = self.count(), sum(s.vector_queue_length for s in self._shards())
+            if count > expected:
+                raise DatabaseError(f"Weaviate holds {count} objects, more than the {expected} expected")
+            state = (
+                f"{count} of {expected} objects ({expected - count} missing), {queued} queued for indexing"
+            )
+            return count == expected and queued == 0, state
+
+        self._wait(check, timeout, "searchability")
+
+    def build_index(self, timeout: float) -> None:
+        """Weaviate indexes on insert or from its async queue: wait until every shard is READY, drained."""
+
+        def check() -> tuple[bool, str]:
+            shards = self._shards()
+            state = ", ".join(
+                f"{s.node}/{s.name}: {s.vector_indexing_status} q={s.vector_queue_length}" for s in shards
+            )
+            return all(
+                s.vector_queue_length == 0 and s.vector_indexing_status == "READY" for s in shards
+            ), state
+
+        self._wait(check, timeout, "index steady state")
+
+    def _set_ef(self, ef: int) -> None:
+        """ef is collection config in Weaviate: update it, then wait until every node applied it."""
+        from weaviate.classes.config import Reconfigure
+
+        hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
+        index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
+        self._collection.config.update(
+            vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
+        )
+        path = f"/v1/schema/{class_name(self._spec.name)}"
+
+        def applied() -> tuple[bool, str]:
+            seen = []
+            for node in self.endpoints.nodes:
+                cfg = get_json(f"http://{node.host}:{node.port}{path}")["vectorConfig"]["default"]
+                cfg = cfg["vectorIndexConfig"]
+                seen.append(cfg.get("hnsw", cfg).get("ef"))
+            return all(s == ef for s in seen), f"ef per node {seen}"
+
+        self._wait(applied, 30, f"ef={ef} on every node")
+        self._ef = ef
+
+    def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
+        """Run each query as one gRPC near_vector request, in parallel; ids are row ids (-1 pads)."""
+        from weaviate.classes.query import MetadataQuery
+
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        self._check_dim(queries, "search")
+        if ef is not None and ef != self._ef and self._spec.index_type != "flat":
+            self._set_ef(ef)
+        collection = self._collection
+
+        def one(vector: np.ndarray) -> list[Any]:
+            return collection.query.near_vector(
+                vector, limit=k, return_properties=[], return_metadata=MetadataQuery(distance=True)
+            ).objects
+
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        scores = np.full((len(queries), k), np.nan, dtype=np.float32)
+        # One query: call it here; a hop to the thread pool costs more than the request on small data.
+        results = [one(queries[0])] if len(queries) == 1 else self._pool.map(one, queries)
+        for row, objects in enumerate(results):
+            ids[row, : len(objects)] = [o.uuid.int for o in objects]
+            scores[row, : len(objects)] = [o.metadata.distance for o in objects]
+        return SearchResult(ids=ids, scores=scores)
+
+    def count(self) -> int:
+        """Exact object count (aggregate; the nodes API count lags behind memtable flushes)."""
+        return int(self._collection.aggregate.over_all(total_count=True).total_count or 0)
+
+    def describe(self) -> StorageStats:
+        """Count, shards (one HNSW graph each, Weaviate's 'segments') and on-disk bytes of this collection."""
+        shards = self._shards()
+        details: dict[str, str | int | float | bool | None] = {
+            "index_type": self._spec.index_type,
+            "ef": self._ef,
+            "async_indexing": self.settings.async_indexing,
+        }
+        for s in shards:
+            details[f"shard.{s.node}.{s.name}.objects"] = s.object_count
+            details[f"shard.{s.node}.{s.name}.status"] = s.vector_indexing_status
+        dirs = [Path(str(n.extra["data_dir"])) for n in self.endpoints.nodes if "data_dir" in n.extra]
+        disk = None
+        if dirs and all(d.is_dir() for d in dirs):  # only when the data dirs are on this machine
+            disk = sum(directory_bytes(d / class_name(self._spec.name).lower()) for d in dirs)
+            details["data_dir_bytes"] = sum(directory_bytes(d) for d in dirs)
+        return StorageStats(count=self.count(), segments=len(shards), disk_bytes=disk, details=details)
+
+    def close(self) -> None:
+        """Close the gRPC/HTTP connections and the query threads."""
+        self._pool.shutdown(wait=False)
+        self._client.close()

@@ -1,0 +1,50 @@
+"""Weaviate's server environment, written once: the local nodes and the HPC ranks both start from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def server_env(
+    settings: Any,
+    *,
+    node: str,
+    data_path: str,
+    advertise: str,
+    ports: dict[str, int],
+    raft_join: str,
+    expect: int,
+    bind: str | None = None,
+) -> dict[str, str]:
+    """The variables of one node (``ports``: gossip, data, raft, raft_rpc, grpc).
+
+    ``CLUSTER_IN_LOCALHOST`` lets several nodes share a host with their own raft ports: Weaviate then
+    reads the node -> raft port map from ``RAFT_JOIN`` (``node:port``) and expects each node's internal
+    RPC at the port given here. ``bind`` pins the gossip/data listeners to one address (loopback).
+    """
+    env = {
+        "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
+        "PERSISTENCE_DATA_PATH": data_path,
+        "DEFAULT_VECTORIZER_MODULE": "none",
+        "CLUSTER_HOSTNAME": node,
+        "CLUSTER_ADVERTISE_ADDR": advertise,
+    }
+    if bind is not None:
+        env["CLUSTER_BIND_ADDR"] = bind
+    env.update(
+        {
+            "CLUSTER_GOSSIP_BIND_PORT": str(ports["gossip"]),
+            "CLUSTER_DATA_BIND_PORT": str(ports["data"]),
+            "CLUSTER_IN_LOCALHOST": "true",
+            "RAFT_PORT": str(ports["raft"]),
+            "RAFT_INTERNAL_RPC_PORT": str(ports["raft_rpc"]),
+            "RAFT_JOIN": raft_join,
+            "RAFT_BOOTSTRAP_EXPECT": str(expect),
+            "RAFT_TIMEOUTS_MULTIPLIER": str(settings.raft_timeouts_multiplier),
+            "GRPC_PORT": str(ports["grpc"]),
+            "ASYNC_INDEXING": str(settings.async_indexing).lower(),
+            "DISABLE_TELEMETRY": "true",
+            "GO_PROFILING_DISABLE": "true",  # otherwise every node binds :6060
+        }
+    )
+    return env

@@ -1,0 +1,74 @@
+"""The database registry: one folder per database, config-side modules free of client libraries."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from apps.vdb import DATABASES, client_packages, cluster_checks, cluster_image_field, get_adapter
+from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge")
+# Imported when a config is validated or an HPC job is planned: never a client library.
+CONFIG_SIDE = ("settings", "env", "ranks", "checks")
+
+
+@pytest.mark.parametrize("name", list(DATABASES))
+def test_config_side_modules_import_no_client_library(name: str) -> None:
+    modules = [f"apps.vdb.{name}.{part}" for part in CONFIG_SIDE]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {CLIENT_LIBRARIES!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", list(DATABASES))
+def test_settings_import_only_pydantic(name: str) -> None:
+    tree = ast.parse((ROOT / "apps" / "vdb" / name / "settings.py").read_text())
+    imported = {
+        (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported <= {"__future__", "typing", "pydantic"}
+
+
+@pytest.mark.parametrize("name", list(DATABASES))
+def test_folder_holds_small_modules(name: str) -> None:
+    folder = ROOT / "apps" / "vdb" / name
+    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
+    assert {"settings.py", "adapter.py", "deploy.py", "client.py", "env.py", "ranks.py", "checks.py"} <= set(
+        sizes
+    )
+    assert max(sizes.values()) < 450, sizes
+    assert sizes["adapter.py"] < 40  # it only assembles ADAPTER
+
+
+def test_registry_reaches_every_part() -> None:
+    assert client_packages() == ["weaviate-client", "pymilvus", "milvus", "qdrant-client", "qdrant-edge-py"]
+    for name in DATABASES:
+        assert get_adapter(name).name == name
+        checks = cluster_checks(name)
+        assert callable(checks.settings_problems) and callable(checks.cluster_problems)
+    with pytest.raises(ValueError, match="unknown database 'pgvector'; known: milvus, qdrant, weaviate"):
+        cluster_checks("pgvector")
+
+
+def test_each_database_picks_its_image_field() -> None:
+    plain = DatabaseClusterConfig(images={"qdrant": "q.sif", "qdrant_gpu": "qg.sif", "milvus": "m.sif"})
+    gpu = plain.model_copy(update={"gpu_indexing": True})
+    assert [cluster_image_field(n, plain) for n in DATABASES] == ["weaviate", "milvus", "qdrant"]
+    assert image_for(gpu, "qdrant") == ("qdrant_gpu", "qg.sif")
+    assert image_for(gpu, "milvus") == ("milvus", "m.sif") and image_for(plain, "qdrant") == (
+        "qdrant",
+        "q.sif",
+    )
