@@ -115,7 +115,27 @@ class Deployment(abc.ABC):
 
 
 class Client(abc.ABC):
-    """Talks to one running deployment. Cheap to create; one per worker process."""
+    """Talks to one running deployment. Cheap to create; one per worker process.
+
+    ``max_request_size`` is the most rows one ``insert`` call may carry (None: no limit). Clients never
+    split a batch themselves, so the batch the insert stage sends is the request the database receives;
+    the stage splits its batches to this size and records what it sent, and ``insert`` raises
+    DatabaseError when handed more.
+    """
+
+    @property
+    def max_request_size(self) -> int | None:
+        """Most rows one ``insert`` call may carry; None: no limit (the default)."""
+        return None
+
+    def check_request_size(self, rows: int, setting: str) -> None:
+        """DatabaseError when ``rows`` exceed ``max_request_size`` (``setting`` names where it is set)."""
+        limit = self.max_request_size
+        if limit is not None and rows > limit:
+            raise DatabaseError(
+                f"insert of {rows} rows exceeds this client's max_request_size of {limit} ({setting}); "
+                "split batches to client.max_request_size before insert()"
+            )
 
     @abc.abstractmethod
     def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
@@ -123,7 +143,10 @@ class Client(abc.ABC):
 
     @abc.abstractmethod
     def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Upsert a batch. Idempotent: ids are deterministic, so a retried batch never duplicates."""
+        """Upsert a batch as one request. Idempotent: ids are deterministic, so a retry never duplicates.
+
+        A batch larger than ``max_request_size`` raises DatabaseError (it is never split here).
+        """
 
     @abc.abstractmethod
     def wait_searchable(self, expected: int, timeout: float) -> None:

@@ -160,8 +160,11 @@ def test_server_client_against_local_mode(deploy, fmnist, tmp_path: Path) -> Non
     _, endpoints, client = deploy(settings)
     assert "local mode" in endpoints.server_version
     client.create_collection(spec())
-    insert_all(client, base)
-    client.insert(np.arange(0, 250, dtype=np.int64), base[:250])  # retried batch: no duplicates
+    assert client.max_request_size == 100  # request_points: the caller splits, the client never does
+    with pytest.raises(DatabaseError, match=r"insert of 250 rows exceeds .* max_request_size of 100"):
+        client.insert(np.arange(0, 250, dtype=np.int64), base[:250])
+    insert_all(client, base, batch=100)
+    client.insert(np.arange(0, 100, dtype=np.int64), base[:100])  # retried batch: no duplicates
     client.wait_searchable(len(base), timeout=10)
     assert client.count() == 1000
     client.build_index(timeout=30)  # update_collection + steady-state wait (local mode has no optimizer)
@@ -206,6 +209,31 @@ def test_url_mode_connects_without_starting(tmp_path: Path) -> None:
     assert endpoints.nodes[0].port == 1 and endpoints.nodes[0].grpc_port == 6334
     assert deployment.proc is None and not endpoints.in_process
     deployment.stop()
+
+
+def test_server_client_sends_each_batch_as_one_request(deploy) -> None:
+    # Issue 7: the client used to re-split batches into request_points-sized requests, so the configured
+    # batch size was never what was sent. Now a batch is one upsert and a larger one is refused.
+    _, _, client = deploy(QdrantSettings(mode="server", url=":memory:", request_points=4))
+    client.create_collection(spec(dim=3))
+    sent: list[int] = []
+    upsert = client.qc.upsert
+    client.qc.upsert = lambda name, points, **kw: (sent.append(len(points.ids)), upsert(name, points, **kw))
+    client.insert(np.arange(4, dtype=np.int64), np.eye(4, 3, dtype=np.float32))
+    assert sent == [4] and client.count() == 4
+    with pytest.raises(DatabaseError, match=r"max_request_size of 4 \(qdrant setting request_points\)"):
+        client.insert(np.arange(5, dtype=np.int64), np.ones((5, 3), dtype=np.float32))
+    assert sent == [4] and client.count() == 4  # nothing of the refused batch was sent
+    client.close()
+
+
+def test_edge_client_has_no_request_limit(deploy) -> None:
+    _, _, client = deploy(QdrantSettings())
+    assert client.max_request_size is None
+    client.create_collection(spec(dim=3))
+    client.insert(np.arange(600, dtype=np.int64), np.ones((600, 3), dtype=np.float32))
+    assert client.count() == 600
+    client.close()
 
 
 def test_settings_reject_unknown_keys() -> None:

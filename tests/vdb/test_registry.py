@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from apps.vdb import DATABASES, client_packages, cluster_checks, cluster_image_field, get_adapter
+from apps.vdb.base import Client
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +73,14 @@ def test_each_database_picks_its_image_field() -> None:
         "qdrant",
         "q.sif",
     )
+
+
+def test_request_limits_are_declared_by_the_clients_that_have_one() -> None:
+    from apps.vdb.milvus.client import MilvusVectorClient
+    from apps.vdb.qdrant.edge import EdgeClient
+    from apps.vdb.qdrant.server import ServerClient
+    from apps.vdb.weaviate.client import WeaviateClient
+
+    default = Client.max_request_size
+    assert MilvusVectorClient.max_request_size is default and EdgeClient.max_request_size is default
+    assert ServerClient.max_request_size is not default and WeaviateClient.max_request_size is not default

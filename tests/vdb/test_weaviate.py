@@ -178,6 +178,23 @@ def test_retried_batch_does_not_duplicate(client, fmnist):
 
 
 @pytest.mark.slow
+def test_batch_is_one_request_up_to_insert_request_size(single, fmnist):
+    # Issue 7: insert used to re-split batches into insert_request_size requests; now the caller splits.
+    cfg, endpoints = single
+    client = WeaviateClient(cfg.model_copy(update={"insert_request_size": 100}), endpoints)
+    try:
+        assert client.max_request_size == 100
+        client.create_collection(CollectionSpec(name="fm_limit", dim=784, metric="l2"), recreate=True)
+        with pytest.raises(DatabaseError, match=r"insert of 101 rows exceeds .* max_request_size of 100"):
+            client.insert(np.arange(101), fmnist[0][:101])
+        client.insert(np.arange(100), fmnist[0][:100])
+        client.wait_searchable(100, timeout=30)
+        assert client.count() == 100
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
 def test_dimension_mismatch_is_a_clear_error(client, single, fmnist):
     base = fmnist[0][:50]
     client.create_collection(CollectionSpec(name="fm_dims", dim=784, metric="l2"), recreate=True)

@@ -92,15 +92,20 @@ class ServerClient(QdrantClientBase):
             ),
         )
 
+    @property
+    def max_request_size(self) -> int:
+        """Points one upsert request may carry: the ``request_points`` setting."""
+        return self.settings.request_points
+
     def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Upsert the batch in requests of ``request_points`` points."""
+        """Upsert the batch as one request (DatabaseError above ``request_points`` points)."""
         from qdrant_client import models as m
 
         vectors = self._check_batch("vectors", vectors)
-        id_list, step = self._check_ids(ids, len(vectors)), self.settings.request_points
-        for lo in range(0, len(id_list), step):
-            batch = m.Batch(ids=id_list[lo : lo + step], vectors=vectors[lo : lo + step].tolist())
-            self.qc.upsert(self._bound().name, points=batch, wait=self.settings.wait_for_writes)
+        id_list = self._check_ids(ids, len(vectors))
+        self.check_request_size(len(id_list), "qdrant setting request_points")
+        batch = m.Batch(ids=id_list, vectors=vectors.tolist())
+        self.qc.upsert(self._bound().name, points=batch, wait=self.settings.wait_for_writes)
 
     def build_index(self, timeout: float) -> None:
         """Enable indexing, then wait for steady state (no-op in local mode, which has no optimizer)."""

@@ -121,8 +121,13 @@ class WeaviateClient(Client):
             return len(next(iter(obj.vector.values())))
         return None
 
+    @property
+    def max_request_size(self) -> int:
+        """Objects one gRPC batch request may carry: the ``insert_request_size`` setting."""
+        return self.settings.insert_request_size
+
     def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Upsert rows as objects with UUID(int=row id); any failed object raises DatabaseError."""
+        """Upsert rows as objects with UUID(int=row id), one request; a failed object raises DatabaseError."""
         from weaviate.classes.data import DataObject
 
         ids = np.asarray(ids, dtype=np.int64)
@@ -130,23 +135,20 @@ class WeaviateClient(Client):
         self._check_dim(vectors, "insert")
         if len(ids) != len(vectors) or (ids < 0).any():
             raise DatabaseError(f"insert needs {len(vectors)} non-negative ids, got {len(ids)}")
-        step = self.settings.insert_request_size
-        for start in range(0, len(ids), step):
-            objs = [
-                DataObject(properties={}, uuid=uuid.UUID(int=int(i)), vector=v)
-                for i, v in zip(ids[start : start + step], vectors[start : start + step], strict=True)
-            ]
-            try:
-                result = self._collection.data.insert_many(objs)
-            except Exception as exc:  # all objects failed, or the request itself did (one line per object)
-                raise DatabaseError(
-                    f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}"
-                ) from exc
-            if result.errors:
-                first = next(iter(result.errors.values()))
-                raise DatabaseError(
-                    f"Weaviate rejected {len(result.errors)} of {len(objs)} objects; first: {first.message}"
-                )
+        self.check_request_size(len(ids), "weaviate setting insert_request_size")
+        objs = [
+            DataObject(properties={}, uuid=uuid.UUID(int=int(i)), vector=v)
+            for i, v in zip(ids, vectors, strict=True)
+        ]
+        try:
+            result = self._collection.data.insert_many(objs)
+        except Exception as exc:  # all objects failed, or the request itself did (one line per object)
+            raise DatabaseError(f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}") from exc
+        if result.errors:
+            first = next(iter(result.errors.values()))
+            raise DatabaseError(
+                f"Weaviate rejected {len(result.errors)} of {len(objs)} objects; first: {first.message}"
+            )
 
     def _check_dim(self, vectors: np.ndarray, what: str) -> None:
         dim = self._spec.dim if self._spec else None
