@@ -113,8 +113,8 @@ def _normalise(text: str) -> str:
 
 
 def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
-    from apps.vdb.cluster.layout import plan_cluster
-    from apps.vdb.cluster.provider import cluster_provider, node_shape
+    from apps.vdb.cluster.layout import node_shape, plan_cluster
+    from apps.vdb.cluster.provider import cluster_provider
     from apps.vdb.cluster.render import DISPATCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
 
     cfg = loaded.config
@@ -157,8 +157,7 @@ def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[
 
 
 def _summary(loaded: LoadedConfig) -> str:
-    from apps.vdb.cluster.layout import core_ranges, plan_cluster
-    from apps.vdb.cluster.provider import node_shape
+    from apps.vdb.cluster.layout import core_ranges, node_shape, plan_cluster
 
     cfg = loaded.config
     ex = cfg.executor

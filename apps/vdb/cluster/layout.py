@@ -113,6 +113,11 @@ def common_env(cluster: DatabaseClusterConfig) -> dict[str, str]:
     return {"GOMAXPROCS": str(cluster.cores_per_worker)}
 
 
+def node_shape(executor: Any) -> NodeShape:
+    """The executor's node shape (the local platform: this machine, unbound)."""
+    return getattr(executor, "node", None) or NodeShape(sockets=1, cores_per_socket=1, gpus=0)
+
+
 def plan_cluster(
     settings: Any,
     cluster: DatabaseClusterConfig,

@@ -16,8 +16,8 @@ from typing import Any
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, plan_cluster
-from apps.vdb.cluster.provider import cluster_provider, node_shape
+from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, node_shape, plan_cluster
+from apps.vdb.cluster.provider import cluster_provider
 from apps.vdb.cluster.render import launcher_command, write_files
 from apps.vdb.process import tail
 
