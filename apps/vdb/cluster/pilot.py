@@ -176,5 +176,5 @@ class ClusterDeployment(Deployment):
 
 
 def cluster_deployment(settings: Any, run_config: Any, base_dir: Path | None = None) -> ClusterDeployment:
-    """The deployment for ``settings`` when ``run_config.vdb.cluster`` is set (call from the benchmark)."""
+    """The deployment for ``settings`` when ``run_config.vdb.cluster`` is set (the VDB stage's deploy)."""
     return ClusterDeployment(settings, run_config.vdb.cluster, run_config.executor, base_dir)
