@@ -135,13 +135,13 @@ class PipelineEngine:
         from parsl import python_app
 
         from executors.labels import WORKERS
-        from executors.local import local_config
+        from executors.platforms import parsl_config_for
         from pipeline.config import LocalExecutorConfig
 
         self.spec, self.parsl, self.round = spec, parsl, 0
         self.run_dir = Path(spec["run_dir"])
         started = time.perf_counter()
-        self.dfk = parsl.load(local_config(LocalExecutorConfig(workers=spec["workers"]), self.run_dir))
+        self.dfk = parsl.load(parsl_config_for(LocalExecutorConfig(workers=spec["workers"]), self.run_dir))
         self.embed = python_app(embed_shard_timed, executors=[WORKERS])
         warm = python_app(warm_worker, executors=[WORKERS])
         sample = read_texts(spec["files"][:1])[:32]

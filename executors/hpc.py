@@ -1,24 +1,37 @@
 """Building blocks shared by the batch-scheduled platforms (Polaris, Aurora, Slurm sites).
 
-Each platform module assembles a ``parsl.Config`` from these: the GPU executor (label ``workers``), an
-optional CPU executor (label ``cpu``), the in-process ``driver`` threads, a retry handler that retries only
-tasks whose worker or node was lost, and a memoizer that checkpoints finished apps for resume.
+:func:`hpc_config` assembles a platform's ``parsl.Config`` from these, given the platform's provider and
+launcher: the GPU executor (label ``workers``), an optional CPU executor (label ``cpu``), the in-process
+``driver`` threads, a retry handler that retries only tasks whose worker or node was lost, and a memoizer
+that checkpoints finished apps for resume.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parsl.config import Config
 from parsl.dataflow.memoization import BasicMemoizer
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.executors.high_throughput.errors import ManagerLost, WorkerLost
+from parsl.launchers.base import Launcher
 from parsl.utils import get_all_checkpoints
 
 from core.errors import PipelineError
-from executors.config import CpuWorkers, GpuWorkers, walltime_seconds
+from executors.config import (
+    AuroraExecutorConfig,
+    CpuWorkers,
+    GpuWorkers,
+    PolarisExecutorConfig,
+    SlurmExecutorConfig,
+    walltime_seconds,
+)
 from executors.labels import CPU, DRIVER, WORKERS
+from executors.providers import JobRequest, worker_init
+
+HpcConfig = PolarisExecutorConfig | AuroraExecutorConfig | SlurmExecutorConfig
 
 # Failures of the infrastructure, not of the task: the same task succeeds on another worker.
 RETRYABLE = (ManagerLost, WorkerLost)
@@ -52,18 +65,6 @@ def memoizer(run_dir: Path, checkpoint_mode: str | None) -> BasicMemoizer:
             if parsl_dir.parent != run_dir:
                 files.extend(get_all_checkpoints(str(parsl_dir)))
     return BasicMemoizer(memoize=True, checkpoint_mode=checkpoint_mode, checkpoint_files=files)
-
-
-def worker_init(lines: list[str]) -> str:
-    """Shell run on each node before the worker pool: the site's lines, then this venv first on PATH."""
-    bin_dir = Path(sys.executable).parent
-    return "\n".join(
-        [
-            *lines,
-            f'export PATH="{bin_dir}:$PATH"',
-            "export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false",
-        ]
-    )
 
 
 def drain_period(walltime: str, margin_s: int | None) -> int | None:
@@ -122,11 +123,56 @@ def resolve_address(interface: str | None, address: str | None = None) -> str | 
     return address_by_interface(interface)
 
 
-def pbs_scheduler_options(filesystems: list[str], place: str | None, extra: list[str]) -> str:
-    """#PBS directive lines: file systems the job needs, placement, then the user's lines."""
-    lines = []
-    if filesystems:
-        lines.append(f"#PBS -l filesystems={':'.join(filesystems)}")
-    if place:
-        lines.append(f"#PBS -l place={place}")
-    return "\n".join([*lines, *extra])
+def hpc_config(
+    executor: HpcConfig,
+    run_dir: Path,
+    monitoring: Any,
+    address: str | None,
+    provider: Callable[[JobRequest], Any],
+    launcher: Callable[[GpuWorkers | CpuWorkers], Launcher],
+) -> Config:
+    """The Config every batch platform shares: GPU workers, optional CPU workers, driver threads.
+
+    ``provider`` submits a block's :class:`JobRequest` to the platform's scheduler; ``launcher`` starts one
+    worker manager per node of a block (``mpiexec --ppn 1`` on PBS, ``srun`` on Slurm).
+    """
+    address = resolve_address(executor.interface, address)
+    init = worker_init(executor.worker_init)
+
+    def htex_args(block: GpuWorkers | CpuWorkers, gpus: bool) -> dict[str, Any]:
+        request = JobRequest(
+            nodes=block.nodes_per_block,
+            worker_init=init,
+            launcher=launcher(block),
+            init_blocks=block.init_blocks,
+            min_blocks=block.min_blocks,
+            max_blocks=block.max_blocks,
+            queue=block.queue,
+            walltime=block.walltime,
+            select_options=block.select_options,
+            gpus=gpus,
+        )
+        return {
+            "provider": provider(request),
+            "address": address,
+            "run_dir": run_dir,
+            "heartbeat_period": executor.heartbeat_period,
+            "heartbeat_threshold": executor.heartbeat_threshold,
+            # Workers drain before their own block's walltime ends, not the executor default's.
+            "drain_period": drain_period(block.walltime or executor.walltime, executor.drain_margin_s),
+        }
+
+    executors = [gpu_executor(executor.gpu, **htex_args(executor.gpu, True))]
+    if executor.cpu is not None:
+        executors.append(cpu_executor(executor.cpu, **htex_args(executor.cpu, False)))
+    executors.append(driver_executor(executor.driver_threads))
+    return Config(
+        executors=executors,
+        retries=executor.retries,
+        retry_handler=retry_handler,
+        memoizer=memoizer(run_dir, executor.checkpoint_mode),
+        run_dir=str(run_dir / "parsl"),
+        monitoring=monitoring,
+        initialize_logging=True,
+        usage_tracking=0,
+    )

@@ -8,25 +8,25 @@ from pathlib import Path
 
 from parsl.config import Config
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
-from parsl.providers import LocalProvider
+from parsl.launchers import SingleNodeLauncher
 
 from executors.config import LocalExecutorConfig
 from executors.labels import DRIVER, WORKERS
-
-
-def worker_init() -> str:
-    """Shell lines run before the worker pool starts: this interpreter's bin/ first on PATH.
-
-    Parsl starts ``process_worker_pool.py`` and ``interchange.py`` from PATH, so the virtual environment
-    running the pipeline must be found first, whatever the user's shell had.
-    """
-    bin_dir = Path(sys.executable).parent
-    return f'export PATH="{bin_dir}:$PATH"; export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false'
+from executors.providers import JobRequest, local_provider, worker_init
 
 
 def local_config(executor: LocalExecutorConfig, run_dir: Path, monitoring=None) -> Config:
     """HighThroughputExecutor with LocalProvider on loopback, ``executor.workers`` worker processes."""
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # One block, started with the run and kept until it ends.
+    block = JobRequest(
+        nodes=1,
+        worker_init=worker_init(sep="; "),
+        launcher=SingleNodeLauncher(),
+        init_blocks=1,
+        min_blocks=1,
+        max_blocks=1,
+    )
     return Config(
         executors=[
             HighThroughputExecutor(
@@ -36,7 +36,7 @@ def local_config(executor: LocalExecutorConfig, run_dir: Path, monitoring=None) 
                 max_workers_per_node=executor.workers,
                 cores_per_worker=1e-6,  # the worker count is set explicitly above
                 prefetch_capacity=0,
-                provider=LocalProvider(init_blocks=1, min_blocks=1, max_blocks=1, worker_init=worker_init()),
+                provider=local_provider(block),
                 worker_logdir_root=str(run_dir / "parsl"),
             ),
             ThreadPoolExecutor(label=DRIVER, max_threads=2),

@@ -94,7 +94,8 @@ def _htex_command(executor: Any, parsl_run_dir: str) -> str:
     return executor._get_launch_command("0")
 
 
-def _executor_scripts(loaded: LoadedConfig, config: Any, run_dir: Path) -> dict[str, str]:
+def _executor_scripts(config: Any, run_dir: Path) -> dict[str, str]:
+    """The job script of every provider-backed executor (its block 0), headed by its submit command."""
     parsl_run_dir = str(run_dir / "parsl" / "000")  # the DFK's first run directory
     out: dict[str, str] = {}
     for ex in config.executors:
@@ -113,9 +114,9 @@ def _normalise(text: str) -> str:
 
 
 def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
-    from apps.vdb.cluster.layout import plan_cluster
-    from apps.vdb.cluster.provider import cluster_provider, node_shape
-    from apps.vdb.cluster.render import DISPATCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
+    from apps.vdb.cluster.layout import node_shape, plan_cluster
+    from apps.vdb.cluster.provider import cluster_provider
+    from apps.vdb.cluster.render import LAUNCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
 
     cfg = loaded.config
     node = node_shape(cfg.executor)
@@ -137,7 +138,7 @@ def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
         for spec in layout.ranks[:2]:
             out[f"{db}/rank-{spec.rank:03d}.sh"] = files[f"ranks/rank-{spec.rank:03d}.sh"]
         out.setdefault("cluster-lib.sh", LIB_SH)
-        out.setdefault("cluster-launch.sh", DISPATCH_SH)
+        out.setdefault("cluster-launch.sh", LAUNCH_SH)
     return out
 
 
@@ -149,7 +150,7 @@ def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[
     run_dir = _run_dir(loaded)
     config = parsl_config(loaded, run_dir)
     out = {"parsl-config.txt": _normalise(repr(config)) + "\n"}
-    out.update(_executor_scripts(loaded, config, run_dir))
+    out.update(_executor_scripts(config, run_dir))
     if cfg.vdb and cfg.vdb.cluster:
         store = Path(cfg.workdir).expanduser().resolve() / "store"
         out.update(_cluster_artifacts(loaded, vdb_dir or store / "vdb" / VDB_KEY))
@@ -157,8 +158,7 @@ def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[
 
 
 def _summary(loaded: LoadedConfig) -> str:
-    from apps.vdb.cluster.layout import core_ranges, plan_cluster
-    from apps.vdb.cluster.provider import node_shape
+    from apps.vdb.cluster.layout import core_ranges, node_shape, plan_cluster
 
     cfg = loaded.config
     ex = cfg.executor

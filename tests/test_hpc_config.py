@@ -351,6 +351,33 @@ def test_parsl_config_for_each_platform(
         assert "--gpus-per-node=4" in gpu.provider.scheduler_options
 
 
+def test_database_job_and_worker_blocks_share_the_provider_functions(tmp_path: Path) -> None:
+    from parsl.launchers import SimpleLauncher, SrunLauncher
+
+    from apps.vdb.cluster.config import DatabaseClusterConfig
+    from apps.vdb.cluster.provider import cluster_provider
+    from executors.platforms import parsl_config_for
+
+    slurm = SlurmExecutorConfig(
+        partition="gpu",
+        walltime="01:00:00",
+        cores_per_node=64,
+        mem_per_node=256,
+        gpus_per_node=4,
+        scheduler_options=["#SBATCH --x"],
+    )
+    workers = parsl_config_for(slurm, tmp_path, address="10.0.0.1").executors[0].provider
+    pilot = cluster_provider(slurm, DatabaseClusterConfig(queue="db", scheduler_options=["#SBATCH --y"]))
+    assert type(pilot) is type(workers)
+    assert (workers.cores_per_node, workers.mem_per_node, workers.gpus_per_node) == (64, 256, 4)
+    # The database job places its ranks with its own srun, and asks for GPUs only to build indexes on them.
+    assert (pilot.cores_per_node, pilot.mem_per_node, pilot.gpus_per_node) == (None, None, None)
+    assert "--partition=db" in pilot.scheduler_options
+    assert "#SBATCH --x\n#SBATCH --y" in pilot.scheduler_options
+    assert isinstance(pilot.launcher, SimpleLauncher) and isinstance(workers.launcher, SrunLauncher)
+    assert "export PATH=" in workers.worker_init and "export PATH=" not in pilot.worker_init
+
+
 def test_every_hpc_field_is_described() -> None:
     import inspect
 

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from apps.vdb.cluster.layout import ClusterLayout, plan_cluster
+from apps.vdb.cluster.layout import ClusterLayout, node_shape, plan_cluster
 from apps.vdb.cluster.pilot import ClusterDeployment, read_registry
-from apps.vdb.cluster.provider import node_shape
 from apps.vdb.cluster.render import launcher_command, render_files
 from pipeline.config_loader import load_config
 from pipeline.hpc_plan import render_artifacts, render_plan

@@ -73,6 +73,7 @@ class ClusterLayout:
 
     @property
     def registry(self) -> Path:
+        """The directory where every rank records its state, host and ports."""
         return self.directory / REGISTRY
 
     def to_json(self) -> dict[str, Any]:
@@ -109,8 +110,14 @@ def rank_ports(cluster: DatabaseClusterConfig, rank: int, names: list[str]) -> d
 
 
 def common_env(cluster: DatabaseClusterConfig) -> dict[str, str]:
+    """Environment every Go server rank gets (Weaviate, Milvus)."""
     # Go servers do not follow CPU affinity; the study capped them with GOMAXPROCS = cores per worker.
     return {"GOMAXPROCS": str(cluster.cores_per_worker)}
+
+
+def node_shape(executor: Any) -> NodeShape:
+    """The executor's node shape (the local platform: this machine, unbound)."""
+    return getattr(executor, "node", None) or NodeShape(sockets=1, cores_per_socket=1, gpus=0)
 
 
 def plan_cluster(
@@ -145,6 +152,7 @@ def plan_cluster(
 
 
 def absolute(path: str, base_dir: Path | None) -> Path:
+    """``path`` with ~ expanded, a relative one resolved against the config's directory ``base_dir``."""
     p = Path(path).expanduser()
     return p if p.is_absolute() or base_dir is None else (base_dir / p).resolve()
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, plan_cluster
-from apps.vdb.cluster.provider import cluster_provider, node_shape
+from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, node_shape, plan_cluster
+from apps.vdb.cluster.provider import cluster_provider
 from apps.vdb.cluster.render import launcher_command, write_files
 from apps.vdb.process import tail
 
@@ -176,5 +176,5 @@ class ClusterDeployment(Deployment):
 
 
 def cluster_deployment(settings: Any, run_config: Any, base_dir: Path | None = None) -> ClusterDeployment:
-    """The deployment for ``settings`` when ``run_config.vdb.cluster`` is set (call from the benchmark)."""
+    """The deployment for ``settings`` when ``run_config.vdb.cluster`` is set (the VDB stage's deploy)."""
     return ClusterDeployment(settings, run_config.vdb.cluster, run_config.executor, base_dir)

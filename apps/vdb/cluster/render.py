@@ -14,7 +14,7 @@ from apps.vdb.cluster.layout import ClusterLayout, RankSpec, core_ranges, hw_thr
 from executors.config import NodeShape
 
 LIB_SH = (Path(__file__).parent / "lib.sh").read_text()
-DISPATCH_SH = (Path(__file__).parent / "launch.sh").read_text()
+LAUNCH_SH = (Path(__file__).parent / "launch.sh").read_text()
 
 
 def launcher_command(layout: ClusterLayout, cluster: DatabaseClusterConfig, node: NodeShape) -> str:
@@ -137,7 +137,7 @@ def render_files(layout: ClusterLayout, cluster: DatabaseClusterConfig) -> dict[
     """Every file of the deployment, relative to ``layout.directory``."""
     files = {
         "lib.sh": LIB_SH,
-        "launch.sh": DISPATCH_SH,
+        "launch.sh": LAUNCH_SH,
         "layout.json": json.dumps(layout.to_json(), indent=2) + "\n",
     }
     for spec in layout.ranks:
