@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from apps.insert import open_client
-from apps.vdb.base import CollectionSpec
+from apps.vdb.records import DatabaseTarget, IndexRecord, Searchable
 
 
 def build_index(
-    database: str, settings: dict, endpoints: dict, spec: dict, rows: int, timeout: float, _searchable: dict
-) -> dict[str, Any]:
+    target: DatabaseTarget, rows: int, timeout: float, _searchable: Searchable | None
+) -> IndexRecord:
     """Build the index and wait for steady state; return index time, segments, bytes, write amplification.
 
     Write amplification = on-disk bytes after indexing / raw float32 bytes of the vectors.
+    ``_searchable`` only orders this task after the upload.
     """
-    collection = CollectionSpec.model_validate(spec)
-    db_client = open_client(database, settings, endpoints)
+    collection = target.collection
+    db_client = target.open_client()
     try:
         db_client.create_collection(collection)
         started = time.time()
@@ -27,12 +26,10 @@ def build_index(
     finally:
         db_client.close()
     raw_bytes = rows * collection.dim * 4
-    return {
-        "index_s": index_seconds,
-        "count": stats.count,
-        "segments": stats.segments,
-        "disk_bytes": stats.disk_bytes,
-        "raw_bytes": raw_bytes,
-        "write_amplification": stats.disk_bytes / raw_bytes if stats.disk_bytes else None,
-        "details": stats.details,
-    }
+    return IndexRecord(
+        index_s=index_seconds,
+        count=stats.count,
+        segments=stats.segments,
+        disk_bytes=stats.disk_bytes,
+        write_amplification=stats.disk_bytes / raw_bytes if stats.disk_bytes else None,
+    )

@@ -11,35 +11,30 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from apps.dataset import arrow_to_vectors
-from apps.vdb.base import CollectionSpec, Endpoints
+from apps.query_raw import raw_query_table
+from apps.vdb.config import QuerySweepConfig
 from apps.vdb.pool import ClientPool, client
-from apps.vdb_metrics import raw_query_table
+from apps.vdb.records import DatabaseTarget, IndexRecord, QueryRecord, QuerySetting
 from core.errors import ArtifactError
 from core.store import write_parquet_atomic
 
 
-def setting_name(ef: int | None, batch_size: int, clients: int, k: int) -> str:
-    """A stable, readable name of one setting (used in file names and reports)."""
-    return f"ef={ef},batch={batch_size},clients={clients},k={k}"
-
-
-def sweep(query_cfg: dict[str, Any], index_type: str, in_process: bool = False) -> list[dict[str, Any]]:
+def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
     """Every setting of the sweep, grouped by clients (pool reuse).
 
     ef only varies for indexes with a search-time knob (for IVF it is nprobe). An in-process engine
     serves one client, so its sweep has clients = 1 only rather than repeating the same setting.
     """
-    efs = query_cfg["ef"] if index_type in ("hnsw", "dynamic", "ivf_flat") else [None]
-    clients = [1] if in_process else sorted(set(query_cfg["clients"]))
+    efs = query_cfg.ef if index_type in ("hnsw", "dynamic", "ivf_flat") else [None]
+    clients = [1] if in_process else sorted(set(query_cfg.clients))
     return [
-        {"ef": ef, "batch_size": b, "clients": c, "k": k}
-        for c, ef, b, k in itertools.product(clients, efs, query_cfg["batch_size"], query_cfg["k"])
+        QuerySetting(ef=ef, batch_size=b, clients=c, k=k)
+        for c, ef, b, k in itertools.product(clients, efs, query_cfg.batch_size, query_cfg.k)
     ]
 
 
@@ -90,39 +85,39 @@ def read_queries(queries_file: str, limit: int | None) -> tuple[np.ndarray, np.n
 
 
 def query_sweep(
-    database: str,
-    settings: dict,
-    endpoints: dict,
-    spec: dict,
+    target: DatabaseTarget,
     queries_file: str,
-    query_cfg: dict[str, Any],
+    query_cfg: QuerySweepConfig,
     out_dir: str,
-    _index: dict,
-) -> list[dict[str, Any]]:
-    """Parsl task: run every setting; write ``raw/<setting>.parquet``; return one record per setting."""
-    collection = CollectionSpec.model_validate(spec)
-    endpoints_model = Endpoints.model_validate(endpoints)
-    ids, vectors = read_queries(queries_file, query_cfg.get("max_queries"))
+    _index: IndexRecord | None,
+) -> list[QueryRecord]:
+    """Parsl task: run every setting; write ``raw/<setting>.parquet``; return one record per setting.
+
+    ``_index`` only orders this task after the index build.
+    """
+    collection, database = target.collection, target.database
+    ids, vectors = read_queries(queries_file, query_cfg.max_queries)
     if vectors.shape[1] != collection.dim:
         raise ArtifactError(
             f"{queries_file}: queries have dimension {vectors.shape[1]} but the {database} collection has "
             f"{collection.dim}"
         )
     records = []
-    settings_list = sweep(query_cfg, collection.index_type, endpoints_model.in_process)
-    for clients, group in itertools.groupby(settings_list, key=lambda s: s["clients"]):
-        with ClientPool(clients, database, settings, endpoints_model, collection) as pool:
-            for setting in group:
+    settings_list = sweep(query_cfg, collection.index_type, target.endpoints.in_process)
+    for clients, group in itertools.groupby(settings_list, key=lambda s: s.clients):
+        with ClientPool(clients, target) as pool:
+            for asked in group:
+                setting = asked.model_copy(update={"clients": pool.size})
                 shares = np.array_split(np.arange(len(ids)), pool.size)
                 futures = [
                     pool.submit(
                         run_share,
                         ids[s],
                         vectors[s],
-                        setting["k"],
-                        setting["ef"],
-                        setting["batch_size"],
-                        query_cfg["warmup_queries"],
+                        setting.k,
+                        setting.ef,
+                        setting.batch_size,
+                        query_cfg.warmup_queries,
                         i,
                     )
                     for i, s in enumerate(shares)
@@ -131,19 +126,16 @@ def query_sweep(
                 columns = {
                     key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in parts[0]
                 }
-                name = setting_name(setting["ef"], setting["batch_size"], pool.size, setting["k"])
                 table = raw_query_table(
                     database=database,
-                    setting=name,
-                    ef=setting["ef"],
-                    batch_size=setting["batch_size"],
-                    clients=pool.size,
-                    k=setting["k"],
+                    setting=setting.label,
+                    ef=setting.ef,
+                    batch_size=setting.batch_size,
+                    clients=setting.clients,
+                    k=setting.k,
                     **columns,
                 )
-                path = Path(out_dir) / "raw" / f"{name.replace(',', '_').replace('=', '')}.parquet"
-                written = write_parquet_atomic(table, path, row_group_rows=8192)
-                records.append(
-                    {**setting, "clients": pool.size, "setting": name, "file": str(path), **written}
-                )
+                path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
+                write_parquet_atomic(table, path, row_group_rows=8192)
+                records.append(QueryRecord(setting=setting.label, file=str(path)))
     return records

@@ -189,16 +189,21 @@ def _hold(seconds: float) -> int:
     return os.getpid()
 
 
-def _insert_preconnected(ctx: dict[str, Any], args: tuple, clients: int) -> tuple[dict[str, Any], float]:
+def target_of(ctx: dict[str, Any], settings: Any | None = None) -> Any:
+    """The stages' DatabaseTarget for this context (``settings`` overrides the context's)."""
+    from apps.vdb.records import DatabaseTarget
+
+    return DatabaseTarget(
+        settings=settings or ctx["settings"], endpoints=ctx["endpoints"], collection=ctx["spec"]
+    )
+
+
+def _insert_preconnected(ctx: dict[str, Any], target: Any, clients: int) -> tuple[Any, float]:
     """insert_partition's body (apps/insert.py) on a pool whose clients connected before the clock."""
-    from apps.insert import insert_units
-    from apps.vdb.base import CollectionSpec, Endpoints
+    from apps.insert import combine_parts, insert_units
     from apps.vdb.pool import ClientPool
 
-    database, settings, endpoints, spec = args
-    with ClientPool(
-        clients, database, settings, Endpoints.model_validate(endpoints), CollectionSpec.model_validate(spec)
-    ) as pool:
+    with ClientPool(clients, target) as pool:
         pids = {f.result() for f in [pool.submit(_hold, 0.5) for _ in range(pool.size)]}
         if len(pids) != pool.size:
             raise SystemExit(f"pre-connect: {len(pids)} of {pool.size} pool processes connected")
@@ -208,15 +213,7 @@ def _insert_preconnected(ctx: dict[str, Any], args: tuple, clients: int) -> tupl
             pool.submit(insert_units, units[c :: pool.size], ctx["batch_size"], ctx["retries"])
             for c in range(pool.size)
         ]
-        records = [f.result() for f in futures]
-    record = {
-        "rows": sum(r["rows"] for r in records),
-        "first_start": min(r["first_start"] for r in records if r["first_start"]),
-        "last_end": max(r["last_end"] for r in records),
-        "batches": sum(r["batches"] for r in records),
-        "retried": sum(r["retried"] for r in records),
-        "clients": pool.size,
-    }
+        record = combine_parts([f.result() for f in futures])
     return record, called
 
 
@@ -230,31 +227,30 @@ def harness_upload(
     """
     from apps.insert import insert_partition, prepare_collection, wait_searchable
 
-    settings_dict = (settings or ctx["settings"]).model_dump(mode="json")
-    args = (ctx["adapter_name"], settings_dict, ctx["endpoints"], ctx["spec"])
-    prepare_collection(*args, True)
+    target = target_of(ctx, settings)
+    prepare_collection(target, True)
     cpu = CpuMeter(ctx["server_pids"])
     if preconnect:
-        record, called = _insert_preconnected(ctx, args, clients)
+        record, called = _insert_preconnected(ctx, target, clients)
     else:
         called = time.time()
-        record = insert_partition(*args, ctx["data"]["units"], ctx["batch_size"], clients, ctx["retries"])
+        record = insert_partition(target, ctx["data"]["units"], ctx["batch_size"], clients, ctx["retries"])
     returned = time.time()
-    visible = wait_searchable(*args, len(ctx["data"]["ids"]), ctx["timeout"], record)
-    first, last = record["first_start"], record["last_end"]
+    visible = wait_searchable(target, len(ctx["data"]["ids"]), ctx["timeout"], record)
+    first, last, searchable_at = record.first_start, record.last_end, visible.searchable_at
     return {
-        "rows": record["rows"],
-        "clients": record["clients"],
-        "batches": record["batches"],
-        "retried": record["retried"],
-        "upload_s": visible["searchable_at"] - first,
+        "rows": record.rows,
+        "clients": record.clients,
+        "batches": record.batches,
+        "retried": record.retried,
+        "upload_s": searchable_at - first,
         "send_s": last - first,
-        "visible_s": visible["searchable_at"] - last,
+        "visible_s": searchable_at - last,
         "pool_close_s": returned - last,
-        "wait_searchable_s": visible["searchable_at"] - returned,
+        "wait_searchable_s": searchable_at - returned,
         "startup_s": first - called,
-        "wall_s": visible["searchable_at"] - called,
-        "count": visible["count"],
+        "wall_s": searchable_at - called,
+        "count": visible.count,
         **cpu.read(),
     }
 
@@ -474,9 +470,7 @@ VENDOR_LABELS = {
 def vendor_upload(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, Any]:
     from apps.insert import prepare_collection
 
-    prepare_collection(
-        ctx["adapter_name"], ctx["settings"].model_dump(mode="json"), ctx["endpoints"], ctx["spec"], True
-    )
+    prepare_collection(target_of(ctx), True)
     cpu = CpuMeter(ctx["server_pids"])
     return {**vendor.upload(ctx, mode), **cpu.read()}
 
@@ -494,7 +488,7 @@ def _top(profile: cProfile.Profile, n: int = 14) -> str:
     return "\n".join([f"    {head}", *(f"    {ln}" for ln in lines[start:])])
 
 
-def _time_first_client(database: str, settings: dict, endpoints: dict, spec: dict) -> dict[str, float]:
+def _time_first_client() -> dict[str, float]:
     """Pool function: what the first batch of a fresh client process pays before its first request."""
     from apps.vdb import pool
 
@@ -511,16 +505,15 @@ def profile_database(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, A
     from apps.insert import insert_units, prepare_collection
     from apps.vdb import pool
 
-    settings = ctx["settings"].model_dump(mode="json")
-    args = (ctx["adapter_name"], settings, ctx["endpoints"], ctx["spec"])
+    target = target_of(ctx)
     result: dict[str, Any] = {}
     if not ctx["endpoints_model"].in_process:
         with ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.connect, initargs=args
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.connect, initargs=(target,)
         ) as executor:
-            result.update(executor.submit(_time_first_client, *args).result())
-    prepare_collection(*args, True)
-    pool.connect(*args)
+            result.update(executor.submit(_time_first_client).result())
+    prepare_collection(target, True)
+    pool.connect(target)
     harness = cProfile.Profile()
     started = time.perf_counter()
     harness.runcall(insert_units, ctx["data"]["units"], ctx["batch_size"], 0)

@@ -271,29 +271,21 @@ def run_direct(ctx: dict[str, Any], vectors: np.ndarray, setting: dict[str, Any]
 def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """query_sweep for one setting with 1 client; metrics from its raw Parquet output."""
     from apps.query_sweep import query_sweep
+    from apps.vdb.config import QuerySweepConfig
     from apps.vdb_metrics import latency_stats, qps
 
-    query_cfg = {
-        "ef": [setting["ef"]],
-        "batch_size": [setting["batch_size"]],
-        "clients": [1],
-        "k": [setting["k"]],
-        "max_queries": ctx["max_queries"],
-        "warmup_queries": ctx["warmup"],
-    }
-    called = time.time()
-    records = query_sweep(
-        ctx["adapter_name"],
-        ctx["settings"].model_dump(mode="json"),
-        ctx["endpoints"],
-        ctx["spec"],
-        str(ctx["queries_file"]),
-        query_cfg,
-        str(out_dir),
-        {},
+    query_cfg = QuerySweepConfig(
+        ef=[setting["ef"]],
+        batch_size=[setting["batch_size"]],
+        clients=[1],
+        k=[setting["k"]],
+        max_queries=ctx["max_queries"],
+        warmup_queries=ctx["warmup"],
     )
+    called = time.time()
+    records = query_sweep(ingest.target_of(ctx), str(ctx["queries_file"]), query_cfg, str(out_dir), None)
     returned = time.time()
-    raw = pq.read_table(records[0]["file"])
+    raw = pq.read_table(records[0].file)
     stats = latency_stats(raw)
     return {
         "queries": raw.num_rows,
@@ -315,15 +307,15 @@ def load_collection(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
     from apps.index import build_index
     from apps.insert import insert_partition, prepare_collection, wait_searchable
 
-    args = (ctx["adapter_name"], ctx["settings"].model_dump(mode="json"), ctx["endpoints"], ctx["spec"])
+    target = ingest.target_of(ctx)
     rows = len(ctx["data"]["ids"])
     started = time.monotonic()
-    prepare_collection(*args, True)
-    record = insert_partition(*args, ctx["data"]["units"], cfg.insert.batch_sizes[-1], 1, cfg.insert.retries)
-    wait_searchable(*args, rows, cfg.insert.timeout_s, record)
+    prepare_collection(target, True)
+    record = insert_partition(target, ctx["data"]["units"], cfg.insert.batch_sizes[-1], 1, cfg.insert.retries)
+    visible = wait_searchable(target, rows, cfg.insert.timeout_s, record)
     loaded = time.monotonic()
-    index = build_index(*args, rows, cfg.index_timeout_s, {})
-    return {"upload_s": loaded - started, "index_s": time.monotonic() - loaded, **index}
+    index = build_index(target, rows, cfg.index_timeout_s, visible)
+    return {"upload_s": loaded - started, "index_s": time.monotonic() - loaded, **index.model_dump()}
 
 
 def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:

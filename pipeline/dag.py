@@ -261,9 +261,9 @@ class DagRunner:
 
             # 4. vector databases: deploy -> insert -> index -> query -> teardown, then the report.
             if cfg.vdb and not self._start("vdb"):
-                from pipeline.vdb_stages import BenchmarkRunner
+                from pipeline.vdb_stages import VdbStages
 
-                report = BenchmarkRunner(plan, self.provenance, progress).run()
+                report = VdbStages(plan, self.provenance, progress).run()
                 self.provenance.stage_finished("vdb", {"files": report["files"]})
             elif cfg.vdb:
                 self.provenance.stage_finished("vdb", read_manifest(plan.stage("vdb").directory))

@@ -11,12 +11,62 @@ import json
 from pathlib import Path
 from typing import Any
 
-from apps.report import write_report, write_results
+from apps.report import write_report
+from apps.results import write_results
+from apps.vdb.records import DatabaseOutcome
 from apps.vdb_metrics import evaluate_files
 from pipeline.plan import Plan
 
 
-def result_rows(plan: Plan, outcomes: dict[str, dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
+    """The deploy, insert and index rows of one database (its query rows come from the raw files)."""
+    common = {"database": outcome.database, "server_version": outcome.server_version or None}
+    if outcome.status != "succeeded":
+        return [{**common, "stage": "deploy", "status": outcome.status, "error": outcome.reason}]
+    params = json.dumps(
+        {
+            "collection": outcome.collection.model_dump(mode="json"),
+            "settings": outcome.settings.model_dump(mode="json"),
+        },
+        sort_keys=True,
+    )
+    rows = [{**common, "stage": "deploy", "status": "ok", "deploy_s": outcome.deploy_s, "params": params}]
+    for insert in outcome.insert:
+        rows.append(
+            {
+                **common,
+                "stage": "insert",
+                "status": "ok",
+                "setting": insert.setting,
+                "vectors": insert.rows,
+                "upload_s": insert.upload_s,
+                "searchable_s": insert.searchable_s,
+                "insert_vectors_per_s": insert.insert_vectors_per_s,
+                "batch_size": insert.batch_size,
+                "request_size": insert.request_size,
+                "clients": insert.clients,
+                "workers": insert.workers,
+            }
+        )
+    if outcome.index is not None:
+        index = outcome.index
+        rows.append(
+            {
+                **common,
+                "stage": "index",
+                "status": "ok",
+                "index_s": index.index_s,
+                "segments": index.segments,
+                "disk_bytes": index.disk_bytes,
+                "write_amplification": index.write_amplification,
+                "vectors": index.count,
+                "params": params,
+            }
+        )
+    return rows
+
+
+def result_rows(plan: Plan, outcomes: dict[str, DatabaseOutcome], run_id: str) -> list[dict[str, Any]]:
     """One row per database x stage x setting, with the provenance keys on every row."""
     keys = {
         "dataset_key": plan.stage("embed").key,
@@ -24,63 +74,8 @@ def result_rows(plan: Plan, outcomes: dict[str, dict[str, Any]], run_id: str) ->
         "groundtruth_key": plan.stage("groundtruth").key,
         "run_id": run_id,
     }
-    rows: list[dict[str, Any]] = []
-    raw_files: list[str] = []
-    for database, outcome in outcomes.items():
-        common = {"database": database, "server_version": outcome.get("server_version") or None, **keys}
-        params = json.dumps(
-            {"collection": outcome.get("collection"), "settings": outcome.get("settings")}, sort_keys=True
-        )
-        if outcome.get("status") != "succeeded":
-            rows.append(
-                {
-                    **common,
-                    "stage": "deploy",
-                    "status": outcome.get("status", "failed"),
-                    "error": outcome.get("reason"),
-                }
-            )
-            continue
-        rows.append(
-            {
-                **common,
-                "stage": "deploy",
-                "status": "ok",
-                "deploy_s": outcome.get("deploy_s"),
-                "params": params,
-            }
-        )
-        for insert in outcome["insert"]:
-            rows.append(
-                {
-                    **common,
-                    "stage": "insert",
-                    "status": "ok",
-                    "setting": f"batch={insert['batch_size']},clients={insert['clients']}",
-                    "vectors": insert["rows"],
-                    "upload_s": insert["upload_s"],
-                    "searchable_s": insert["searchable_s"],
-                    "insert_vectors_per_s": insert["insert_vectors_per_s"],
-                    "batch_size": insert["batch_size"],
-                    "clients": insert["clients"],
-                    "workers": insert["workers"],
-                }
-            )
-        index = outcome["index"]
-        rows.append(
-            {
-                **common,
-                "stage": "index",
-                "status": "ok",
-                "index_s": index["index_s"],
-                "segments": index["segments"],
-                "disk_bytes": index["disk_bytes"],
-                "write_amplification": index["write_amplification"],
-                "vectors": index["count"],
-                "params": params,
-            }
-        )
-        raw_files.extend(q["file"] for q in outcome["queries"])
+    rows = [{**row, **keys} for outcome in outcomes.values() for row in database_rows(outcome)]
+    raw_files = [q.file for outcome in outcomes.values() for q in outcome.queries]
     if raw_files:
         evaluated = evaluate_files(
             raw_files,
@@ -90,14 +85,14 @@ def result_rows(plan: Plan, outcomes: dict[str, dict[str, Any]], run_id: str) ->
             plan.config.groundtruth.metric,
         )
         rows.extend(
-            {**row, **keys, "server_version": outcomes[row["database"]].get("server_version")}
+            {**row, **keys, "server_version": outcomes[row["database"]].server_version or None}
             for row in evaluated
         )
     return rows
 
 
 def write_benchmark_report(
-    plan: Plan, outcomes: dict[str, dict[str, Any]], out_dir: Path, run_id: str
+    plan: Plan, outcomes: dict[str, DatabaseOutcome], out_dir: Path, run_id: str
 ) -> dict[str, Any]:
     """Write results.parquet and report.md (+ PNG plots) into ``out_dir``; return the written files."""
     rows = result_rows(plan, outcomes, run_id)

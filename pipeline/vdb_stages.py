@@ -16,29 +16,58 @@ from pathlib import Path
 from typing import Any
 
 from parsl import python_app
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
 from apps import index as index_stage
 from apps import insert as insert_stage
 from apps import query_sweep as query_stage
 from apps.vdb import get_adapter
-from apps.vdb.base import CollectionSpec, DatabaseError
-from core.store import atomic_write_json, complete_manifest, read_manifest
+from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
+from apps.vdb.config import DatabaseSettings
+from apps.vdb.records import (
+    DatabaseOutcome,
+    DatabaseTarget,
+    Deployed,
+    InsertPart,
+    InsertRecord,
+    Searchable,
+)
+from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
+from pipeline.report_stage import write_benchmark_report
 
 log = logging.getLogger(__name__)
 
 
-def _deploy(deployment, workdir: str, timeout: float) -> dict[str, Any]:
-    """Driver-side task: start the servers; the Deployment object stays in the driver for teardown."""
-    return deployment.start(Path(workdir), timeout).model_dump()
+def deploy(deployment: Deployment, workdir: str, timeout: float) -> Deployed:
+    """Driver-side task: start the servers and time it; the Deployment stays in the driver for teardown."""
+    started = time.time()
+    endpoints = deployment.start(Path(workdir), timeout)  # returns once every endpoint is healthy
+    return Deployed(endpoints=endpoints, deploy_s=time.time() - started)
 
 
-class BenchmarkRunner:
-    """Runs the VDB stages for every configured database and writes the report."""
+def read_outcome(db_dir: Path) -> DatabaseOutcome | None:
+    """The outcome of a database finished by an earlier run, or None (never run, partial, other layout)."""
+    manifest = complete_manifest(db_dir)
+    if manifest is None:
+        return None
+    try:
+        return DatabaseOutcome.model_validate(manifest)
+    except ValidationError:
+        log.info("%s: manifest from another record layout; benchmarking again", db_dir)
+        return None
+
+
+class VdbStages:
+    """Runs the vector-database stages of the DAG for every configured database and writes the report.
+
+    (Not to be confused with ``benchmarks/``, the harness that measures this pipeline's own overheads.)
+    """
 
     def __init__(self, plan: Plan, provenance: Provenance, progress: StageProgress) -> None:
         self.plan, self.provenance, self.progress = plan, provenance, progress
@@ -46,7 +75,7 @@ class BenchmarkRunner:
         self.stage = plan.stage("vdb")
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
-            "deploy": python_app(_deploy, executors=[DRIVER]),
+            "deploy": python_app(deploy, executors=[DRIVER]),
             "prepare": python_app(insert_stage.prepare_collection, executors=[clients]),
             "insert": python_app(insert_stage.insert_partition, executors=[clients]),
             "searchable": python_app(insert_stage.wait_searchable, executors=[clients]),
@@ -69,28 +98,23 @@ class BenchmarkRunner:
         # Server logs, endpoints and raw results of this run, reachable from the run directory.
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
         self.progress.add_stage("vdb", len(self.cfg.databases))
-        outcomes: dict[str, dict[str, Any]] = {}
+        outcomes: dict[str, DatabaseOutcome] = {}
         for settings in self.cfg.databases:
             db_dir = directory / settings.name
-            done = complete_manifest(db_dir)
-            if done is None:
-                done = self.run_database(settings, db_dir)
-            outcomes[settings.name] = done
+            outcomes[settings.name] = read_outcome(db_dir) or self.run_database(settings, db_dir)
             self.progress.advance("vdb", 1)
-        from pipeline.report_stage import write_benchmark_report
-
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )
-        if all(o.get("status") == "succeeded" for o in outcomes.values()):
+        if all(o.status == "succeeded" for o in outcomes.values()):
             atomic_write_json(
                 directory / "manifest.json",
                 {"key": self.stage.key, "files": report["files"], "databases": sorted(outcomes)},
             )
         return report
 
-    def run_database(self, settings, db_dir: Path) -> dict[str, Any]:
-        """Deploy one database, run its stages, always tear it down; return its manifest."""
+    def run_database(self, settings: DatabaseSettings, db_dir: Path) -> DatabaseOutcome:
+        """Deploy one database, run its stages, always tear it down; return (and write) its outcome."""
         name = settings.name
         if self.cfg.cluster is not None:  # HPC: Apptainer servers as a pilot job on their own nodes
             from apps.vdb.cluster.pilot import cluster_deployment
@@ -101,54 +125,50 @@ class BenchmarkRunner:
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
-        record: dict[str, Any] = {
-            "database": name,
-            "settings": settings.model_dump(mode="json"),
-            "collection": self.spec().model_dump(),
-            "started": time.time(),
-        }
+        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec()}
+        started, endpoints = time.time(), None
         try:
-            endpoints = self.apps["deploy"](
+            deployed = self.apps["deploy"](
                 deployment, str(db_dir / "server"), self.cfg.startup_timeout_s
             ).result()
+            endpoints = deployed.endpoints.model_dump()
             atomic_write_json(db_dir / "endpoints.json", endpoints)
-            record["server_version"] = endpoints.get("server_version", "")
-            record["endpoints"] = endpoints
-            record.update(self._stages(settings, endpoints, db_dir))
-            record["status"] = "succeeded"
+            fields.update(server_version=deployed.endpoints.server_version, deploy_s=deployed.deploy_s)
+            target = DatabaseTarget(
+                settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
+            )
+            fields.update(self._stages(target, db_dir), status="succeeded")
         except DatabaseError as exc:
             if name not in self.cfg.optional:
                 raise
             log.warning("%s skipped (optional): %s", name, exc)
-            record.update(status="skipped", reason=str(exc))
+            fields.update(status="skipped", reason=str(exc))
         finally:
             deployment.stop()
-            record["finished"] = time.time()
-            self.provenance.task_finished("vdb", {k: v for k, v in record.items() if k != "queries"})
-        if record["status"] == "succeeded":
-            atomic_write_json(db_dir / "manifest.json", {**record, "files": []})
-        else:
-            atomic_write_json(db_dir / "skipped.json", record)
-        return record
+            # The provenance gets what is known even when a stage failed (no raw-file list: it is long).
+            known = {k: v for k, v in fields.items() if k != "queries"}
+            self.provenance.task_finished(
+                "vdb", {**_json(known), "endpoints": endpoints, "started": started, "finished": time.time()}
+            )
+        outcome = DatabaseOutcome.model_validate(fields)
+        path = db_dir / ("manifest.json" if outcome.status == "succeeded" else "skipped.json")
+        atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
+        return outcome
 
-    def _stages(self, settings, endpoints: dict[str, Any], db_dir: Path) -> dict[str, Any]:
+    def _stages(self, target: DatabaseTarget, db_dir: Path) -> dict[str, Any]:
         """insert (every batch size) -> searchable -> index -> query sweep, chained by futures."""
-        plan, cfg, spec = self.plan, self.cfg, self.spec().model_dump()
-        name, settings_dict = settings.name, settings.model_dump(mode="json")
+        plan, cfg = self.plan, self.cfg
         dataset_dir = plan.stage("embed").directory
         rows = read_manifest(dataset_dir)["rows"]
         units = insert_stage.work_units(str(dataset_dir))
         inserts = []
         searchable: Future | None = None
         for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
-            prepared = self.apps["prepare"](name, settings_dict, endpoints, spec, attempt > 0)
+            prepared = self.apps["prepare"](target, attempt > 0)
             prepared.result()  # the collection must exist before any client attaches
             tasks = [
                 self.apps["insert"](
-                    name,
-                    settings_dict,
-                    endpoints,
-                    spec,
+                    target,
                     units[w :: cfg.insert.workers],
                     batch_size,
                     cfg.insert.clients_per_worker,
@@ -156,30 +176,31 @@ class BenchmarkRunner:
                 )
                 for w in range(cfg.insert.workers)
             ]
-            searchable = self.apps["searchable"](
-                name, settings_dict, endpoints, spec, rows, cfg.insert.timeout_s, *tasks
-            )
-            parts, visible = [t.result() for t in tasks], searchable.result()
-            first = min(p["first_start"] for p in parts if p["first_start"])
-            last_sent = max(p["last_end"] for p in parts)
-            inserts.append(
-                {
-                    "batch_size": batch_size,
-                    "rows": rows,
-                    "clients": sum(p["clients"] for p in parts),
-                    "workers": cfg.insert.workers,
-                    "upload_s": visible["searchable_at"] - first,
-                    "send_s": last_sent - first,
-                    "searchable_s": visible["searchable_at"] - last_sent,
-                    "insert_vectors_per_s": rows / max(visible["searchable_at"] - first, 1e-9),
-                    "retried_batches": sum(p["retried"] for p in parts),
-                }
-            )
-        index = self.apps["index"](
-            name, settings_dict, endpoints, spec, rows, cfg.index_timeout_s, searchable
-        )
+            searchable = self.apps["searchable"](target, rows, cfg.insert.timeout_s, *tasks)
+            sent = insert_stage.combine_parts([t.result() for t in tasks])
+            inserts.append(insert_record(sent, searchable.result(), batch_size, cfg.insert.workers))
+        index = self.apps["index"](target, rows, cfg.index_timeout_s, searchable)
         queries_file = str(plan.stage("queries").directory / "queries.parquet")
-        query = self.apps["query"](
-            name, settings_dict, endpoints, spec, queries_file, cfg.query.model_dump(), str(db_dir), index
-        )
+        query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
         return {"insert": inserts, "index": index.result(), "queries": query.result()}
+
+
+def insert_record(sent: InsertPart, visible: Searchable, batch_size: int, workers: int) -> InsertRecord:
+    """One upload's record: upload time from the first request to every vector searchable."""
+    first = sent.first_start if sent.first_start is not None else sent.last_end
+    upload_s = visible.searchable_at - first
+    return InsertRecord(
+        batch_size=batch_size,
+        request_size=sent.request_size,
+        rows=sent.rows,
+        clients=sent.clients,
+        workers=workers,
+        upload_s=upload_s,
+        searchable_s=visible.searchable_at - sent.last_end,
+        insert_vectors_per_s=sent.rows / max(upload_s, 1e-9),
+    )
+
+
+def _json(fields: dict[str, Any]) -> dict[str, Any]:
+    """Records and settings as the JSON values the provenance file holds."""
+    return {k: to_jsonable_python(v) for k, v in fields.items()}

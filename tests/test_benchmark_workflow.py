@@ -86,6 +86,9 @@ def test_report_covers_every_database_with_recall(full_run) -> None:
         assert all(r["qps"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0 for r in queries)
         inserts = [r for r in mine if r["stage"] == "insert"]
         assert sorted(r["batch_size"] for r in inserts) == [32, 128]
+        assert all(0 < r["request_size"] <= r["batch_size"] for r in inserts)
+        deploy = next(r for r in mine if r["stage"] == "deploy")
+        assert 0 < deploy["deploy_s"] < 600  # measured: deploy start -> healthy endpoints
         index = next(r for r in mine if r["stage"] == "index")
         assert index["vectors"] == inserts[0]["vectors"] > 0
         assert index["write_amplification"] > 0

@@ -10,16 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apps.report import (
-    RESULTS_SCHEMA,
-    normalize_rows,
-    pareto_frontier,
-    read_results,
-    results_table,
-    write_report,
-    write_results,
-)
-from apps.vdb_metrics import setting_label
+from apps.report import write_report
+from apps.report_figures import pareto_frontier
+from apps.results import RESULTS_SCHEMA, normalize_rows, read_results, results_table, write_results
+from apps.vdb.records import setting_label
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PROVENANCE = {
@@ -250,3 +244,36 @@ def test_pareto_frontier() -> None:
     points = [(0.80, 900.0), (0.93, 700.0), (0.90, 650.0), (0.97, 500.0), (0.97, 450.0), (0.995, 300.0)]
     assert pareto_frontier(points) == [(0.80, 900.0), (0.93, 700.0), (0.97, 500.0), (0.995, 300.0)]
     assert pareto_frontier([]) == []
+
+
+def test_no_mixed_stage_until_a_stage_writes_it(tmp_path: Path) -> None:
+    """Nothing produces a mixed insert + query stage yet: its rows are refused, the report has no section."""
+    with pytest.raises(ValueError, match="stage 'mixed' is not one of"):
+        normalize_rows([{"database": "qdrant", "stage": "mixed", "qps": 10.0}])
+    text = write_report(study_rows(), tmp_path / "r")["report"].read_text()
+    assert "Mixed" not in text and "mixed" not in text
+
+
+def test_insert_sweep_says_what_was_sent(tmp_path: Path) -> None:
+    """Two configured batch sizes the database split into 512-point requests: the report states both."""
+    rows = [
+        {
+            "database": "qdrant",
+            "stage": "insert",
+            "setting": setting_label(None, batch, 1, request_size=512),
+            "batch_size": batch,
+            "request_size": 512,
+            "clients": 1,
+            "vectors": 10_000,
+            "upload_s": seconds,
+            "searchable_s": 0.5,
+        }
+        for batch, seconds in ((1024, 4.0), (4096, 3.9))
+    ]
+    rows.append({**rows[0], "setting": setting_label(None, 256, 1), "batch_size": 256, "request_size": 256})
+    out = write_report(rows, tmp_path / "r")
+    text = out["report"].read_text()
+    assert "| qdrant | batch=1024,sent=512,clients=1 | 1,024 (sent 512) | 1 |" in text
+    assert "| qdrant | batch=4096,sent=512,clients=1 | 4,096 (sent 512) | 1 |" in text
+    assert "| qdrant | batch=256,clients=1 | 256 | 1 |" in text
+    assert png_size(out["figures"]["insert_throughput"]) == (770, 506)

@@ -11,24 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from apps.dataset import row_id, vectors_to_arrow
-from apps.report import normalize_rows
-from apps.vdb_metrics import (
-    RAW_QUERY_SCHEMA,
-    VectorLookup,
-    best_operating_point,
-    concat_raw,
-    evaluate,
-    evaluate_files,
-    fetch_vectors,
-    latency_stats,
-    needed_base_ids,
-    qps,
-    raw_query_table,
-    read_raw,
-    recall_at_k,
-    setting_label,
-    validate_raw,
-)
+from apps.query_raw import RAW_QUERY_SCHEMA, concat_raw, raw_query_table, read_raw, validate_raw
+from apps.recall import VectorLookup, fetch_vectors, needed_base_ids, recall_at_k
+from apps.results import normalize_rows
+from apps.vdb.records import setting_label
+from apps.vdb_metrics import best_operating_point, evaluate, evaluate_files, latency_stats, qps
 from apps.vecs import read_vecs
 from core.store import atomic_write_json, write_parquet_atomic
 

@@ -14,36 +14,32 @@ import multiprocessing.util
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from apps.vdb import get_adapter
-from apps.vdb.base import Client, CollectionSpec, Endpoints
+from apps.vdb.base import Client
+from apps.vdb.records import DatabaseTarget
 
 _CLIENT: Client | None = None
-_CONNECT_ARGS: tuple | None = None
+_TARGET: DatabaseTarget | None = None
 
 
-def connect(database: str, settings: dict[str, Any], endpoints: dict[str, Any], spec: dict[str, Any]) -> None:
+def connect(target: DatabaseTarget) -> None:
     """Pool initializer: remember how to connect; the connection is made on first use.
 
     Connecting lazily keeps a server that is briefly down (a restart) from breaking the whole pool:
     an exception in an initializer kills the pool with a generic BrokenProcessPool, while an exception
     in a task reaches the caller as the real DatabaseError.
     """
-    global _CONNECT_ARGS
-    _CONNECT_ARGS = (database, settings, endpoints, spec)
+    global _TARGET
+    _TARGET = target
 
 
 def client() -> Client:
     """The client of the current pool process (connected and attached to the collection)."""
     global _CLIENT
     if _CLIENT is None:
-        if _CONNECT_ARGS is None:
+        if _TARGET is None:
             raise RuntimeError("no client in this process: run inside a ClientPool")
-        database, settings, endpoints, spec = _CONNECT_ARGS
-        adapter = get_adapter(database)
-        db_client = adapter.client(
-            adapter.settings.model_validate(settings), Endpoints.model_validate(endpoints)
-        )
-        db_client.create_collection(CollectionSpec.model_validate(spec))
+        db_client = _TARGET.open_client()
+        db_client.create_collection(_TARGET.collection)
         _CLIENT = db_client
         # Close the connection when a pool process exits (multiprocessing runs Finalize callbacks with an
         # exit priority; atexit hooks do not run in its children), so no channel is left half-open.
@@ -71,12 +67,10 @@ def disconnect() -> None:
 class ClientPool:
     """``size`` connected clients; ``submit`` runs a function of the pool in one of them."""
 
-    def __init__(
-        self, size: int, database: str, settings: dict, endpoints: Endpoints, spec: CollectionSpec
-    ) -> None:
-        self.in_process = endpoints.in_process
+    def __init__(self, size: int, target: DatabaseTarget) -> None:
+        self.in_process = target.endpoints.in_process
         self.size = 1 if self.in_process else size
-        args = (database, settings, endpoints.model_dump(), spec.model_dump())
+        args = (target,)
         self.executor: Executor
         if self.in_process:
             self.executor = ThreadPoolExecutor(max_workers=1, initializer=connect, initargs=args)

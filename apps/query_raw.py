@@ -1,0 +1,138 @@
+"""The raw query-result layout: what the query stage measured, one Parquet file per database × setting.
+
+One row per query (:data:`RAW_QUERY_SCHEMA`): the returned ids and scores and the wall-clock start and
+end of the request (one batch) that carried the query. Metrics are computed afterwards from these rows
+(:mod:`apps.vdb_metrics`), so a metric can be corrected without re-running a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.vdb.records import setting_label
+
+RAW_QUERY_SCHEMA = pa.schema(
+    [
+        pa.field("database", pa.string(), nullable=False),
+        pa.field("setting", pa.string(), nullable=False),  # setting_label(...), e.g. "ef=64,batch=32,..."
+        pa.field("ef", pa.int32(), nullable=True),  # search-time parameter; null when not applicable
+        pa.field("batch_size", pa.int32(), nullable=False),
+        pa.field("clients", pa.int32(), nullable=False),
+        pa.field("k", pa.int32(), nullable=False),
+        pa.field("client", pa.int32(), nullable=False),  # index of the client process
+        pa.field("request", pa.int32(), nullable=False),  # request (batch) index within the client
+        pa.field("query_id", pa.int64(), nullable=False),
+        pa.field("ids", pa.list_(pa.int64()), nullable=False),  # returned ids, nearest first; -1 pads
+        pa.field("scores", pa.list_(pa.float32()), nullable=False),  # as the database reports them
+        pa.field("t_start", pa.float64(), nullable=False),  # time.time() when the request was sent
+        pa.field("t_end", pa.float64(), nullable=False),  # time.time() when its answer was complete
+    ]
+)
+"""One row per query. Every query of one request (batch) shares ``client``, ``request``, ``t_start``
+and ``t_end``. Files may hold several requests and clients; one file per database × setting."""
+
+
+def _list_column(values: Any, value_type: pa.DataType, name: str, n: int) -> pa.Array:
+    """A 2-D array (rows, m) or a sequence of sequences (ragged) -> list<value_type> of ``n`` rows."""
+    if isinstance(values, np.ndarray) and values.ndim == 2:
+        flat = pa.array(np.ascontiguousarray(values).ravel(), value_type)
+        offsets = pa.array(np.arange(values.shape[0] + 1, dtype=np.int32) * values.shape[1], pa.int32())
+        column = pa.ListArray.from_arrays(offsets, flat)
+    else:
+        column = pa.array([np.asarray(v).tolist() for v in values], pa.list_(value_type))
+    if len(column) != n:
+        raise ValueError(f"raw query results: column {name!r} has {len(column)} rows, expected {n}")
+    return column
+
+
+def raw_query_table(
+    *,
+    database: str,
+    ef: int | None,
+    batch_size: int,
+    clients: int,
+    k: int,
+    client: int | Sequence[int] | np.ndarray,
+    request: int | Sequence[int] | np.ndarray,
+    query_ids: Sequence[int] | np.ndarray,
+    ids: np.ndarray | Sequence[Sequence[int]],
+    scores: np.ndarray | Sequence[Sequence[float]],
+    t_start: float | Sequence[float] | np.ndarray,
+    t_end: float | Sequence[float] | np.ndarray,
+    setting: str | None = None,
+) -> pa.Table:
+    """Build a table in :data:`RAW_QUERY_SCHEMA` from Python lists / numpy arrays.
+
+    ``query_ids`` gives the number of rows n. ``client``, ``request``, ``t_start`` and ``t_end`` are
+    scalars (one request: every row shares them) or per-row arrays. ``ids`` / ``scores`` are (n, m)
+    arrays (e.g. ``SearchResult.ids`` / ``.scores``) or ragged sequences. ``setting`` defaults to
+    :func:`setting_label`. Concatenate the tables of many requests with :func:`concat_raw`.
+    """
+    query_ids = np.asarray(query_ids, dtype=np.int64).reshape(-1)
+    n = len(query_ids)
+
+    def per_row(value: Any, dtype: Any, name: str) -> np.ndarray:
+        array = np.asarray(value, dtype=dtype)
+        if array.ndim == 0:
+            return np.full(n, array, dtype=dtype)
+        if array.shape != (n,):
+            raise ValueError(f"raw query results: {name!r} has shape {array.shape}, expected ({n},)")
+        return array
+
+    columns = {
+        "database": pa.array([database] * n, pa.string()),
+        "setting": pa.array([setting or setting_label(ef, batch_size, clients, k)] * n, pa.string()),
+        "ef": pa.array([None if ef is None else int(ef)] * n, pa.int32()),
+        "batch_size": pa.array(per_row(batch_size, np.int32, "batch_size")),
+        "clients": pa.array(per_row(clients, np.int32, "clients")),
+        "k": pa.array(per_row(k, np.int32, "k")),
+        "client": pa.array(per_row(client, np.int32, "client")),
+        "request": pa.array(per_row(request, np.int32, "request")),
+        "query_id": pa.array(query_ids),
+        "ids": _list_column(ids, pa.int64(), "ids", n),
+        "scores": _list_column(scores, pa.float32(), "scores", n),
+        "t_start": pa.array(per_row(t_start, np.float64, "t_start")),
+        "t_end": pa.array(per_row(t_end, np.float64, "t_end")),
+    }
+    return validate_raw(pa.Table.from_pydict(columns, schema=RAW_QUERY_SCHEMA))
+
+
+def validate_raw(table: pa.Table) -> pa.Table:
+    """Check a raw table against :data:`RAW_QUERY_SCHEMA` (columns, types, no nulls where required).
+
+    Returns the table cast to the exact schema (column order, nullability); raises ValueError naming
+    the problem otherwise.
+    """
+    missing = [f.name for f in RAW_QUERY_SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise ValueError(f"raw query results: missing columns {missing}")
+    table = table.select(RAW_QUERY_SCHEMA.names)
+    for field in RAW_QUERY_SCHEMA:
+        column = table.column(field.name)
+        if not field.nullable and column.null_count:
+            raise ValueError(f"raw query results: column {field.name!r} has {column.null_count} nulls")
+    try:
+        return table.cast(RAW_QUERY_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(f"raw query results: {exc}") from None
+
+
+def concat_raw(tables: Iterable[pa.Table]) -> pa.Table:
+    """Concatenate raw tables (requests, clients) into one table."""
+    tables = [validate_raw(t) for t in tables]
+    if not tables:
+        return RAW_QUERY_SCHEMA.empty_table()
+    return pa.concat_tables(tables)
+
+
+def read_raw(paths: str | Path | Iterable[str | Path]) -> pa.Table:
+    """Read one or several raw Parquet files into one validated table."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    return concat_raw(pq.read_table(p) for p in paths)
