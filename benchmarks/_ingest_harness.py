@@ -1,0 +1,147 @@
+"""The harness side of ``benchmarks/ingest.py``: the project's insert stage, and ``--profile``."""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import time
+from typing import Any
+
+from _ingest_data import CpuMeter
+from _ingest_vendors import vendor_upload
+
+# --- the harness: the project's insert stage ---------------------------------------------------------------
+
+
+def _hold(seconds: float) -> int:
+    """Pool function: connect this pool process's client, then stay busy so the next one lands elsewhere."""
+    from apps.vdb import pool
+
+    pool.client()
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _insert_preconnected(ctx: dict[str, Any], args: tuple, clients: int) -> tuple[dict[str, Any], float]:
+    """insert_partition's body (apps/insert.py) on a pool whose clients connected before the clock."""
+    from apps.insert import insert_units
+    from apps.vdb.base import CollectionSpec, Endpoints
+    from apps.vdb.pool import ClientPool
+
+    database, settings, endpoints, spec = args
+    with ClientPool(
+        clients, database, settings, Endpoints.model_validate(endpoints), CollectionSpec.model_validate(spec)
+    ) as pool:
+        pids = {f.result() for f in [pool.submit(_hold, 0.5) for _ in range(pool.size)]}
+        if len(pids) != pool.size:
+            raise SystemExit(f"pre-connect: {len(pids)} of {pool.size} pool processes connected")
+        called = time.time()
+        units = ctx["data"]["units"]
+        futures = [
+            pool.submit(insert_units, units[c :: pool.size], ctx["batch_size"], ctx["retries"])
+            for c in range(pool.size)
+        ]
+        records = [f.result() for f in futures]
+    record = {
+        "rows": sum(r["rows"] for r in records),
+        "first_start": min(r["first_start"] for r in records if r["first_start"]),
+        "last_end": max(r["last_end"] for r in records),
+        "batches": sum(r["batches"] for r in records),
+        "retried": sum(r["retried"] for r in records),
+        "clients": pool.size,
+    }
+    return record, called
+
+
+def harness_upload(
+    ctx: dict[str, Any], clients: int, settings: Any | None = None, preconnect: bool = False
+) -> dict[str, Any]:
+    """prepare_collection (fresh) -> insert_partition -> wait_searchable, as a pipeline run does.
+
+    ``preconnect`` (diagnostic): the same stage functions, but every client process connects before the
+    clock starts, to show what the lazy connect inside the first timed batch costs.
+    """
+    from apps.insert import insert_partition, prepare_collection, wait_searchable
+
+    settings_dict = (settings or ctx["settings"]).model_dump(mode="json")
+    args = (ctx["adapter_name"], settings_dict, ctx["endpoints"], ctx["spec"])
+    prepare_collection(*args, True)
+    cpu = CpuMeter(ctx["server_pids"])
+    if preconnect:
+        record, called = _insert_preconnected(ctx, args, clients)
+    else:
+        called = time.time()
+        record = insert_partition(*args, ctx["data"]["units"], ctx["batch_size"], clients, ctx["retries"])
+    returned = time.time()
+    visible = wait_searchable(*args, len(ctx["data"]["ids"]), ctx["timeout"], record)
+    first, last = record["first_start"], record["last_end"]
+    return {
+        "rows": record["rows"],
+        "clients": record["clients"],
+        "batches": record["batches"],
+        "retried": record["retried"],
+        "upload_s": visible["searchable_at"] - first,
+        "send_s": last - first,
+        "visible_s": visible["searchable_at"] - last,
+        "pool_close_s": returned - last,
+        "wait_searchable_s": visible["searchable_at"] - returned,
+        "startup_s": first - called,
+        "wall_s": visible["searchable_at"] - called,
+        "count": visible["count"],
+        **cpu.read(),
+    }
+
+
+# --- profiling (``--profile``) -----------------------------------------------------------------------------
+
+
+def _top(profile: cProfile.Profile, n: int = 14) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(n)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+    head = next((ln.strip() for ln in lines if "function calls" in ln), "")
+    return "\n".join([f"    {head}", *(f"    {ln}" for ln in lines[start:])])
+
+
+def _time_first_client(database: str, settings: dict, endpoints: dict, spec: dict) -> dict[str, float]:
+    """Pool function: what the first batch of a fresh client process pays before its first request."""
+    from apps.vdb import pool
+
+    started = time.perf_counter()
+    pool.client()
+    return {"lazy_connect_s": time.perf_counter() - started}
+
+
+def profile_database(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, Any]:
+    """cProfile of one client's insert loop (harness's insert_units vs the vendor path) in this process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from apps.insert import insert_units, prepare_collection
+    from apps.vdb import pool
+
+    settings = ctx["settings"].model_dump(mode="json")
+    args = (ctx["adapter_name"], settings, ctx["endpoints"], ctx["spec"])
+    result: dict[str, Any] = {}
+    if not ctx["endpoints_model"].in_process:
+        with ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.connect, initargs=args
+        ) as executor:
+            result.update(executor.submit(_time_first_client, *args).result())
+    prepare_collection(*args, True)
+    pool.connect(*args)
+    harness = cProfile.Profile()
+    started = time.perf_counter()
+    harness.runcall(insert_units, ctx["data"]["units"], ctx["batch_size"], 0)
+    result["harness_loop_s"] = time.perf_counter() - started
+    pool.disconnect()
+    vendor_profile = cProfile.Profile()
+    started = time.perf_counter()
+    vendor_profile.runcall(vendor_upload, ctx, vendor, mode)
+    result["vendor_upload_s"] = time.perf_counter() - started
+    result["harness_top"], result["vendor_top"] = _top(harness), _top(vendor_profile)
+    return result
