@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,9 @@ from apps.models import load_tokenizer
 from apps.taskinfo import task_context
 from core.config import Strict
 from core.store import read_shard_record, write_parquet_atomic, write_shard_record
+
+if TYPE_CHECKING:
+    from apps.embedding import EmbeddingConfig
 
 
 class NoChunking(Strict):
@@ -161,14 +164,13 @@ def split_semantic(
 class Chunker:
     """Turns one document's text into chunk spans and token counts, per the chunking config."""
 
-    def __init__(self, chunking: dict[str, Any], tokenizer_dir: str, embed_fn=None) -> None:
+    def __init__(self, chunking: ChunkingConfig, tokenizer_dir: str, embed_fn=None) -> None:
         self.cfg = chunking
         self.tokenizer = load_tokenizer(tokenizer_dir)
-        self.method = chunking["method"]
-        size = chunking.get("chunk_size") or chunking.get("max_chunk_size")
-        self.splitter = (
-            _recursive_splitter(self.tokenizer, size, chunking.get("chunk_overlap", 0)) if size else None
-        )
+        self.method = chunking.method
+        size = getattr(chunking, "chunk_size", None) or getattr(chunking, "max_chunk_size", None)
+        overlap = getattr(chunking, "chunk_overlap", 0)
+        self.splitter = _recursive_splitter(self.tokenizer, size, overlap) if size else None
         self.embed_fn = embed_fn
 
     def count_tokens(self, texts: list[str]) -> list[int]:
@@ -183,8 +185,8 @@ class Chunker:
             return [(0, len(text))]
         if self.method == "recursive":
             return split_recursive(text, self.splitter)
-        coarse = split_semantic(text, self.embed_fn, self.cfg["window"], self.cfg["breakpoint_percentile"])
-        limit = self.cfg["max_chunk_size"]
+        coarse = split_semantic(text, self.embed_fn, self.cfg.window, self.cfg.breakpoint_percentile)
+        limit = self.cfg.max_chunk_size
         spans = []
         for (start, end), n in zip(coarse, self.count_tokens([text[s:e] for s, e in coarse]), strict=True):
             if n <= limit:
@@ -200,9 +202,9 @@ def chunk_shard(
     docs_file: str,
     out_dir: str,
     shard_index: int,
-    chunking: dict[str, Any],
+    chunking: ChunkingConfig,
     tokenizer_dir: str,
-    embedding: dict[str, Any] | None = None,
+    embedding: EmbeddingConfig | None = None,
 ) -> dict[str, Any]:
     """Chunk one document shard into ``chunks-NNNNN.parquet``; return its shard record (skips if done)."""
     out = Path(out_dir)
@@ -211,7 +213,7 @@ def chunk_shard(
         return {**done, "cached": True}
     started = time.time()
     embed_fn = None
-    if chunking["method"] == "semantic":
+    if chunking.method == "semantic":
         from apps.embedding import get_embedder
 
         embedder = get_embedder(embedding)

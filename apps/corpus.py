@@ -171,18 +171,18 @@ def read_parquet(
                 yield Document(id=str(doc_id), text=text, metadata=record)
 
 
-def iter_documents(files: list[Path], corpus: dict[str, Any], stats: ReadStats) -> Iterator[Document]:
+def iter_documents(files: list[Path], corpus: CorpusConfig, stats: ReadStats) -> Iterator[Document]:
     """All documents of the corpus in deterministic order, honouring max_documents."""
     produced = 0
     for path in files:
-        if corpus["format"] == "parquet":
-            docs = read_parquet(path, corpus["id_column"], corpus["text_column"], corpus["on_invalid"], stats)
+        if corpus.format == "parquet":
+            docs = read_parquet(path, corpus.id_column, corpus.text_column, corpus.on_invalid, stats)
         else:
-            docs = read_jsonl(path, corpus["format"], corpus["on_invalid"], stats)
+            docs = read_jsonl(path, corpus.format, corpus.on_invalid, stats)
         for doc in docs:
             yield doc
             produced += 1
-            if corpus.get("max_documents") and produced >= corpus["max_documents"]:
+            if corpus.max_documents and produced >= corpus.max_documents:
                 return
 
 
@@ -203,7 +203,7 @@ def _shard_table(docs: list[Document]) -> pa.Table:
 
 
 def shard_corpus(
-    files: list[str], corpus: dict[str, Any], sharding: dict[str, Any], out_dir: str
+    files: list[str], corpus: CorpusConfig, sharding: ShardingConfig, out_dir: str
 ) -> dict[str, Any]:
     """Stream the corpus into ``docs-NNNNN.parquet`` shards under ``out_dir``; return the manifest.
 
@@ -219,7 +219,7 @@ def shard_corpus(
     shards: list[dict[str, Any]] = []
     buffer: list[Document] = []
     buffered_bytes = 0
-    max_docs, max_bytes = sharding.get("docs_per_shard"), sharding.get("bytes_per_shard")
+    max_docs, max_bytes = sharding.docs_per_shard, sharding.bytes_per_shard
 
     def flush() -> None:
         nonlocal buffer, buffered_bytes

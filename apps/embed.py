@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,12 +18,15 @@ from apps.dataset import METADATA_KEY, is_held_out, row_id, vectors_to_arrow
 from apps.taskinfo import task_context
 from core.store import read_shard_record, write_parquet_atomic, write_shard_record
 
+if TYPE_CHECKING:
+    from apps.embedding import EmbeddingConfig
+
 
 def embed_shard(
     chunks_file: str,
     shard_index: int,
     dataset_dir: str,
-    embedding: dict[str, Any],
+    embedding: EmbeddingConfig,
     file_metadata: dict[str, Any],
     holdout_fraction: float,
     row_group_rows: int,
@@ -46,7 +49,7 @@ def embed_shard(
             "id": pa.array([ids[i] for i in keep], pa.int64()),
             "doc_id": pa.array([chunks["doc_id"][i] for i in keep], pa.string()),
             "chunk_index": pa.array([chunks["chunk_index"][i] for i in keep], pa.int32()),
-            "embedding": vectors_to_arrow(vectors, embedding["output_dtype"]),
+            "embedding": vectors_to_arrow(vectors, embedding.output_dtype),
         }
     )
     metadata = {METADATA_KEY: json.dumps(file_metadata, sort_keys=True)}

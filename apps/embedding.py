@@ -145,7 +145,7 @@ def plan_batches(lengths: list[int], token_budget: int, max_batch_size: int) -> 
 class Embedder:
     """A loaded model plus the batching, OOM splitting, pooling and normalisation around it."""
 
-    def __init__(self, cfg: dict[str, Any]) -> None:
+    def __init__(self, cfg: EmbeddingConfig) -> None:
         offline_environment()
         import torch
 
@@ -153,10 +153,10 @@ class Embedder:
         self.torch = torch
         self.device = pick_device()
         if self.device == "cpu":
-            torch.set_num_threads(cfg.get("torch_threads") or _default_threads())
-        self.model_dir = str(resolve_model_path(cfg["model"]))
-        self.dtype = getattr(torch, cfg["dtype"])
-        if cfg["backend"] == "sentence-transformers":
+            torch.set_num_threads(cfg.torch_threads or _default_threads())
+        self.model_dir = str(resolve_model_path(cfg.model))
+        self.dtype = getattr(torch, cfg.dtype)
+        if cfg.backend == "sentence-transformers":
             self._load_sentence_transformers()
         else:
             self._load_transformers()
@@ -168,12 +168,12 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         model_kwargs: dict[str, Any] = {"torch_dtype": self.dtype}
-        if self.cfg.get("attn_implementation"):
-            model_kwargs["attn_implementation"] = self.cfg["attn_implementation"]
+        if self.cfg.attn_implementation:
+            model_kwargs["attn_implementation"] = self.cfg.attn_implementation
         self.model = SentenceTransformer(
             self.model_dir, device=self.device, local_files_only=True, model_kwargs=model_kwargs
         )
-        self.model.max_seq_length = self.cfg["max_length"]
+        self.model.max_seq_length = self.cfg.max_length
         self.tokenizer = self.model.tokenizer
         self.padding_side = self.tokenizer.padding_side
         self.native_dim = self.model.get_embedding_dimension()
@@ -183,8 +183,8 @@ class Embedder:
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
         kwargs: dict[str, Any] = {"dtype": self.dtype}
-        if self.cfg.get("attn_implementation"):
-            kwargs["attn_implementation"] = self.cfg["attn_implementation"]
+        if self.cfg.attn_implementation:
+            kwargs["attn_implementation"] = self.cfg.attn_implementation
         self.model = AutoModel.from_pretrained(self.model_dir, **kwargs).to(self.device)
         self.padding_side = "left"
         self.native_dim = self.model.config.hidden_size
@@ -194,15 +194,15 @@ class Embedder:
     @property
     def dimension(self) -> int:
         """Dimension of the stored vectors (after Matryoshka truncation)."""
-        return self.cfg.get("dimension") or self.native_dim
+        return self.cfg.dimension or self.native_dim
 
     # --- tokenization ------------------------------------------------------------------------------------
 
     def encode_ids(self, texts: list[str]) -> list[Encoded]:
         """Token ids per text, truncated to ``max_length`` (EOS appended for the transformers backend)."""
-        max_length = self.cfg["max_length"]
+        max_length = self.cfg.max_length
         raw = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        if self.cfg["backend"] == "transformers":
+        if self.cfg.backend == "transformers":
             eos = self.tokenizer.eos_token_id
             return [Encoded([*ids[: max_length - 1], eos], len(ids) > max_length - 1) for ids in raw]
         specials = self.tokenizer.num_special_tokens_to_add(pair=False)
@@ -224,7 +224,7 @@ class Embedder:
             mask[row, cols] = 1
         features = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
         if (
-            self.cfg["backend"] == "sentence-transformers"
+            self.cfg.backend == "sentence-transformers"
             and "token_type_ids" in self.tokenizer.model_input_names
         ):
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
@@ -237,7 +237,7 @@ class Embedder:
         torch = self.torch
         features = self._pad(batch)
         with torch.inference_mode():
-            if self.cfg["backend"] == "sentence-transformers":
+            if self.cfg.backend == "sentence-transformers":
                 vectors = self.model(features)["sentence_embedding"]
             else:
                 mask = features["attention_mask"]
@@ -246,14 +246,14 @@ class Embedder:
                 hidden = self.model(**features, position_ids=positions).last_hidden_state
                 vectors = self._pool(hidden, mask)
             vectors = vectors.float()
-            if self.cfg.get("dimension"):
-                vectors = vectors[:, : self.cfg["dimension"]]
-            if self.cfg["normalize"]:
+            if self.cfg.dimension:
+                vectors = vectors[:, : self.cfg.dimension]
+            if self.cfg.normalize:
                 vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
         return vectors.cpu().numpy()
 
     def _pool(self, hidden, mask):
-        pooling = self.cfg["pooling"]
+        pooling = self.cfg.pooling
         if pooling == "last_token":  # left padding: the last column is every row's final (EOS) token
             return hidden[:, -1]
         if pooling == "cls":  # first attended token of each row
@@ -283,19 +283,24 @@ class Embedder:
                 [self._forward_splitting(batch[:half], stats), self._forward_splitting(batch[half:], stats)]
             )
 
-    def embed(self, texts: list[str], *, is_query: bool) -> tuple[np.ndarray, EmbedStats]:
-        """Embeddings of ``texts`` in input order, float32 (n, dimension), with counters."""
+    def embed(
+        self, texts: list[str], *, is_query: bool, instruction: bool = True
+    ) -> tuple[np.ndarray, EmbedStats]:
+        """Embeddings of ``texts`` in input order, float32 (n, dimension), with counters.
+
+        Queries get the ``query_task`` instruction unless ``instruction`` is off (``queries.instruction``).
+        """
         stats = EmbedStats(texts=len(texts))
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32), stats
-        if is_query and self.cfg.get("query_instruction", True):
-            texts = [format_query(t, self.cfg["query_task"]) for t in texts]
+        if is_query and instruction:
+            texts = [format_query(t, self.cfg.query_task) for t in texts]
         encoded = self.encode_ids(texts)
         lengths = [len(e.ids) for e in encoded]
         stats.truncated = sum(e.truncated for e in encoded)
         stats.tokens = sum(lengths)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for batch in plan_batches(lengths, self.cfg["token_budget"], self.cfg["max_batch_size"]):
+        for batch in plan_batches(lengths, self.cfg.token_budget, self.cfg.max_batch_size):
             out[batch] = self._forward_splitting([encoded[i] for i in batch], stats)
             stats.batches += 1
             stats.padded_tokens += len(batch) * lengths[batch[0]]
@@ -309,15 +314,14 @@ def _default_threads() -> int:
     return max(1, cores // workers)
 
 
-def embedder_key(cfg: dict[str, Any]) -> str:
+def embedder_key(cfg: EmbeddingConfig) -> str:
     """What identifies a loaded model within a worker (everything but batching knobs)."""
     from core.store import canonical_json
 
-    ignored = {"token_budget", "max_batch_size", "query_task", "query_instruction"}
-    return canonical_json({k: v for k, v in cfg.items() if k not in ignored})
+    return canonical_json(cfg.model_dump(exclude={"token_budget", "max_batch_size", "query_task"}))
 
 
-def get_embedder(cfg: dict[str, Any]) -> Embedder:
+def get_embedder(cfg: EmbeddingConfig) -> Embedder:
     """The process-wide embedder for ``cfg``: loaded on first use, reused by later tasks in this worker."""
     key = embedder_key(cfg)
     if key not in _EMBEDDERS:

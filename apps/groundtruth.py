@@ -172,7 +172,7 @@ def exact_topk(
 
 
 def compute_groundtruth(
-    out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict[str, Any]
+    out_dir: str, dataset_dir: str, queries_file: str, groundtruth: GroundTruthConfig
 ) -> dict[str, Any]:
     """Write ``groundtruth.parquet`` (query_id, neighbors, distances) for every query; return the manifest."""
     out = Path(out_dir)
@@ -189,14 +189,14 @@ def compute_groundtruth(
             f"queries have dimension {query_vectors.shape[1]} "
             f"but the dataset has {dataset_manifest['dimension']}"
         )
-    k = min(groundtruth["k"], dataset_manifest["rows"])
+    k = min(groundtruth.k, dataset_manifest["rows"])
     ids, distances = exact_topk(
         query_vectors,
         iter_vectors(Path(dataset_dir)),
         k,
-        groundtruth["metric"],
-        groundtruth["device"],
-        groundtruth["memory_budget_mb"],
+        groundtruth.metric,
+        groundtruth.device,
+        groundtruth.memory_budget_mb,
     )
     table = pa.table(
         {
@@ -210,7 +210,7 @@ def compute_groundtruth(
         "stage": "groundtruth",
         "version": STAGE_VERSION,
         "k": k,
-        "metric": groundtruth["metric"],
+        "metric": groundtruth.metric,
         "queries": len(query_vectors),
         "base_rows": dataset_manifest["rows"],
         "files": [{"file": "groundtruth.parquet", **written}],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +15,9 @@ from apps.taskinfo import task_context
 from core.config import Strict
 from core.errors import InputDataError
 from core.store import atomic_write_json, complete_manifest, write_parquet_atomic
+
+if TYPE_CHECKING:
+    from apps.embedding import EmbeddingConfig
 
 
 class QueriesConfig(Strict):
@@ -73,8 +76,8 @@ def held_out_chunks(
 
 def build_queries(
     out_dir: str,
-    queries: dict[str, Any],
-    embedding: dict[str, Any],
+    queries: QueriesConfig,
+    embedding: EmbeddingConfig,
     terms_path: str | None,
     chunk_files: list[str],
     holdout_fraction: float,
@@ -86,15 +89,14 @@ def build_queries(
     if (done := complete_manifest(out)) is not None:
         return {**done, "cached": True}
     started = time.time()
-    if queries["source"] == "terms":
-        texts = read_terms(Path(terms_path), queries.get("limit"))
+    if queries.source == "terms":
+        texts = read_terms(Path(terms_path), queries.limit)
         ids = list(range(len(texts)))
     else:
-        ids, texts = held_out_chunks(chunk_files, holdout_fraction, queries.get("limit"))
+        ids, texts = held_out_chunks(chunk_files, holdout_fraction, queries.limit)
         if not texts:
             raise InputDataError("no chunk was held out: raise dataset.holdout_fraction")
-    embedder = get_embedder({**embedding, "query_instruction": queries["instruction"]})
-    vectors, stats = embedder.embed(texts, is_query=True)
+    vectors, stats = get_embedder(embedding).embed(texts, is_query=True, instruction=queries.instruction)
     table = pa.table(
         {
             "id": pa.array(ids, pa.int64()),
@@ -106,11 +108,11 @@ def build_queries(
     manifest = {
         "stage": "queries",
         "version": STAGE_VERSION,
-        "source": queries["source"],
+        "source": queries.source,
         "terms_file": terms_path,
         "count": len(texts),
         "dimension": int(vectors.shape[1]),
-        "instruction": queries["instruction"],
+        "instruction": queries.instruction,
         "embed": stats.__dict__,
         "files": [{"file": "queries.parquet", **written}],
         **task_context(started),

@@ -298,8 +298,8 @@ def prepare_chunks(docs: int, docs_per_shard: int, chunking: dict[str, Any] | No
     shard_dir, chunk_dir = plan.stage("shard").directory, plan.stage("chunk").directory
     manifest = corpus_stage.shard_corpus(
         [str(p) for p in plan.corpus_files],
-        cfg.corpus.model_dump(),
-        cfg.sharding.model_dump(),
+        cfg.corpus,
+        cfg.sharding,
         str(shard_dir),
     )
     files = []
@@ -308,9 +308,30 @@ def prepare_chunks(docs: int, docs_per_shard: int, chunking: dict[str, Any] | No
             str(shard_dir / entry["file"]),
             str(chunk_dir),
             index,
-            cfg.chunking.model_dump(),
+            cfg.chunking,
             str(plan.tokenizer_dir),
-            cfg.embedding.model_dump(),
+            plan.embedding,
         )
         files.append(str(chunk_dir / record["file"]))
     return plan, files
+
+
+def weaviate_connect(ctx: dict[str, Any]) -> tuple[Any, str]:
+    """A weaviate-client v4 connection to the first node of ``ctx["endpoints_model"]``, and the class name
+    of ``ctx["spec"]``: the vendor side of the ingest and query benchmarks."""
+    import weaviate
+    from weaviate.classes.init import AdditionalConfig, Timeout
+
+    from apps.vdb.weaviate.client import class_name
+
+    node = ctx["endpoints_model"].nodes[0]
+    client = weaviate.connect_to_custom(
+        http_host=node.host,
+        http_port=node.port,
+        http_secure=False,
+        grpc_host=node.host,
+        grpc_port=node.grpc_port,
+        grpc_secure=False,
+        additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
+    )
+    return client, class_name(ctx["spec"]["name"])

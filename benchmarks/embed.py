@@ -22,6 +22,9 @@ of one core, measured).
 ``--explore`` adds a grid over the knobs (token budget x workers-by-threads split, and the baseline's batch
 size) measured with plain processes on a subset of the chunks, to show where the gain comes from.
 
+Modules: the engines' child side and the Parsl apps stay here (Parsl ships ``__main__`` functions by value);
+``_embed_engine.py`` is the driver's handle on a child, ``_embed_explore.py`` the ``--explore`` grid.
+
     .venv/bin/python benchmarks/embed.py                      # ~6 minutes on 2 idle cores
     .venv/bin/python benchmarks/embed.py --token-budget 2048 --explore
 """
@@ -33,15 +36,19 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import _common
 import numpy as np
+from _embed_engine import Engine
+from _embed_explore import explore
+
+if TYPE_CHECKING:
+    from apps.embedding import EmbeddingConfig
 
 NAME = "embed"
 TARGET = 1.3
@@ -93,7 +100,7 @@ class BaselineEngine:
         pass
 
 
-def warm_worker(embedding: dict[str, Any], texts: list[str], hold: float) -> dict[str, Any]:
+def warm_worker(embedding: EmbeddingConfig, texts: list[str], hold: float) -> dict[str, Any]:
     """Parsl task: load the worker's model (as its first embed task would) and report its threads.
 
     ``hold`` keeps the worker busy so that the next warm-up task lands on another worker.
@@ -134,11 +141,13 @@ class PipelineEngine:
         import parsl
         from parsl import python_app
 
+        from apps.embedding import EmbeddingConfig
         from executors.labels import WORKERS
         from executors.platforms import parsl_config_for
         from pipeline.config import LocalExecutorConfig
 
         self.spec, self.parsl, self.round = spec, parsl, 0
+        self.embedding = EmbeddingConfig.model_validate(spec["embedding"])  # the spec travels as JSON
         self.run_dir = Path(spec["run_dir"])
         started = time.perf_counter()
         self.dfk = parsl.load(parsl_config_for(LocalExecutorConfig(workers=spec["workers"]), self.run_dir))
@@ -146,9 +155,7 @@ class PipelineEngine:
         warm = python_app(warm_worker, executors=[WORKERS])
         sample = read_texts(spec["files"][:1])[:32]
         hold = 3.0
-        workers = [
-            f.result() for f in [warm(spec["embedding"], sample, hold) for _ in range(spec["workers"])]
-        ]
+        workers = [f.result() for f in [warm(self.embedding, sample, hold) for _ in range(spec["workers"])]]
         self.info = {"load_seconds": time.perf_counter() - started - hold, "workers": workers}
 
     def run(self, vectors_file: str) -> dict[str, Any]:
@@ -161,7 +168,7 @@ class PipelineEngine:
         spec = self.spec
         started = time.perf_counter()
         futures = [
-            self.embed(path, index, str(dataset_dir), spec["embedding"], spec["file_metadata"], 0.0, 4096)
+            self.embed(path, index, str(dataset_dir), self.embedding, spec["file_metadata"], 0.0, 4096)
             for index, path in enumerate(spec["files"])
         ]
         records = [f.result() for f in futures]
@@ -206,159 +213,6 @@ def serve(kind: str, spec_file: str) -> None:
             protocol.flush()
     finally:
         engine.close()
-
-
-class Engine:
-    """Driver side of an engine child: start it, sample its process tree's RSS, send rounds."""
-
-    def __init__(self, kind: str, spec: dict[str, Any], tmp: Path) -> None:
-        self.kind = kind
-        spec_file, self.log = tmp / f"{kind}-spec.json", tmp / f"{kind}.log"
-        spec_file.write_text(json.dumps(spec))
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--engine", kind, str(spec_file)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-        self.sampler = _common.TreeSampler(self.proc.pid, own_children=[self.proc.pid]).__enter__()
-        self.info = self._reply()
-
-    def _reply(self) -> dict[str, Any]:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            tail = self.log.read_text()[-4000:]
-            raise SystemExit(f"{self.kind} side failed (exit {self.proc.returncode}):\n{tail}")
-        return json.loads(line)
-
-    def run(self, vectors_file: Path) -> dict[str, Any]:
-        self.proc.stdin.write(json.dumps({"vectors": str(vectors_file)}) + "\n")
-        self.proc.stdin.flush()
-        result = self._reply()
-        result["chunks_per_s"] = result["chunks"] / result["seconds"]
-        result["chunks_per_cpu_s"] = result["chunks"] / result["cpu_seconds"]
-        return result
-
-    def close(self) -> dict[str, Any]:
-        """Stop the child; return its tree's peak RSS over the whole session."""
-        if self.proc.poll() is None:
-            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=120)
-        self.sampler.__exit__(None, None, None)
-        return {
-            "peak_rss_mib": round(_common.mib(self.sampler.peak), 1),
-            "peak_processes": self.sampler.peak_processes,
-            "peak_breakdown": self.sampler.peak_breakdown,
-        }
-
-
-# --- exploring the knobs with plain processes --------------------------------------------------------------
-
-
-def _probe_process(kind: str, param: int, threads: int, texts: list[str], cfg: dict, barrier, queue) -> None:
-    """One process of a probe: load, warm up, wait for the others, embed its texts, report CPU time."""
-    from apps.models import offline_environment
-
-    offline_environment()
-    import torch
-
-    torch.set_num_threads(threads)
-    if kind == "st":
-        from sentence_transformers import SentenceTransformer
-
-        model = SentenceTransformer(cfg["model_dir"], device="cpu", local_files_only=True)
-        model.max_seq_length = cfg["max_length"]
-
-        def run(batch: list[str]) -> None:
-            model.encode(batch, batch_size=param)
-    else:
-        from apps.embedding import Embedder
-
-        embedder = Embedder({**cfg["embedding"], "torch_threads": threads, "token_budget": param})
-
-        def run(batch: list[str]) -> None:
-            embedder.embed(batch, is_query=False)
-
-    run(texts[:32])
-    barrier.wait()
-    cpu = time.process_time()
-    run(texts)
-    queue.put(time.process_time() - cpu)
-
-
-def probe(
-    kind: str, param: int, procs: int, threads: int, texts: list[str], cfg: dict
-) -> tuple[float, float]:
-    """(chunks/s, chunks per CPU-second) of ``procs`` processes x ``threads`` threads sharing ``texts``
-    (interleaved: an ideal split)."""
-    import multiprocessing as mp
-    import queue as queue_module
-
-    ctx = mp.get_context("spawn")
-    barrier, queue = ctx.Barrier(procs + 1, timeout=600), ctx.Queue()
-    workers = [
-        ctx.Process(target=_probe_process, args=(kind, param, threads, texts[i::procs], cfg, barrier, queue))
-        for i in range(procs)
-    ]
-    for w in workers:
-        w.start()
-    try:
-        barrier.wait()
-        started = time.perf_counter()
-        cpu: list[float] = []
-        while len(cpu) < procs:
-            try:
-                cpu.append(queue.get(timeout=5))
-            except queue_module.Empty:
-                if any(w.exitcode not in (None, 0) for w in workers):
-                    raise RuntimeError(f"a probe process failed ({kind} {param})") from None
-        seconds = time.perf_counter() - started
-    finally:
-        for w in workers:
-            w.join(timeout=30)
-            if w.is_alive():
-                w.terminate()
-    return len(texts) / seconds, len(texts) / sum(cpu)
-
-
-def explore(texts: list[str], cfg: dict, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Throughput over token budgets and workers x threads splits, plus the baseline's batch size.
-
-    Every setting is measured ``--explore-repeat`` times, the grid order reversed on every other pass so
-    that a drifting background load does not favour one end of it; the median is reported.
-    """
-    cores = _common.cores()
-    subset = texts[:: max(1, len(texts) // args.explore_chunks)]  # every k-th chunk: same length mix
-    splits = sorted({(1, cores), (cores, 1), (args.workers, max(1, cores // args.workers))})
-    grid = [("st", bs, 1, cores) for bs in args.explore_batch_sizes]
-    grid += [("embedder", tb, p, t) for p, t in splits for tb in args.explore_budgets]
-    rates: dict[tuple, list[tuple[float, float]]] = {setting: [] for setting in grid}
-    print(
-        f"\nexploring {len(grid)} settings x {args.explore_repeat} passes on {len(subset)} chunks "
-        "(plain processes, interleaved split, model loaded before the clock):"
-    )
-    for repeat in range(args.explore_repeat):
-        for setting in grid if repeat % 2 == 0 else grid[::-1]:
-            rates[setting].append(probe(*setting, subset, cfg))
-    rows = []
-    for kind, param, procs, threads in grid:
-        runs = rates[(kind, param, procs, threads)]
-        rate = statistics.median(r[0] for r in runs)
-        per_cpu = statistics.median(r[1] for r in runs)
-        knob = f"batch_size={param}" if kind == "st" else f"token_budget={param}"
-        label = "SentenceTransformer.encode" if kind == "st" else "Embedder (embed stage)"
-        spread = "/".join(f"{r[0]:.0f}" for r in runs)
-        print(
-            f"  {label:<27} {knob:<18} {procs} proc x {threads} thr  {rate:6.1f} chunks/s ({spread})  "
-            f"{per_cpu:5.1f} chunks/CPU-s"
-        )
-        setting = {"kind": kind, "param": param, "procs": procs, "threads": threads}
-        rows.append({**setting, "chunks_per_s": rate, "chunks_per_cpu_s": per_cpu, "runs": runs})
-    return rows
 
 
 # --- driver ----------------------------------------------------------------------------------------------
@@ -445,10 +299,10 @@ def main() -> None:
     texts = read_texts(files)
     if len(texts) < args.min_chunks:
         raise SystemExit(f"only {len(texts)} chunks from {args.docs} documents; raise --docs")
-    embedding = plan.config.embedding.model_dump()
+    embedding = plan.embedding.model_copy()
     if args.token_budget:
-        embedding["token_budget"] = args.token_budget
-    embedding["torch_threads"] = args.threads  # None: the pipeline's default, cores / PARSL_WORKER_COUNT
+        embedding.token_budget = args.token_budget
+    embedding.torch_threads = args.threads  # None: the pipeline's default, cores / PARSL_WORKER_COUNT
     if args.workers * threads != cores:
         print(f"note: {args.workers} workers x {threads} threads != {cores} cores: not the same thread count")
     print(
@@ -458,9 +312,9 @@ def main() -> None:
         f"{cores} cores\n"
         f"baseline: 1 process x {cores} threads, SentenceTransformer.encode(batch_size={args.batch_size})\n"
         f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.embed.embed_shard per "
-        f"shard, token_budget={embedding['token_budget']}"
+        f"shard, token_budget={embedding.token_budget}"
     )
-    common = {"files": files, "model_dir": str(plan.model_dir), "max_length": embedding["max_length"]}
+    common = {"files": files, "model_dir": str(plan.model_dir), "max_length": embedding.max_length}
     work = _common.OUT / "work"
     work.mkdir(parents=True, exist_ok=True)
     rounds: list[dict[str, Any]] = []
@@ -473,7 +327,7 @@ def main() -> None:
                 {
                     **common,
                     "workers": args.workers,
-                    "embedding": embedding,
+                    "embedding": embedding.model_dump(),
                     "file_metadata": plan.file_metadata,
                     "run_dir": str(tmp / "parsl"),
                 },
@@ -488,7 +342,7 @@ def main() -> None:
             memory = {kind: engine.close() for kind, engine in engines.items()}
     base_info, pipe_info = engines["baseline"].info, engines["pipeline"].info
     padding = {
-        "baseline": baseline_padding(texts, str(plan.model_dir), embedding["max_length"], args.batch_size),
+        "baseline": baseline_padding(texts, str(plan.model_dir), embedding.max_length, args.batch_size),
         "pipeline": {k: rounds[-1]["pipeline"]["embed_stats"][k] for k in ("tokens", "padded_tokens")},
     }
     pipe_threads = sorted({w["torch_threads"] for w in pipe_info["workers"]})
@@ -527,7 +381,7 @@ def main() -> None:
             "shards": len(files),
             "workers": args.workers,
             "threads_per_worker": threads,
-            "token_budget": embedding["token_budget"],
+            "token_budget": embedding.token_budget,
             "batch_size": args.batch_size,
             "setup": {"baseline": base_info, "pipeline": pipe_info},
             "memory": memory,

@@ -22,6 +22,9 @@ from apps import dataset as dataset_stage
 from apps import embed as embed_stage
 from apps import groundtruth as gt_stage
 from apps import query_set as queries_stage
+from apps.embedding import EmbeddingConfig
+from apps.groundtruth import GroundTruthConfig
+from apps.query_set import QueriesConfig
 from core.store import atomic_write_json, read_manifest
 from executors.labels import DRIVER, WORKERS
 from executors.platforms import cpu_label, parsl_config_for
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def embed_chunk_shard(record: dict[str, Any], chunks_dir: str, *args: Any) -> dict[str, Any]:
+    """``embed_shard`` over the chunk file a chunk task wrote (``record`` is that task's result)."""
     return embed_stage.embed_shard(str(Path(chunks_dir) / record["file"]), record["shard"], *args)
 
 
@@ -63,8 +67,8 @@ def finalize_dataset(
 
 def build_queries_after_chunks(
     out_dir: str,
-    queries: dict,
-    embedding: dict,
+    queries: QueriesConfig,
+    embedding: EmbeddingConfig,
     terms: str | None,
     chunk_files: list[str],
     fraction: float,
@@ -74,7 +78,12 @@ def build_queries_after_chunks(
 
 
 def groundtruth_after_dataset(
-    out_dir: str, dataset_dir: str, queries_file: str, groundtruth: dict, _dataset: dict, _queries: dict
+    out_dir: str,
+    dataset_dir: str,
+    queries_file: str,
+    groundtruth: GroundTruthConfig,
+    _dataset: dict,
+    _queries: dict,
 ) -> dict[str, Any]:
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
@@ -87,7 +96,7 @@ class DagRunner:
         self.provenance = provenance
         self.console = console
         cfg = plan.config
-        self.embedding = cfg.embedding.model_dump()
+        self.embedding = plan.embedding  # typed models cross Parsl (they pickle): no dead field hides
         cpu = cpu_label(cfg.executor)
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
@@ -132,8 +141,8 @@ class DagRunner:
                 progress.add_stage("shard", 1)
                 future = self.apps["shard"](
                     [str(p) for p in plan.corpus_files],
-                    cfg.corpus.model_dump(),
-                    cfg.sharding.model_dump(),
+                    cfg.corpus,
+                    cfg.sharding,
                     str(docs.directory),
                 )
                 self._track("shard", future, progress, "documents")
@@ -162,7 +171,7 @@ class DagRunner:
                             doc_file,
                             str(chunks.directory),
                             index,
-                            cfg.chunking.model_dump(),
+                            cfg.chunking,
                             str(plan.tokenizer_dir),
                             self.embedding,
                         ),
@@ -215,7 +224,7 @@ class DagRunner:
                         "queries",
                         self.apps["queries"](
                             str(queries.directory),
-                            cfg.queries.model_dump(),
+                            cfg.queries,
                             self.embedding,
                             str(plan.terms_file) if plan.terms_file else None,
                             chunk_files,
@@ -236,7 +245,7 @@ class DagRunner:
                             str(gt.directory),
                             str(embed.directory),
                             str(queries.directory / "queries.parquet"),
-                            cfg.groundtruth.model_dump(),
+                            cfg.groundtruth,
                             dataset_future,
                             queries_future,
                         ),

@@ -19,6 +19,7 @@ from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
 from apps import groundtruth as gt_stage
 from apps import query_set as queries_stage
+from apps.embedding import EmbeddingConfig
 from apps.models import resolve_model_path, tokenizer_fingerprint
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file
@@ -72,6 +73,7 @@ class Plan:
     stages: dict[str, StagePlan]
     file_metadata: dict[str, Any]
     terms_file: Path | None
+    embedding: EmbeddingConfig  # the config's embedding with ``model`` resolved once, to an absolute path
 
     @property
     def config(self):
@@ -238,4 +240,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     from pipeline.hpc_plan import check_or_raise
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
-    return Plan(loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file)
+    # Workers get the directory resolved here: they run elsewhere (another cwd, another node), so
+    # resolving the config's spelling again there could load another model or none.
+    resolved = cfg.embedding.model_copy(update={"model": str(model_dir)})
+    return Plan(
+        loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file, resolved
+    )

@@ -9,8 +9,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from apps.chunking import Chunker, chunk_shard, semantic_breakpoints, split_sentences
-from apps.corpus import shard_corpus
+from apps.chunking import (
+    Chunker,
+    NoChunking,
+    RecursiveChunking,
+    SemanticChunking,
+    chunk_shard,
+    semantic_breakpoints,
+    split_sentences,
+)
+from apps.corpus import CorpusConfig, ShardingConfig, shard_corpus
 from apps.models import resolve_model_path
 from tests.conftest import REPO, sample_records, write_jsonl
 from tests.test_embedding import MINILM
@@ -26,7 +34,7 @@ def long_text() -> str:
 
 
 def test_recursive_chunks_respect_token_limit_and_offsets(long_text: str) -> None:
-    chunker = Chunker({"method": "recursive", "chunk_size": 100, "chunk_overlap": 10}, MODEL_DIR)
+    chunker = Chunker(RecursiveChunking(chunk_size=100, chunk_overlap=10), MODEL_DIR)
     spans = chunker.spans(long_text)
     assert len(spans) > 10
     pieces = [long_text[s:e] for s, e in spans]
@@ -42,7 +50,7 @@ def test_recursive_chunks_respect_token_limit_and_offsets(long_text: str) -> Non
 
 def test_none_keeps_whole_document() -> None:
     text = sample_records(1)[0]["text"]
-    chunker = Chunker({"method": "none"}, MODEL_DIR)
+    chunker = Chunker(NoChunking(), MODEL_DIR)
     assert chunker.spans(text) == [(0, len(text))]
 
 
@@ -59,13 +67,7 @@ def test_semantic_chunker_enforces_max_size(long_text: str) -> None:
     from apps.embedding import get_embedder
 
     embedder = get_embedder(MINILM)
-    cfg = {
-        "method": "semantic",
-        "window": 1,
-        "breakpoint_percentile": 80.0,
-        "max_chunk_size": 120,
-        "chunk_overlap": 0,
-    }
+    cfg = SemanticChunking(window=1, breakpoint_percentile=80.0, max_chunk_size=120, chunk_overlap=0)
     text = long_text[:6000]
     chunker = Chunker(cfg, MODEL_DIR, lambda texts: embedder.embed(texts, is_query=False)[0])
     spans = chunker.spans(text)
@@ -77,17 +79,11 @@ def test_chunk_shard_records_and_ids(tmp_path: Path) -> None:
     corpus = write_jsonl(tmp_path / "c.jsonl", sample_records(12))
     docs = shard_corpus(
         [str(corpus)],
-        {
-            "format": "pes2o",
-            "id_column": "id",
-            "text_column": "text",
-            "max_documents": None,
-            "on_invalid": "error",
-        },
-        {"docs_per_shard": 6, "bytes_per_shard": None},
+        CorpusConfig(format="pes2o", paths=["-"], max_documents=None, on_invalid="error"),
+        ShardingConfig(docs_per_shard=6, bytes_per_shard=None),
         str(tmp_path / "docs"),
     )
-    cfg = {"method": "recursive", "chunk_size": 64, "chunk_overlap": 8}
+    cfg = RecursiveChunking(chunk_size=64, chunk_overlap=8)
     record = chunk_shard(
         str(tmp_path / "docs" / docs["files"][1]["file"]), str(tmp_path / "chunks"), 1, cfg, MODEL_DIR
     )

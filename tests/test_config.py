@@ -125,3 +125,44 @@ def test_configuration_reference_is_current() -> None:
     )
     for field in ("chunk_overlap", "token_budget", "memory_budget_mb", "batch_sizes", "databases"):
         assert f"`{field}`" in current
+
+
+# Startup code for a Python without the database clients: a meta-path finder refuses their imports, then
+# the CLI runs as ``python -m pipeline`` would run it. It prints which blocked modules got imported anyway.
+WITHOUT_CLIENTS = """
+import sys
+BLOCKED = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge")
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Refuse())
+sys.argv = ["python -m pipeline", *sys.argv[1:]]
+from pipeline.cli import main
+try:
+    code = main()
+except SystemExit as exc:
+    code = exc.code
+print("IMPORTED:", ",".join(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_validate_and_plan_need_no_database_client(command: str) -> None:
+    """The ``vdb`` extra is optional: checking and planning a config imports no database client."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CLIENTS, command, "configs/local.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "IMPORTED: \n" in result.stdout or result.stdout.rstrip().endswith("IMPORTED:")

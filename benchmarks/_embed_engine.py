@@ -1,0 +1,61 @@
+"""Driver side of ``benchmarks/embed.py``'s engine children: start one, sample its RSS, send it rounds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import _common
+
+EMBED_SCRIPT = Path(__file__).with_name("embed.py")  # its ``--engine`` mode serves the child side
+
+
+class Engine:
+    """Driver side of an engine child: start it, sample its process tree's RSS, send rounds."""
+
+    def __init__(self, kind: str, spec: dict[str, Any], tmp: Path) -> None:
+        self.kind = kind
+        spec_file, self.log = tmp / f"{kind}-spec.json", tmp / f"{kind}.log"
+        spec_file.write_text(json.dumps(spec))
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(EMBED_SCRIPT), "--engine", kind, str(spec_file)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        self.sampler = _common.TreeSampler(self.proc.pid, own_children=[self.proc.pid]).__enter__()
+        self.info = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            tail = self.log.read_text()[-4000:]
+            raise SystemExit(f"{self.kind} side failed (exit {self.proc.returncode}):\n{tail}")
+        return json.loads(line)
+
+    def run(self, vectors_file: Path) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps({"vectors": str(vectors_file)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["chunks_per_s"] = result["chunks"] / result["seconds"]
+        result["chunks_per_cpu_s"] = result["chunks"] / result["cpu_seconds"]
+        return result
+
+    def close(self) -> dict[str, Any]:
+        """Stop the child; return its tree's peak RSS over the whole session."""
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=120)
+        self.sampler.__exit__(None, None, None)
+        return {
+            "peak_rss_mib": round(_common.mib(self.sampler.peak), 1),
+            "peak_processes": self.sampler.peak_processes,
+            "peak_breakdown": self.sampler.peak_breakdown,
+        }

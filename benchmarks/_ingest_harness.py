@@ -1,0 +1,133 @@
+"""The harness side of ``benchmarks/ingest.py``: the project's insert stage, and ``--profile``."""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import time
+from typing import Any
+
+from _ingest_data import CpuMeter, target_of
+from _ingest_vendors import vendor_upload
+
+# --- the harness: the project's insert stage ---------------------------------------------------------------
+
+
+def _hold(seconds: float) -> int:
+    """Pool function: connect this pool process's client, then stay busy so the next one lands elsewhere."""
+    from apps.vdb import pool
+
+    pool.client()
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _insert_preconnected(ctx: dict[str, Any], target: Any, clients: int) -> tuple[Any, float]:
+    """insert_partition's body (apps/insert.py) on a pool whose clients connected before the clock."""
+    from apps.insert import combine_parts, insert_units
+    from apps.vdb.pool import ClientPool
+
+    with ClientPool(clients, target) as pool:
+        pids = {f.result() for f in [pool.submit(_hold, 0.5) for _ in range(pool.size)]}
+        if len(pids) != pool.size:
+            raise SystemExit(f"pre-connect: {len(pids)} of {pool.size} pool processes connected")
+        called = time.time()
+        units = ctx["data"]["units"]
+        futures = [
+            pool.submit(insert_units, units[c :: pool.size], ctx["batch_size"], ctx["retries"])
+            for c in range(pool.size)
+        ]
+        record = combine_parts([f.result() for f in futures])
+    return record, called
+
+
+def harness_upload(
+    ctx: dict[str, Any], clients: int, settings: Any | None = None, preconnect: bool = False
+) -> dict[str, Any]:
+    """prepare_collection (fresh) -> insert_partition -> wait_searchable, as a pipeline run does.
+
+    ``preconnect`` (diagnostic): the same stage functions, but every client process connects before the
+    clock starts, to show what the lazy connect inside the first timed batch costs.
+    """
+    from apps.insert import insert_partition, prepare_collection, wait_searchable
+
+    target = target_of(ctx, settings)
+    prepare_collection(target, True)
+    cpu = CpuMeter(ctx["server_pids"])
+    if preconnect:
+        record, called = _insert_preconnected(ctx, target, clients)
+    else:
+        called = time.time()
+        record = insert_partition(target, ctx["data"]["units"], ctx["batch_size"], clients, ctx["retries"])
+    returned = time.time()
+    visible = wait_searchable(target, len(ctx["data"]["ids"]), ctx["timeout"], record)
+    first, last, searchable_at = record.first_start, record.last_end, visible.searchable_at
+    return {
+        "rows": record.rows,
+        "clients": record.clients,
+        "batches": record.batches,
+        "retried": record.retried,
+        "upload_s": searchable_at - first,
+        "send_s": last - first,
+        "visible_s": searchable_at - last,
+        "pool_close_s": returned - last,
+        "wait_searchable_s": searchable_at - returned,
+        "startup_s": first - called,
+        "wall_s": searchable_at - called,
+        "count": visible.count,
+        **cpu.read(),
+    }
+
+
+# --- profiling (``--profile``) -----------------------------------------------------------------------------
+
+
+def _top(profile: cProfile.Profile, n: int = 14) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("tottime").print_stats(n)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
+    head = next((ln.strip() for ln in lines if "function calls" in ln), "")
+    return "\n".join([f"    {head}", *(f"    {ln}" for ln in lines[start:])])
+
+
+def _time_first_client() -> dict[str, float]:
+    """Pool function: what the first batch of a fresh client process pays before its first request."""
+    from apps.vdb import pool
+
+    started = time.perf_counter()
+    pool.client()
+    return {"lazy_connect_s": time.perf_counter() - started}
+
+
+def profile_database(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, Any]:
+    """cProfile of one client's insert loop (harness's insert_units vs the vendor path) in this process."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from apps.insert import insert_units, prepare_collection
+    from apps.vdb import pool
+
+    target = target_of(ctx)
+    result: dict[str, Any] = {}
+    if not ctx["endpoints_model"].in_process:
+        with ProcessPoolExecutor(
+            1, mp_context=multiprocessing.get_context("spawn"), initializer=pool.connect, initargs=(target,)
+        ) as executor:
+            result.update(executor.submit(_time_first_client).result())
+    prepare_collection(target, True)
+    pool.connect(target)
+    harness = cProfile.Profile()
+    started = time.perf_counter()
+    harness.runcall(insert_units, ctx["data"]["units"], ctx["batch_size"], 0)
+    result["harness_loop_s"] = time.perf_counter() - started
+    pool.disconnect()
+    vendor_profile = cProfile.Profile()
+    started = time.perf_counter()
+    vendor_profile.runcall(vendor_upload, ctx, vendor, mode)
+    result["vendor_upload_s"] = time.perf_counter() - started
+    result["harness_top"], result["vendor_top"] = _top(harness), _top(vendor_profile)
+    return result
