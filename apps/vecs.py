@@ -14,16 +14,21 @@ _VECS_DTYPES = {".fvecs": np.float32, ".ivecs": np.int32, ".bvecs": np.uint8}
 _BIN_DTYPES = {".fbin": np.float32, ".ibin": np.int32, ".u8bin": np.uint8, ".i8bin": np.int8}
 
 
+def _dtype_for(path: Path, dtypes: dict[str, str]) -> np.dtype:
+    """The element type a vector file's suffix names (ValueError naming the file otherwise)."""
+    try:
+        return np.dtype(dtypes[path.suffix])
+    except KeyError:
+        raise ValueError(f"{path}: unknown vector file type {path.suffix!r}") from None
+
+
 def read_vecs(path: str | Path) -> np.ndarray:
     """Read a ``.fvecs``, ``.ivecs`` or ``.bvecs`` file into a (rows, dim) array.
 
     Raises ValueError naming the file when rows have different dimensions or the size is not whole rows.
     """
     path = Path(path)
-    try:
-        dtype = np.dtype(_VECS_DTYPES[path.suffix])
-    except KeyError:
-        raise ValueError(f"{path}: unknown vector file type {path.suffix!r}") from None
+    dtype = _dtype_for(path, _VECS_DTYPES)
     raw = path.read_bytes()
     if len(raw) < 4:
         raise ValueError(f"{path}: file is empty or truncated")
@@ -43,10 +48,7 @@ def read_vecs(path: str | Path) -> np.ndarray:
 def read_bin(path: str | Path) -> np.ndarray:
     """Read a big-ann-benchmarks ``.fbin`` / ``.ibin`` / ``.u8bin`` / ``.i8bin`` file."""
     path = Path(path)
-    try:
-        dtype = np.dtype(_BIN_DTYPES[path.suffix])
-    except KeyError:
-        raise ValueError(f"{path}: unknown vector file type {path.suffix!r}") from None
+    dtype = _dtype_for(path, _BIN_DTYPES)
     raw = path.read_bytes()
     rows, dim = (int(x) for x in np.frombuffer(raw[:8], dtype="<u4"))
     expected = 8 + rows * dim * dtype.itemsize

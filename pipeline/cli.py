@@ -6,14 +6,17 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from core.errors import PipelineError
-from pipeline.config_loader import load_config
+from pipeline.config_loader import LoadedConfig, load_config
+
+if TYPE_CHECKING:
+    from pipeline.plan import Plan
 
 app = typer.Typer(
     add_completion=False,
@@ -30,16 +33,22 @@ def _fail(exc: PipelineError) -> None:
     raise typer.Exit(exc.exit_code)
 
 
-@app.command()
-def validate(config: ConfigArg) -> None:
-    """Check a configuration: syntax, fields, and that every path it names exists."""
+def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
+    """Load and plan ``config``; a bad config ends the command with its message (no traceback)."""
     from pipeline.plan import build_plan
 
     try:
         loaded = load_config(config)
-        plan = build_plan(loaded)
+        return loaded, build_plan(loaded)
     except PipelineError as exc:
         _fail(exc)
+        raise  # unreachable: _fail exits
+
+
+@app.command()
+def validate(config: ConfigArg) -> None:
+    """Check a configuration: syntax, fields, and that every path it names exists."""
+    loaded, plan = _load_plan(config)
     out.print(
         f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
         f"{len(plan.corpus_files)} corpus file(s), "
@@ -50,13 +59,7 @@ def validate(config: ConfigArg) -> None:
 @app.command()
 def plan(config: ConfigArg) -> None:
     """Dry run: stages, content keys, shards, resources. Nothing is executed."""
-    from pipeline.plan import build_plan
-
-    try:
-        loaded = load_config(config)
-        the_plan = build_plan(loaded)
-    except PipelineError as exc:
-        _fail(exc)
+    loaded, the_plan = _load_plan(config)
     cfg = loaded.config
     total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
     out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
