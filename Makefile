@@ -9,12 +9,12 @@ WEAVIATE_VERSION := v1.36.0
 WEAVIATE_BIN := .build/bin/weaviate-server
 CONFIG ?= configs/local.yaml
 
-.PHONY: run test setup venv weaviate lint format bench clean
+.PHONY: run test setup venv weaviate lint format bench clean slurm-install slurm-testbed slurm-testbed-stop
 
 run: setup
 	$(BIN)/python -m pipeline run $(CONFIG)
 
-test: setup
+test: setup slurm-install
 	$(BIN)/python -m pytest
 
 setup: venv weaviate
@@ -50,5 +50,23 @@ format: venv
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
+# The local Slurm testbed (scripts/slurm/README.md): Debian's slurm-wlm and munge, several slurmd nodes on this
+# machine. `make test` installs Slurm when it can; the tests start and stop their own testbeds.
+SLURM_TESTBED := scripts/slurm/testbed.sh
+SLURM_TESTBED_DIR ?= $(CURDIR)/.slurm-testbed
+
+slurm-install:
+	@if [ "$$(id -u)" = 0 ]; then $(SLURM_TESTBED) install; \
+	elif PATH="$$PATH:/usr/sbin" command -v slurmctld >/dev/null 2>&1; then true; \
+	elif [ "$$CI" = true ]; then echo "error: CI=true: Slurm is not installed and installing it needs root" >&2; exit 1; \
+	else echo "note: Slurm is not installed and this is not root: the Slurm testbed tests will be skipped"; fi
+
+slurm-testbed: slurm-install  # then: source $(SLURM_TESTBED_DIR)/env.sh; srun -N3 hostname
+	$(SLURM_TESTBED) start $(SLURM_TESTBED_DIR)
+
+slurm-testbed-stop:
+	$(SLURM_TESTBED) stop $(SLURM_TESTBED_DIR)
+
 clean:
-	rm -rf store runs benchmarks/out .pytest_cache
+	@if [ -d .slurm-testbed ]; then $(SLURM_TESTBED) stop $(SLURM_TESTBED_DIR); fi
+	rm -rf store runs benchmarks/out .pytest_cache .slurm-testbed

@@ -19,8 +19,13 @@ NODES=${SLURM_TESTBED_NODES:-4}
 CPUS=${SLURM_TESTBED_CPUS:-$(nproc)}
 START_TIMEOUT=${SLURM_TESTBED_TIMEOUT:-60}
 STOP_TIMEOUT=10        # seconds between SIGTERM and SIGKILL
+FAILED_DIR=
+FAIL_REASON="a command failed"
 PACKAGES=(slurm-wlm munge mpich)
 COMMANDS=(munged munge unmunge slurmctld slurmd srun sbatch scancel squeue sinfo scontrol)
+
+# The daemons live in /usr/sbin, which a non-root PATH often lacks.
+PATH=$PATH:/usr/sbin:/sbin
 
 # Slurm clients and daemons read SLURM_* from the environment (SLURM_CONF above all); a caller
 # inside a real job, or one that sourced another testbed's env.sh, must not leak into this one.
@@ -56,9 +61,13 @@ resolve_dir() {
 
 # The PIDs (one "pid name" a line) of every slurmctld, slurmd and munged whose command line names a file
 # under DIR, and of every slurmstepd forked by such a slurmd (marked by SLURM_TESTBED_DIR in its environment).
+# Zombies (exited, not yet reaped) have an empty command line and environment, so they are not listed.
 testbed_pids() {
-    local dir=$1 pid comm cmdline environ
-    for pid in $(pgrep -x 'slurmctld|slurmd|munged|slurmstepd' || true); do
+    local dir=$1 pid comm cmdline environ name pids=""
+    for name in slurmctld slurmd munged slurmstepd; do   # (pgrep warns on a pattern over 15 characters)
+        pids+=" $(pgrep -x "$name" || true)"
+    done
+    for pid in $pids; do
         comm=$(cat 2>/dev/null "/proc/$pid/comm") || continue
         if [[ $comm == slurmstepd ]]; then
             environ=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ") || continue
@@ -134,8 +143,8 @@ log_tails() {
 missing_commands() {
     local c
     for c in "${COMMANDS[@]}"; do
-        command -v "$c" >/dev/null 2>&1 || printf '%s ' "$c"
-    done
+        command -v "$c" >/dev/null 2>&1 || printf '%s\n' "$c"
+    done | paste -sd ' ' -
 }
 
 cmd_install() {
@@ -235,6 +244,8 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# Start a batch job about 1 s after submission instead of 3 s (batch_sched_delay) or 30 s (bf_interval).
+SchedulerParameters=batch_sched_delay=0,bf_interval=1
 MpiDefault=none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
@@ -267,11 +278,15 @@ address=$addr
 EOF
 }
 
+start_fail() { FAIL_REASON=$*; exit 1; }   # only after the EXIT trap below is set
+
 start_failed() {
     local dir=$1
     trap - EXIT
-    printf '%s: error: the testbed in %s did not start (see the log lines below)\n' "$PROG" "$dir" >&2
-    SLURM_CONF=$dir/slurm.conf timeout 10 sinfo -N -o '%N %T %E' >&2 2>&1 || true
+    printf '%s: error: the testbed in %s did not start: %s (log lines below)\n' "$PROG" "$dir" "$FAIL_REASON" >&2
+    if [[ -f $dir/slurm.conf ]] && pidfile_alive "$dir/run/slurmctld.pid" slurmctld "$dir" >/dev/null; then
+        SLURM_CONF=$dir/slurm.conf timeout 10 sinfo -N -o '%N %T %E' >&2 2>&1 || true
+    fi
     log_tails "$dir"
     if [[ ${SLURM_TESTBED_KEEP_ON_FAILURE:-0} == 1 ]]; then
         printf '%s: SLURM_TESTBED_KEEP_ON_FAILURE=1: leaving the daemons running; run %s stop %s\n' \
@@ -310,6 +325,9 @@ cmd_start() {
         cmd_stop "$dir"
     fi
 
+    if [[ -d $dir && ! -f $dir/testbed.state ]] && [[ -n $(ls -A "$dir") ]]; then
+        die "$dir is not empty and is not a testbed directory (no testbed.state): choose another"
+    fi
     mkdir -p "$dir"
     # Fresh state, spool, pid files and logs on every start; the munge key is kept.
     rm -rf "$dir/state" "$dir/spool" "$dir/run" "$dir/log"
@@ -322,7 +340,8 @@ cmd_start() {
     base=$(free_ports $((NODES + 1)))
     write_config "$dir" "$base" "$host" "$mem"
 
-    trap 'start_failed "$dir"' EXIT
+    FAILED_DIR=$dir
+    trap 'start_failed "$FAILED_DIR"' EXIT
 
     # munged, with its key, socket, pid, seed and log under DIR rather than /etc/munge, /run/munge,
     # /var/lib/munge and /var/log/munge. --force is needed because munged wants every directory above its
@@ -336,22 +355,25 @@ cmd_start() {
     munged --force --num-threads=2 \
         --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
         --pid-file="$dir/run/munged.pid" --seed-file="$dir/munge/munged.seed" \
-        --log-file="$dir/log/munged.log" </dev/null >>"$dir/log/munged.out" 2>&1
+        --log-file="$dir/log/munged.log" </dev/null >>"$dir/log/munged.out" 2>&1 ||
+        start_fail "munged exited with status $?"
     for ((k = 0; k < 50; k++)); do
         if munge -n -S "$dir/munge/munge.socket" 2>/dev/null | unmunge -S "$dir/munge/munge.socket" >/dev/null 2>&1; then
             break
         fi
         sleep 0.1
     done
-    ((k < 50)) || { echo "munged does not answer on $dir/munge/munge.socket" >&2; exit 1; }
+    ((k < 50)) || start_fail "munged does not answer on $dir/munge/munge.socket after 5s"
 
     # The daemons get a clean environment: SLURM_CONF for their own children, SLURM_TESTBED_DIR so that
     # `stop` can recognise the slurmstepd processes they fork (whose command line names no file).
     local -a denv=(env "SLURM_CONF=$dir/slurm.conf" "SLURM_TESTBED_DIR=$dir")
     # -c: start from clean state (no jobs or node states of an earlier run).
-    "${denv[@]}" slurmctld -c -f "$dir/slurm.conf" </dev/null >>"$dir/log/slurmctld.out" 2>&1
+    "${denv[@]}" slurmctld -c -f "$dir/slurm.conf" </dev/null >>"$dir/log/slurmctld.out" 2>&1 ||
+        start_fail "slurmctld exited with status $?"
     for ((k = 1; k <= NODES; k++)); do
-        "${denv[@]}" slurmd -c -f "$dir/slurm.conf" -N "node$k" </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1
+        "${denv[@]}" slurmd -c -f "$dir/slurm.conf" -N "node$k" </dev/null >>"$dir/log/slurmd-node$k.out" 2>&1 ||
+            start_fail "slurmd -N node$k exited with status $?"
     done
 
     export SLURM_CONF=$dir/slurm.conf
@@ -360,16 +382,14 @@ cmd_start() {
         idle=$(timeout 10 sinfo -h -N -p debug -t idle -o '%N' 2>/dev/null | sort -u | grep -c . || true)
         ((idle >= NODES)) && break
         if (($(date +%s) >= deadline)); then
-            echo "only $idle of $NODES nodes idle after ${START_TIMEOUT}s" >&2
-            exit 1
+            start_fail "only $idle of $NODES nodes idle after ${START_TIMEOUT}s (SLURM_TESTBED_TIMEOUT)"
         fi
         n=$(running_count "$dir" "$NODES")
         if ((n < NODES + 2)) && [[ -s $dir/run/slurmctld.pid ]]; then
             sleep 1   # a daemon may still be writing its pid file; look once more before giving up
             n=$(running_count "$dir" "$NODES")
             if ((n < NODES + 2)); then
-                echo "only $n of $((NODES + 2)) daemons are alive" >&2
-                exit 1
+                start_fail "only $n of $((NODES + 2)) daemons (munged, slurmctld, $NODES x slurmd) are alive"
             fi
         fi
         sleep 0.3
@@ -381,7 +401,7 @@ cmd_start() {
 
 # --- stop --------------------------------------------------------------------------------------------
 
-# Send SIG to each "pid name" line on stdin whose process still belongs to DIR.
+# Send SIG to the pid of each "pid name" line on stdin.
 signal_all() {
     local sig=$1 pid name
     while read -r pid name; do
@@ -402,10 +422,13 @@ wait_gone() {   # wait up to SECONDS for the testbed's daemons to exit; prints w
 }
 
 # munged goes last, once the Slurm daemons (which talk through it while shutting down) are gone.
-wait_gone_but_munged() {
-    local dir=$1 seconds=$2 deadline
+wait_gone_but_munged() {   # like wait_gone, for all but munged
+    local dir=$1 seconds=$2 left deadline
     deadline=$(($(date +%s) + seconds))
-    while [[ -n $(testbed_pids "$dir" | grep -v ' munged$' || true) ]] && (($(date +%s) < deadline)); do
+    while :; do
+        left=$(testbed_pids "$dir" | grep -v ' munged$' || true)
+        [[ -z $left ]] && return 0
+        (($(date +%s) >= deadline)) && { printf '%s\n' "$left"; return 1; }
         sleep 0.2
     done
 }
@@ -435,15 +458,18 @@ cmd_stop() {
         fi
     fi
 
-    # 2. SIGTERM the slurmd, then slurmctld, then munged, each by its pid file; then anything else of DIR
-    #    (a daemon whose pid file is missing, a slurmstepd).
-    for file in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid" "$dir/run/munged.pid"; do
+    # 2. SIGTERM the slurmd and slurmctld by their pid files, and anything else of DIR but munged (a daemon
+    #    whose pid file is missing, a slurmstepd); once they are gone (or after STOP_TIMEOUT), munged too.
+    for file in "$dir"/run/slurmd-*.pid "$dir/run/slurmctld.pid"; do
         name=$(basename "$file" .pid)
         pid=$(pidfile_alive "$file" "${name%%-*}" "$dir") || continue
         kill -TERM "$pid" 2>/dev/null || true
     done
     testbed_pids "$dir" | { grep -v ' munged$' || true; } | signal_all TERM
-    wait_gone_but_munged "$dir" "$STOP_TIMEOUT"
+    left=$(wait_gone_but_munged "$dir" "$STOP_TIMEOUT") || {
+        say "still alive after SIGTERM and ${STOP_TIMEOUT}s, sending SIGKILL: $(tr '\n' ' ' <<<"$left")"
+        signal_all KILL <<<"$left"
+    }
     testbed_pids "$dir" | signal_all TERM
     left=$(wait_gone "$dir" "$STOP_TIMEOUT") || {
         say "still alive after SIGTERM and ${STOP_TIMEOUT}s, sending SIGKILL: $(tr '\n' ' ' <<<"$left")"
@@ -490,7 +516,7 @@ main() {
         stop) (($# <= 1)) || usage 2; cmd_stop "$@" ;;
         status) (($# <= 1)) || usage 2; cmd_status "$@" ;;
         -h | --help | help) usage 0 ;;
-        *) usage 2 >&2 ;;
+        *) printf '%s: unknown command "%s"\n\n' "$PROG" "$cmd" >&2; usage 2 >&2 ;;
     esac
 }
 
