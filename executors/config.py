@@ -79,12 +79,31 @@ class NodeShape(Strict):
         return self.sockets * self.cores_per_socket
 
 
+class QueueRoute(Strict):
+    """An execution queue that a routing queue sends jobs of some sizes to (PBS routing queues)."""
+
+    queue: str = Field(min_length=1, description="Name of the execution queue (e.g. Polaris's small).")
+    min_nodes: int = Field(1, ge=1, description="Smallest job (nodes) routed here.")
+    max_nodes: int = Field(ge=1, description="Largest job (nodes) routed here.")
+    max_walltime: Walltime = Field(description="Longest walltime this execution queue grants (HH:MM:SS).")
+
+
 class QueueLimits(Strict):
     """What one queue accepts (from the site's documentation); checked at plan time."""
 
     min_nodes: int = Field(1, ge=1, description="Smallest job (nodes) the queue accepts.")
     max_nodes: int = Field(ge=1, description="Largest job (nodes) the queue accepts.")
     max_walltime: Walltime | None = Field(None, description="Longest walltime the queue accepts (HH:MM:SS).")
+    routes: list[QueueRoute] = Field(
+        default_factory=list,
+        description="A routing queue (Polaris's and Aurora's prod): the execution queue each job size goes "
+        "to, with its own walltime limit; a job no route takes, or asking more than its route grants, fails "
+        "at plan time.",
+    )
+
+    def route(self, nodes: int) -> QueueRoute | None:
+        """The execution queue a job of ``nodes`` nodes is routed to (None: no route takes it)."""
+        return next((r for r in self.routes if r.min_nodes <= nodes <= r.max_nodes), None)
 
 
 # --- Parsl blocks ------------------------------------------------------------------------------------------

@@ -67,6 +67,20 @@ def _queue_problems(executor: Any, vdb: Any) -> list[Problem]:
             )
         if limits.max_walltime and walltime_seconds(walltime) > walltime_seconds(limits.max_walltime):
             problems.append((wloc, f"queue {queue!r} allows at most {limits.max_walltime}, not {walltime}"))
+        if limits.routes and limits.min_nodes <= nodes <= limits.max_nodes:
+            route = limits.route(nodes)
+            if route is None:
+                spans = ", ".join(f"{r.queue} {r.min_nodes}-{r.max_nodes}" for r in limits.routes)
+                problems.append((loc, f"queue {queue!r} routes no queue for {nodes} nodes ({spans})"))
+            elif walltime_seconds(walltime) > walltime_seconds(route.max_walltime):
+                problems.append(
+                    (
+                        wloc,
+                        f"queue {queue!r} routes {nodes}-node jobs to {route.queue!r} "
+                        f"({route.min_nodes}-{route.max_nodes} nodes), which grants at most "
+                        f"{route.max_walltime}, not {walltime}",
+                    )
+                )
     return list(dict.fromkeys(problems))  # a shared block is reported once
 
 
@@ -155,7 +169,34 @@ def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))
     for name in dict.fromkeys(db.name for db in vdb.databases):
         problems += _database_problems(run_config, name, base_dir)
+        problems += _walltime_problems(run_config, name)
     return list(dict.fromkeys(problems))
+
+
+def _walltime_problems(run_config: Any, name: str) -> list[Problem]:
+    """The database job must outlive the stages it serves: rank start-up, every insert sweep and the index.
+
+    A job that reaches its walltime first is killed by the scheduler mid-stage, so the run fails after
+    spending the allocation; the queries' own time comes on top and is the user's margin.
+    """
+    vdb, executor = run_config.vdb, run_config.executor
+    c = vdb.cluster.for_database(name)
+    walltime = c.walltime or executor.walltime
+    insert = vdb.insert
+    needed = c.startup_timeout_s + len(insert.batch_sizes) * insert.timeout_s + vdb.index_timeout_s
+    if needed < walltime_seconds(walltime):
+        return []
+    where = vdb.cluster.field_path(name, "walltime") if c.walltime else ("executor", "walltime")
+    return [
+        (
+            where,
+            f"{name}: the database job's walltime {walltime} ({walltime_seconds(walltime)} s) does not "
+            f"outlast its stage timeouts: startup {c.startup_timeout_s:.0f} + "
+            f"{len(insert.batch_sizes)} insert sweep(s) x {insert.timeout_s:.0f} + index "
+            f"{vdb.index_timeout_s:.0f} = {needed:.0f} s; lower vdb.insert.timeout_s / "
+            "vdb.index_timeout_s or ask a longer walltime",
+        )
+    ]
 
 
 def check_platform(run_config: Any, base_dir: Path | None = None) -> list[Problem]:

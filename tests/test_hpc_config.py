@@ -140,6 +140,35 @@ def test_queue_that_does_not_allow_the_node_count(hpc_env: Path) -> None:
     assert "at most 01:00:00" in problems[("executor", "walltime")]
 
 
+def test_routing_queue_rejects_a_walltime_its_execution_queue_cannot_grant(hpc_env: Path) -> None:
+    data = study("polaris")  # 16 GPU nodes and 10 CPU/database nodes: prod routes them to small (3 h)
+    data["executor"]["walltime"] = "06:00:00"
+    message = problems_of(hpc_env, data)[("executor", "walltime")]
+    assert "-node jobs to 'small' (10-24 nodes), which grants at most 03:00:00, not 06:00:00" in message
+    data["executor"]["gpu"]["nodes_per_block"] = 30  # 30 nodes go to medium (6 h): the GPU block fits
+    data["executor"]["cpu"]["nodes_per_block"] = 30
+    data["vdb"]["cluster"]["walltime"] = "03:00:00"
+    data["vdb"]["cluster"]["nodes"] = 10
+    assert ("executor", "walltime") not in problems_of(hpc_env, data)
+
+
+def test_routing_queue_without_a_route_for_the_node_count(hpc_env: Path) -> None:
+    data = study("polaris")
+    data["executor"]["queues"]["prod"]["routes"] = [
+        {"queue": "small", "min_nodes": 10, "max_nodes": 12, "max_walltime": "03:00:00"}
+    ]
+    message = problems_of(hpc_env, data)[("executor", "gpu", "nodes_per_block")]
+    assert "queue 'prod' routes no queue for 16 nodes (small 10-12)" in message
+
+
+def test_database_job_must_outlast_its_stage_timeouts(hpc_env: Path) -> None:
+    data = study("polaris")
+    data["vdb"]["index_timeout_s"] = 14400  # the old config: 4 h of index in a 3 h job
+    message = problems_of(hpc_env, data)[("vdb", "cluster", "walltime")]
+    assert "the database job's walltime 03:00:00 (10800 s) does not outlast" in message
+    assert "startup 900 + 2 insert sweep(s) x 3000 + index 14400 = 21300 s" in message
+
+
 def test_queue_missing_from_the_limits_table(hpc_env: Path) -> None:
     data = study("polaris")
     data["executor"]["queue"] = "nosuchqueue"

@@ -82,7 +82,7 @@ def test_job_scripts_come_from_the_parsl_templates(fixed_env: None) -> None:
     polaris = artifacts("polaris")
     gpu = polaris["job-workers.sh"]
     assert gpu.startswith("# submit: qsub  -q prod -A MyProject ")
-    assert "#PBS -l select=16:ncpus=64:ngpus=4" in gpu and "#PBS -l walltime=06:00:00" in gpu
+    assert "#PBS -l select=16:ncpus=64:ngpus=4" in gpu and "#PBS -l walltime=03:00:00" in gpu
     assert "#PBS -l filesystems=home:eagle" in gpu and "#PBS -l place=scatter" in gpu
     assert "mpiexec --cpu-bind none --depth=64 --ppn 1 -n $WORKERCOUNT" in gpu
     assert "--available-accelerators 0 1 2 3" in gpu and "--cpu-affinity block-reverse" in gpu

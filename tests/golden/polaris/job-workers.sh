@@ -4,7 +4,7 @@
 #PBS -S /bin/bash
 #PBS -N parsl.workers.block-0
 #PBS -m n
-#PBS -l walltime=06:00:00
+#PBS -l walltime=03:00:00
 #PBS -l select=16:ncpus=64:ngpus=4
 #PBS -o /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.workers.block-0.stdout
 #PBS -e /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.workers.block-0.stderr
@@ -35,7 +35,7 @@ else
 fi
 
 cat << MPIEXEC_EOF > ${SCRIPT_DIR:+$SCRIPT_DIR/}cmd_$JOBNAME.sh
-process_worker_pool.py  --max_workers_per_node=4 -a <login-node-address> -p 0 -c 8.0 -m None --poll 10 --port=<interchange-worker-port> --cert_dir /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/workers/certificates --logdir=/projects/MyProject/pes2o-ve/runs/<run-id>/parsl/workers --logconf=None --block_id=0 --hb_period=30  --hb_threshold=120 --drain_period=20700 --cpu-affinity block-reverse  --mpi-launcher=mpiexec --available-accelerators 0 1 2 3
+process_worker_pool.py  --max_workers_per_node=4 -a <login-node-address> -p 0 -c 8.0 -m None --poll 10 --port=<interchange-worker-port> --cert_dir /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/workers/certificates --logdir=/projects/MyProject/pes2o-ve/runs/<run-id>/parsl/workers --logconf=None --block_id=0 --hb_period=30  --hb_threshold=120 --drain_period=9900 --cpu-affinity block-reverse  --mpi-launcher=mpiexec --available-accelerators 0 1 2 3
 MPIEXEC_EOF
 chmod u+x ${SCRIPT_DIR:+$SCRIPT_DIR/}cmd_$JOBNAME.sh
 

@@ -4,7 +4,7 @@
 #PBS -S /bin/bash
 #PBS -N pes2o-vdb.qdrant-7c518d8c
 #PBS -m n
-#PBS -l walltime=06:00:00
+#PBS -l walltime=03:00:00
 #PBS -l select=10:ncpus=64:ngpus=4
 #PBS -o /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/jobs/pes2o-vdb.qdrant-7c518d8c.stdout
 #PBS -e /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/jobs/pes2o-vdb.qdrant-7c518d8c.stderr

@@ -4,7 +4,7 @@
 #PBS -S /bin/bash
 #PBS -N pes2o-vdb.weaviate-f581bf05
 #PBS -m n
-#PBS -l walltime=06:00:00
+#PBS -l walltime=03:00:00
 #PBS -l select=10:ncpus=64:ngpus=4
 #PBS -o /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stdout
 #PBS -e /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stderr
