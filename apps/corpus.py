@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -34,7 +34,7 @@ class CorpusConfig(Strict):
         description="pes2o: JSONL(.gz) records {id, text, source, added, created, version}; "
         "beir: JSONL {_id, title, text}; parquet: files with id and text columns.",
     )
-    paths: list[str] = Field(
+    paths: list[Annotated[str, Field(min_length=1)]] = Field(  # "" would read the config's whole folder
         description="Files, directories or glob patterns; relative paths are relative to the config file.",
         min_length=1,
     )

@@ -80,3 +80,27 @@ def load_tokenizer(model_dir: str):  # -> transformers.PreTrainedTokenizerBase
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+def max_input_tokens(model_dir: Path) -> tuple[int, str] | None:
+    """The most tokens the model accepts, and which file says so, read from its config files (no weights).
+
+    The smaller of config.json ``max_position_embeddings`` (the position table: beyond it the forward pass
+    fails) and tokenizer_config.json ``model_max_length`` (which knows the offset RoBERTa-style models
+    reserve); None when neither file states a limit.
+    """
+    import json
+
+    limits: list[tuple[int, str]] = []
+    for name, key in (
+        ("config.json", "max_position_embeddings"),
+        ("tokenizer_config.json", "model_max_length"),
+    ):
+        try:
+            value = json.loads((model_dir / name).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        # transformers writes a huge sentinel (1e30) for "no limit"
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**7:
+            limits.append((value, f"{name} {key}"))
+    return min(limits) if limits else None

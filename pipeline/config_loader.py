@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
 from pipeline.config import RunConfig
+from pipeline.yaml_guard import parse_yaml
 
 # ${NAME} or ${NAME:-default}
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -55,14 +56,13 @@ def load_config(path: str | Path) -> LoadedConfig:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("configuration file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a configuration file", file=str(path)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else None
-        raise ConfigError(f"malformed YAML: {exc.problem}", file=str(path), line=line) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration ({exc.strerror})", file=str(path)) from None
+    node, data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a mapping of sections (name, corpus, ...)", file=str(path))
     data = _interpolate(data, node, path, ())
@@ -70,7 +70,37 @@ def load_config(path: str | Path) -> LoadedConfig:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
         raise _config_error(exc, node, path) from None
+    _refuse_coerced_booleans(data, config, node, path, ())
     return LoadedConfig(config=config, path=path.resolve(), node=node)
+
+
+def _refuse_coerced_booleans(
+    value: Any, model: Any, node: yaml.Node | None, path: Path, where: tuple
+) -> None:
+    """A YAML ``true``/``false`` that validation turned into a number (``workers: true`` -> 1) is an error.
+
+    Walks the parsed data beside the validated models, so every config model is covered at once.
+    """
+    if isinstance(value, bool):
+        if not isinstance(model, bool) and isinstance(model, int | float):
+            raise ConfigError(
+                f"{_dotted(where)}: a boolean ({value}) where a number is expected",
+                file=str(path),
+                line=_line_of(node, where),
+            )
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(model, dict) and key in model:
+                sub = model[key]
+            elif isinstance(model, BaseModel) and isinstance(key, str) and key in type(model).model_fields:
+                sub = getattr(model, key)
+            else:
+                continue
+            _refuse_coerced_booleans(item, sub, node, path, (*where, key))
+    elif isinstance(value, list) and isinstance(model, list | tuple) and len(model) == len(value):
+        for i, (item, sub) in enumerate(zip(value, model, strict=True)):
+            _refuse_coerced_booleans(item, sub, node, path, (*where, i))
 
 
 def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -> Any:

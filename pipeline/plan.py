@@ -20,7 +20,7 @@ from apps import dataset as dataset_stage
 from apps import groundtruth as gt_stage
 from apps import query_set as queries_stage
 from apps.embedding import EmbeddingConfig
-from apps.models import resolve_model_path, tokenizer_fingerprint
+from apps.models import max_input_tokens, resolve_model_path, tokenizer_fingerprint
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file
 from pipeline.config_loader import LoadedConfig
@@ -113,6 +113,24 @@ def native_dimension(model_dir: Path) -> int:
     return int(config["hidden_size"])
 
 
+def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
+    """The output dimension; max_length and an MRL dimension beyond what the model has are ConfigErrors."""
+    emb = loaded.config.embedding
+    native = native_dimension(model_dir)
+    if emb.dimension and emb.dimension > native:
+        raise loaded.error_at(
+            ("embedding", "dimension"),
+            f"{emb.dimension} exceeds the model's {native} dimensions (Matryoshka truncation only shortens)",
+        )
+    limit = max_input_tokens(model_dir)
+    if limit is not None and emb.max_length > limit[0]:
+        raise loaded.error_at(
+            ("embedding", "max_length"),
+            f"{emb.max_length} exceeds the model's limit of {limit[0]} tokens ({limit[1]} in {model_dir})",
+        )
+    return emb.dimension or native
+
+
 def model_slug(model_id: str, model_dir: Path) -> str:
     """A short readable name for directory names (``Qwen3-Embedding-4B``)."""
     name = (model_id or model_dir.name).split("/")[-1]
@@ -143,9 +161,13 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         terms_file = cfg.resolve_path(cfg.queries.terms_file, base)
         if not terms_file.is_file():
             raise loaded.error_at(("queries", "terms_file"), f"term list {terms_file} does not exist")
+        try:
+            queries_stage.read_terms(terms_file, limit=1)  # reads up to the first term only
+        except InputDataError as exc:
+            raise loaded.error_at(("queries", "terms_file"), f"{exc} (no term in it)") from None
 
     embedding = cfg.embedding.model_dump()
-    dimension = cfg.embedding.dimension or native_dimension(model_dir)
+    dimension = _check_model_limits(loaded, model_dir)
     model_identity = {
         "model_id": cfg.embedding.model_id,
         "revision": cfg.embedding.revision,
@@ -191,7 +213,14 @@ def build_plan(loaded: LoadedConfig) -> Plan:
             / "datasets"
             / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
         )
-    add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
+    embed = add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
+    if cfg.queries and embed.complete:  # the row count is known: a k above it would be cut silently
+        rows = (complete_manifest(dataset_dir) or {}).get("rows")
+        if isinstance(rows, int) and cfg.groundtruth.k > rows:
+            raise loaded.error_at(
+                ("groundtruth", "k"),
+                f"{cfg.groundtruth.k} neighbours asked of a dataset of {rows} rows ({dataset_dir})",
+            )
 
     if cfg.queries:
         query_params: dict[str, Any] = {

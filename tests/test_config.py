@@ -166,3 +166,19 @@ def test_validate_and_plan_need_no_database_client(command: str) -> None:
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "IMPORTED: \n" in result.stdout or result.stdout.rstrip().endswith("IMPORTED:")
+
+
+def test_anchors_and_merge_keys_still_work(write_config, small_corpus, tmp_path) -> None:
+    """The YAML guard refuses alias bombs and duplicate keys, not ordinary anchors and merges."""
+    import yaml
+
+    text = yaml.safe_dump(base_config(small_corpus, tmp_path), sort_keys=False)
+    text = text.replace("embedding:\n", "embedding: &emb\n", 1)
+    text += "vdb:\n  databases:\n  - {name: weaviate}\n  query: {k: &k [10], ef: [16]}\n  insert:\n"
+    text += "    batch_sizes: *k\nx-defaults: &d {workers: 1}\n"
+    loaded = load_config(write_config(text.replace("x-defaults: &d {workers: 1}\n", "")))
+    assert loaded.config.vdb.insert.batch_sizes == [10]
+    merged = text.replace("x-defaults: &d {workers: 1}\n", "").replace(
+        "executor:\n", "executor:\n  <<: {platform: local}\n", 1
+    )
+    assert load_config(write_config(merged)).config.executor.workers == 2

@@ -12,6 +12,8 @@ from core.config import Strict
 
 # Every registered database's settings model, discriminated by ``name`` (pydantic only: no client library).
 DatabaseSettings = Annotated[Union[tuple(settings_models())], Field(discriminator="name")]  # noqa: UP007
+# One item of a sweep list (k, ef, batch sizes, clients): 0 or a negative would fail mid-run.
+Positive = Annotated[int, Field(ge=1)]
 
 
 class CollectionConfig(Strict):
@@ -35,7 +37,7 @@ class CollectionConfig(Strict):
 class InsertConfig(Strict):
     """How vectors are loaded."""
 
-    batch_sizes: list[int] = Field(
+    batch_sizes: list[Positive] = Field(
         [1000],
         min_length=1,
         description="Vectors per insert request; each size is a full upload into a fresh collection (the "
@@ -54,10 +56,10 @@ class InsertConfig(Strict):
 class QuerySweepConfig(Strict):
     """The query sweep: every combination is run over the query set."""
 
-    ef: list[int] = Field([16, 32, 64, 128], min_length=1, description="Search-time ef (HNSW) values.")
-    batch_size: list[int] = Field([1, 32], min_length=1, description="Queries per request.")
-    clients: list[int] = Field([1], min_length=1, description="Concurrent client processes.")
-    k: list[int] = Field([10], min_length=1, description="Neighbours per query (<= groundtruth.k).")
+    ef: list[Positive] = Field([16, 32, 64, 128], min_length=1, description="Search-time ef (HNSW) values.")
+    batch_size: list[Positive] = Field([1, 32], min_length=1, description="Queries per request.")
+    clients: list[Positive] = Field([1], min_length=1, description="Concurrent client processes.")
+    k: list[Positive] = Field([10], min_length=1, description="Neighbours per query (<= groundtruth.k).")
     max_queries: int | None = Field(None, ge=1, description="Use at most this many queries per setting.")
     warmup_queries: int = Field(16, ge=0, description="Queries sent (and discarded) before each setting.")
 
