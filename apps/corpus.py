@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,7 @@ class Document:
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    where: str = field(default="", compare=False)  # "file:line" or "file: row N", for error messages
 
 
 @dataclass
@@ -104,10 +106,29 @@ def expand_paths(patterns: list[str], base: Path) -> list[Path]:
 
 
 def _open_text_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Yield (line number, raw bytes) of a .jsonl or .jsonl.gz file."""
+    """Yield (line number, raw bytes) of a .jsonl or .jsonl.gz file.
+
+    A truncated or corrupt file raises InputDataError naming it and the last line read whole: gzip
+    reports truncation as EOFError (which the CLI framework turns into a bare "Aborted.") and
+    corruption as zlib.error or BadGzipFile, none of which names the file.
+    """
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        yield from enumerate(io.BufferedReader(fh), start=1)
+    line_no = 0
+    try:
+        with opener(path, "rb") as fh:
+            for line_no, raw in enumerate(io.BufferedReader(fh), start=1):
+                yield line_no, raw
+    except EOFError:
+        raise InputDataError(
+            f"{path}: the gzip file is truncated {_after(line_no)} (it ends inside the compressed stream)"
+        ) from None
+    except (OSError, zlib.error) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputDataError(f"{path}: cannot read the file {_after(line_no)}: {detail}") from None
+
+
+def _after(line_no: int) -> str:
+    return f"after line {line_no}" if line_no else "at its start"
 
 
 def _bad(where: str, message: str, on_invalid: str, stats: ReadStats) -> None:
@@ -145,20 +166,34 @@ def read_jsonl(path: Path, fmt: str, on_invalid: str, stats: ReadStats) -> Itera
         if not isinstance(text, str) or not text.strip():
             _bad(where, f"record {doc_id!s} has no text", on_invalid, stats)
             continue
-        yield Document(id=str(doc_id), text=text, metadata=record)
+        yield Document(id=str(doc_id), text=text, metadata=record, where=where)
 
 
 def read_parquet(
     path: Path, id_column: str, text_column: str, on_invalid: str, stats: ReadStats
 ) -> Iterator[Document]:
-    """Documents of one Parquet file, read one record batch at a time."""
-    parquet = pq.ParquetFile(path)
+    """Documents of one Parquet file, read one record batch at a time.
+
+    A file that is not Parquet (JSONL named .parquet, a truncated download) or whose pages do not
+    decode raises InputDataError naming the file (and the last row read), not pyarrow's bare message.
+    """
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputDataError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
     names = parquet.schema_arrow.names
     for column in (id_column, text_column):
         if column not in names:
             raise InputDataError(f"{path}: no column {column!r} (columns: {', '.join(names)})")
     row = 0
-    for batch in parquet.iter_batches(batch_size=1024):
+    batches = parquet.iter_batches(batch_size=1024)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as exc:
+            raise InputDataError(f"{path}: cannot read past row {row}: {_first_line(exc)}") from None
+        if batch is None:
+            return
         for record in batch.to_pylist():
             row += 1
             where = f"{path}: row {row}"
@@ -168,7 +203,13 @@ def read_parquet(
             elif not isinstance(text, str) or not text.strip():
                 _bad(where, f"record {doc_id!s} has no text", on_invalid, stats)
             else:
-                yield Document(id=str(doc_id), text=text, metadata=record)
+                yield Document(id=str(doc_id), text=text, metadata=record, where=where)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (pyarrow's run over several lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def iter_documents(files: list[Path], corpus: CorpusConfig, stats: ReadStats) -> Iterator[Document]:
@@ -202,6 +243,14 @@ def _shard_table(docs: list[Document]) -> pa.Table:
     )
 
 
+def _first_occurrence(paths: list[Path], corpus: CorpusConfig, doc_id: str) -> str:
+    """Where ``doc_id`` first appears (read again on error: keeping every location costs memory)."""
+    for doc in iter_documents(paths, corpus, ReadStats()):
+        if doc.id == doc_id:
+            return doc.where
+    return "an earlier record"  # unreachable: the id was seen once already
+
+
 def shard_corpus(
     files: list[str], corpus: CorpusConfig, sharding: ShardingConfig, out_dir: str
 ) -> dict[str, Any]:
@@ -228,10 +277,12 @@ def shard_corpus(
         shards.append({"file": name, "first_id": buffer[0].id, "last_id": buffer[-1].id, **written})
         buffer, buffered_bytes = [], 0
 
-    for doc in iter_documents([Path(f) for f in files], corpus, stats):
+    paths = [Path(f) for f in files]
+    for doc in iter_documents(paths, corpus, stats):
         if doc.id in seen:
+            first = _first_occurrence(paths, corpus, doc.id)
             raise InputDataError(
-                f"duplicate document id {doc.id!r}: already in shard {seen[doc.id]} "
+                f"{doc.where}: duplicate document id {doc.id!r}: already in shard {seen[doc.id]}, at {first} "
                 f"(document ids must be unique across {len(files)} corpus file(s))"
             )
         seen[doc.id] = len(shards)

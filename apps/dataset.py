@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,16 +88,32 @@ def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.array(column.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
 
 
+# What an interrupted dataset directory of this pipeline holds before its first shard record: parts,
+# their temp files (".<name>.<random>.tmp" beside the target, see core.store), _shards/ and the write
+# probe. README.md and manifest.json come last, after the records, so alone they are someone else's.
+_PARTIAL = re.compile(r"^(part-\d{5}\.parquet|\.part-\d{5}\.parquet\..+\.tmp|_shards|\.probe\..+)$")
+
+
 def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
-    """Refuse to write into a directory that holds a different dataset (another key or dimension)."""
-    existing = read_manifest(dataset_dir)
+    """Refuse to write into a directory that is not ours or holds a different dataset.
+
+    ``dataset.dir`` is chosen by the user: a non-empty directory that is not a dataset of this pipeline
+    (no embed manifest, no shard records, files we never write) is refused untouched, since writing
+    there would overwrite its README.md with the dataset card and mix part files among its files.
+    """
+    if not dataset_dir.exists():
+        return
+    if not dataset_dir.is_dir():
+        raise ArtifactError(f"dataset.dir {dataset_dir} is a file, not a directory")
+    existing = _existing_dataset(dataset_dir)
     if existing is None:
-        stray = sorted(p.name for p in dataset_dir.glob("_shards/*.json")) if dataset_dir.exists() else []
-        existing = None
-        if stray:
-            record = json.loads((dataset_dir / "_shards" / stray[0]).read_text())
-            existing = {"key": record.get("dataset_key"), "dimension": record.get("dimension")}
-    if existing is None:
+        foreign = sorted(p.name for p in dataset_dir.iterdir() if not _PARTIAL.match(p.name))
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise ArtifactError(
+                f"dataset.dir {dataset_dir} is not empty and holds no dataset of this pipeline "
+                f"(found {shown}); nothing was written there. Choose a new or empty directory."
+            )
         return
     if existing.get("dimension") not in (None, dimension):
         raise ArtifactError(
@@ -108,6 +125,24 @@ def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
             f"{dataset_dir} holds another dataset (content key {existing['key']}, this run {key}); "
             "choose another dataset.dir or remove it."
         )
+
+
+def _existing_dataset(dataset_dir: Path) -> dict[str, Any] | None:
+    """Key and dimension of the dataset in ``dataset_dir`` (from its manifest or a shard record)."""
+    try:
+        manifest = read_manifest(dataset_dir)
+    except (ValueError, OSError):  # a manifest.json that is not JSON is not ours
+        manifest = None
+    if isinstance(manifest, dict) and manifest.get("stage") == "embed":
+        return manifest
+    for record_path in sorted(dataset_dir.glob("_shards/*.json")):
+        try:
+            record = json.loads(record_path.read_text())
+        except (ValueError, OSError):
+            continue
+        if isinstance(record, dict) and "dataset_key" in record:
+            return {"key": record.get("dataset_key"), "dimension": record.get("dimension")}
+    return None
 
 
 def finalize_dataset(

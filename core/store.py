@@ -8,6 +8,7 @@ complete, and resume is "skip whatever has a verified manifest".
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -58,6 +59,27 @@ def _publish(tmp: Path, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def ensure_writable_dir(path: Path) -> None:
+    """Create ``path`` (with parents) and write and remove a probe file in it; OSError when that fails.
+
+    A probe, not ``os.access``: access() says yes to root on a read-only mount, and a path under a
+    regular file fails only when something is created.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=".probe.", dir=path)
+    os.close(fd)
+    os.unlink(name)
+
+
+def os_error_reason(exc: OSError, path: Path) -> str:
+    """Why ``path`` could not be created or written, for a one-line message."""
+    if exc.errno == errno.ENOTDIR:
+        for parent in [path, *path.parents]:
+            if parent.exists() and not parent.is_dir():
+                return f"{parent} is a file, not a directory"
+    return exc.strerror or str(exc)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file in the same directory + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +127,7 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of a stage directory, or None when there is none (the stage is not complete)."""
     try:
         return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # under a file: absent too (writing will say why)
         return None
 
 
@@ -141,7 +163,7 @@ def read_shard_record(directory: Path, file_name: str) -> dict[str, Any] | None:
     record_path = shard_record_path(directory, file_name)
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     if verify_files(directory, [record]):
         return None

@@ -29,7 +29,8 @@ ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
 
 
 def _fail(exc: PipelineError) -> None:
-    console.print(f"[red]error:[/] {exc}", highlight=False)
+    # soft_wrap: one line however narrow the terminal (or a log file's 80 columns).
+    console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -110,6 +111,9 @@ def run(config: ConfigArg) -> None:
         workflow.run(loaded, console)
     except PipelineError as exc:
         _fail(exc)
+    except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
+        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         raise typer.Exit(130) from None

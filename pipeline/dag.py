@@ -14,6 +14,7 @@ from typing import Any
 
 import parsl
 from parsl import python_app
+from parsl.dataflow.errors import PropagatedException
 from rich.console import Console
 
 from apps import chunking as chunk_stage
@@ -25,7 +26,8 @@ from apps import query_set as queries_stage
 from apps.embedding import EmbeddingConfig
 from apps.groundtruth import GroundTruthConfig
 from apps.query_set import QueriesConfig
-from core.store import atomic_write_json, read_manifest
+from core.errors import PipelineError
+from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
 from executors.labels import DRIVER, WORKERS
 from executors.platforms import cpu_label, parsl_config_for
 from pipeline.plan import Plan
@@ -130,8 +132,6 @@ class DagRunner:
         """Execute every incomplete stage; return the output directories by stage."""
         plan, cfg = self.plan, self.plan.config
         docs, chunks, embed = plan.stage("shard"), plan.stage("chunk"), plan.stage("embed")
-        if not embed.complete:
-            dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
 
         with StageProgress(self.console) as progress:
             # 1. shard: one sequential streaming pass (deterministic shard plan).
@@ -279,11 +279,55 @@ class DagRunner:
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
 
 
+def preflight(plan: Plan) -> None:
+    """Before any worker starts: refuse a foreign ``dataset.dir`` and output directories we cannot write.
+
+    An unwritable store would otherwise fail inside a task, as an OSError per shard wrapped in Parsl's
+    dependency errors; here it is one ConfigError naming the config line to change.
+    """
+    embed = plan.stage("embed")
+    # Even when "complete": a manifest.json of someone else's without a key would pass for ours.
+    dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
+    for name, stage in plan.stages.items():
+        if stage.complete:
+            continue
+        field = ("dataset", "dir") if name == "embed" and plan.config.dataset.dir else ("workdir",)
+        try:
+            ensure_writable_dir(stage.directory)
+        except OSError as exc:
+            reason = os_error_reason(exc, stage.directory)
+            raise plan.loaded.error_at(
+                field, f"cannot write the {name} stage's output to {stage.directory}: {reason}"
+            ) from None
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The task error behind Parsl's dependency/join wrappers (a PipelineError first, when there is one).
+
+    A failed chunk task surfaces in the driver as a DependencyError of the stage waiting on it, whose
+    message is a page of Parsl text; the user needs the chunk task's own one-line error.
+    """
+    leaves: list[BaseException] = []
+
+    def collect(error: BaseException) -> None:
+        if isinstance(error, PropagatedException):
+            for inner, _tid in error.dependent_exceptions_tids:
+                collect(inner)
+        else:
+            leaves.append(error)
+
+    collect(exc)
+    return next((e for e in leaves if isinstance(e, PipelineError)), leaves[0] if leaves else exc)
+
+
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
+    preflight(plan)
     parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
     dfk = parsl.load(parsl_config)
     try:
         return DagRunner(plan, provenance, console).run()
+    except PropagatedException as exc:
+        raise root_cause(exc) from None
     finally:
         dfk.cleanup()

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from apps.vdb import client_packages
-from core.store import atomic_write_json, atomic_write_text
+from core.store import atomic_write_json, atomic_write_text, os_error_reason
 from pipeline.config_loader import LoadedConfig
 
 PROVENANCE = "provenance.json"
@@ -73,7 +73,11 @@ def new_run_id(name: str, config_hash: str) -> str:
 
 
 def create_run_dir(loaded: LoadedConfig) -> Path:
-    """``<workdir>/runs/<run-id>/`` with the resolved config and its hash saved inside."""
+    """``<workdir>/runs/<run-id>/`` with the resolved config and its hash saved inside.
+
+    A workdir that cannot be created or written (under a file, no permission, read-only) is a
+    ConfigError naming the config's ``workdir`` line, not an OSError traceback.
+    """
     runs = Path(loaded.config.workdir).expanduser().resolve() / "runs"
     run_id = new_run_id(loaded.config.name, loaded.config_hash)
     run_dir = runs / run_id
@@ -81,9 +85,13 @@ def create_run_dir(loaded: LoadedConfig) -> Path:
     while run_dir.exists():  # two runs in the same second
         suffix += 1
         run_dir = runs / f"{run_id}.{suffix}"
-    run_dir.mkdir(parents=True)
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(loaded.resolved_dict(), sort_keys=False))
-    atomic_write_text(run_dir / "config.sha256", loaded.config_hash + "\n")
+    try:
+        run_dir.mkdir(parents=True)
+        atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(loaded.resolved_dict(), sort_keys=False))
+        atomic_write_text(run_dir / "config.sha256", loaded.config_hash + "\n")
+    except OSError as exc:
+        reason = os_error_reason(exc, run_dir)
+        raise loaded.error_at(("workdir",), f"cannot create the run directory {run_dir}: {reason}") from None
     return run_dir
 
 
