@@ -13,21 +13,37 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from core.config import Strict
+from executors.safe import (
+    Accelerators,
+    Account,
+    Address,
+    Interface,
+    LauncherArgs,
+    LauncherOption,
+    PbsDirective,
+    PbsFilesystem,
+    PbsPlace,
+    PbsSelect,
+    SchedulerName,
+    SlurmConstraint,
+    SlurmDirective,
+)
 
 # --- small types -------------------------------------------------------------------------------------------
 
-_WALLTIME = re.compile(r"^(\d{1,3}):([0-5]\d):([0-5]\d)$")
-_AFFINITY = re.compile(r"^(none|block|block-reverse|alternating|list:[0-9,\-:]+)$")
+_WALLTIME = re.compile(r"(\d{1,3}):([0-5]\d):([0-5]\d)")
+_AFFINITY = re.compile(r"none|block|block-reverse|alternating|list:[0-9,\-:]+")
 
 
 def _check_walltime(value: str) -> str:
-    if not _WALLTIME.match(value):
+    # fullmatch, not match + '$': '$' also matches before a trailing newline, which would end a #PBS line
+    if not _WALLTIME.fullmatch(value):
         raise ValueError(f"walltime must be HH:MM:SS, e.g. 01:00:00 (got {value!r})")
     return value
 
 
 def _check_affinity(value: str) -> str:
-    if not _AFFINITY.match(value):
+    if not _AFFINITY.fullmatch(value):
         raise ValueError(
             "cpu_affinity must be none, block, block-reverse, alternating or list:<cores>:<cores>... "
             f"(got {value!r})"
@@ -51,7 +67,7 @@ AURORA_TILE_AFFINITY = (
 
 def walltime_seconds(value: str) -> int:
     """Seconds in an HH:MM:SS walltime."""
-    match = _WALLTIME.match(value)
+    match = _WALLTIME.fullmatch(value)
     if not match:
         raise ValueError(f"not an HH:MM:SS walltime: {value!r}")
     hours, minutes, seconds = (int(g) for g in match.groups())
@@ -116,7 +132,7 @@ class GpuWorkers(Strict):
     init_blocks: int = Field(1, ge=0, description="Blocks submitted when the run starts.")
     min_blocks: int = Field(0, ge=0, description="Blocks kept even when idle.")
     max_blocks: int = Field(1, ge=1, description="Most blocks (batch jobs) at once.")
-    accelerators: int | list[str] = Field(
+    accelerators: Accelerators = Field(
         4,
         description="GPUs a node offers to workers: a count (ids 0..n-1) or explicit ids such as Aurora "
         "tiles '0.0'; Parsl starts one worker per entry and pins it (CUDA_VISIBLE_DEVICES, "
@@ -131,14 +147,16 @@ class GpuWorkers(Strict):
     prefetch_capacity: int = Field(
         0, ge=0, description="Tasks prefetched beyond free workers (0: best balance for long tasks)."
     )
-    bind_cmd: str = Field("--cpu-bind", description="MpiExecLauncher option that binds the manager.")
-    launcher_overrides: str = Field(
+    bind_cmd: LauncherOption = Field(
+        "--cpu-bind", description="MpiExecLauncher option that binds the manager."
+    )
+    launcher_overrides: LauncherArgs = Field(
         "--depth=64 --ppn 1",
         description="Extra mpiexec arguments: one manager per node (--ppn 1) owning all cores.",
     )
-    queue: str | None = Field(None, description="Queue for this block; default: executor.queue.")
+    queue: SchedulerName | None = Field(None, description="Queue for this block; default: executor.queue.")
     walltime: Walltime | None = Field(None, description="Walltime of this block; default: executor.walltime.")
-    select_options: str | None = Field(
+    select_options: PbsSelect | None = Field(
         None, description="PBS select options of this block; default: executor.select_options."
     )
 
@@ -160,11 +178,11 @@ class CpuWorkers(Strict):
     workers_per_node: int = Field(8, ge=1, description="Worker processes per node.")
     cores_per_worker: float = Field(4, gt=0, description="CPU hardware threads per worker.")
     cpu_affinity: CpuAffinity = Field("block", description="Parsl worker CPU pinning (see the GPU block).")
-    bind_cmd: str = Field("--cpu-bind", description="Launcher option that binds the manager.")
-    launcher_overrides: str = Field("--depth=64 --ppn 1", description="Extra launcher arguments.")
-    queue: str | None = Field(None, description="Queue for this block; default: executor.queue.")
+    bind_cmd: LauncherOption = Field("--cpu-bind", description="Launcher option that binds the manager.")
+    launcher_overrides: LauncherArgs = Field("--depth=64 --ppn 1", description="Extra launcher arguments.")
+    queue: SchedulerName | None = Field(None, description="Queue for this block; default: executor.queue.")
     walltime: Walltime | None = Field(None, description="Walltime of this block; default: executor.walltime.")
-    select_options: str | None = Field(
+    select_options: PbsSelect | None = Field(
         None, description="PBS select options of this block; default: executor.select_options."
     )
 
@@ -191,9 +209,11 @@ class _HpcExecutorBase(Strict):
     walltime: Walltime = Field(description="Walltime of each batch job, HH:MM:SS.")
     worker_init: list[str] = Field(
         default_factory=list,
-        description="Shell lines run on every node before Parsl's workers start (modules, venv).",
+        description="Shell lines run on every node before Parsl's workers start (modules, venv). Shell by "
+        "design: each line is copied verbatim into the job script and is not checked or quoted, so write "
+        "only commands you would type yourself.",
     )
-    interface: str | None = Field(
+    interface: Interface | None = Field(
         None,
         description="Network interface of the login node the workers connect back to "
         "(address_by_interface); None: Parsl tries every address.",
@@ -233,16 +253,16 @@ class _HpcExecutorBase(Strict):
 class _PbsExecutorBase(_HpcExecutorBase):
     """PBS Pro platforms (ALCF)."""
 
-    account: str = Field(min_length=1, description="Project charged for the jobs (qsub -A).")
-    queue: str = Field(min_length=1, description="Queue (qsub -q), e.g. debug, debug-scaling, prod.")
-    filesystems: list[str] = Field(
+    account: Account = Field(description="Project charged for the jobs (qsub -A).")
+    queue: SchedulerName = Field(description="Queue (qsub -q), e.g. debug, debug-scaling, prod.")
+    filesystems: list[PbsFilesystem] = Field(
         default_factory=lambda: ["home"],
         description="File systems the jobs need (#PBS -l filesystems=a:b).",
     )
-    place: str | None = Field("scatter", description="#PBS -l place=...; None: omit.")
-    select_options: str = Field("", description="Appended to #PBS -l select (e.g. ngpus=4).")
-    scheduler_options: list[str] = Field(
-        default_factory=list, description="Further #PBS directive lines, verbatim."
+    place: PbsPlace | None = Field("scatter", description="#PBS -l place=...; None: omit.")
+    select_options: PbsSelect = Field("", description="Appended to #PBS -l select (e.g. ngpus=4).")
+    scheduler_options: list[PbsDirective] = Field(
+        default_factory=list, description="Further #PBS directive lines, verbatim (each starts with #PBS)."
     )
     cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement.")
 
@@ -251,13 +271,13 @@ class PolarisExecutorConfig(_PbsExecutorBase):
     """ALCF Polaris: PBS Pro, 4 x A100 and 32 cores per node, Lustre (Eagle), node-local SSD."""
 
     platform: Literal["polaris"] = Field("polaris", description="Selects this platform (ALCF Polaris).")
-    filesystems: list[str] = Field(
+    filesystems: list[PbsFilesystem] = Field(
         default_factory=lambda: ["home", "eagle"],
         description="File systems the jobs need (#PBS -l filesystems=a:b).",
     )
-    select_options: str = Field("ngpus=4", description="Appended to #PBS -l select.")
+    select_options: PbsSelect = Field("ngpus=4", description="Appended to #PBS -l select.")
     cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement (hw threads).")
-    interface: str | None = Field(
+    interface: Interface | None = Field(
         "bond0", description="Login-node interface the workers reach (ALCF documents bond0)."
     )
     gpu: GpuWorkers = Field(default_factory=_polaris_gpu, description="The GPU worker block.")
@@ -271,7 +291,7 @@ class AuroraExecutorConfig(_PbsExecutorBase):
     """ALCF Aurora: PBS Pro, 6 Intel GPUs x 2 tiles and 104 cores per node, Lustre (Flare) and DAOS."""
 
     platform: Literal["aurora"] = Field("aurora", description="Selects this platform (ALCF Aurora).")
-    filesystems: list[str] = Field(
+    filesystems: list[PbsFilesystem] = Field(
         default_factory=lambda: ["home", "flare"],
         description="File systems the jobs need (#PBS -l filesystems=a:b).",
     )
@@ -291,16 +311,19 @@ class SlurmExecutorConfig(_HpcExecutorBase):
     """A Slurm site: partition, account, constraint and GPUs per node from the YAML file."""
 
     platform: Literal["slurm"] = Field("slurm", description="Selects this platform (a Slurm site).")
-    account: str | None = Field(None, description="Account charged (#SBATCH --account); None: default.")
-    partition: str = Field(min_length=1, description="Partition (#SBATCH --partition).")
-    qos: str | None = Field(None, description="Quality of service (#SBATCH --qos).")
-    constraint: str | None = Field(None, description="Node features (#SBATCH --constraint), e.g. gpu.")
+    account: Account | None = Field(None, description="Account charged (#SBATCH --account); None: default.")
+    partition: SchedulerName = Field(description="Partition (#SBATCH --partition).")
+    qos: SchedulerName | None = Field(None, description="Quality of service (#SBATCH --qos).")
+    constraint: SlurmConstraint | None = Field(
+        None, description="Node features (#SBATCH --constraint), e.g. gpu or 'a100&ib'."
+    )
     gpus_per_node: int | None = Field(None, ge=1, description="#SBATCH --gpus-per-node.")
     cores_per_node: int | None = Field(None, ge=1, description="Cores requested per node.")
     mem_per_node: int | None = Field(None, ge=1, description="Memory per node in GB.")
     exclusive: bool = Field(True, description="Whole nodes (#SBATCH --exclusive).")
-    scheduler_options: list[str] = Field(
-        default_factory=list, description="Further #SBATCH directive lines, verbatim."
+    scheduler_options: list[SlurmDirective] = Field(
+        default_factory=list,
+        description="Further #SBATCH directive lines, verbatim (each starts with #SBATCH).",
     )
     gpu: GpuWorkers = Field(
         default_factory=lambda: GpuWorkers(accelerators=4, cpu_affinity="block", launcher_overrides=""),
@@ -342,7 +365,7 @@ class LocalExecutorConfig(Strict):
 
     platform: Literal["local"] = Field("local", description="Selects this platform (one machine).")
     workers: int = Field(2, ge=1, description="Worker processes (each loads the model once).")
-    address: str = Field("127.0.0.1", description="Interface the interchange listens on.")
+    address: Address = Field("127.0.0.1", description="Interface the interchange listens on.")
 
 
 ExecutorConfig = Annotated[

@@ -18,6 +18,7 @@ from typing import Any
 
 from core.errors import ConfigError
 from executors.config import HPC_PLATFORMS
+from executors.safe import safe_path_problem
 from pipeline.checks import check_platform
 from pipeline.config_loader import LoadedConfig
 
@@ -29,9 +30,27 @@ _TIMESTAMP = re.compile(r"\.\d{9,}\.\d+")
 _OBJECT_ID = re.compile(r" at 0x[0-9a-f]+")
 
 
+def shell_problems(loaded: LoadedConfig) -> list[tuple[tuple, str]]:
+    """Values that are valid alone but not where they land: the work directory as resolved (the current
+    directory or home may hold spaces or ``$``; Parsl writes it unquoted into job scripts and the submit
+    command), and the database job's directive lines, which must be the platform's scheduler's."""
+    cfg = loaded.config
+    problems = []
+    problem = safe_path_problem(str(Path(cfg.workdir).expanduser().resolve()))
+    if problem:
+        problems.append((("workdir",), problem))
+    prefix = {"polaris": "#PBS", "aurora": "#PBS", "slurm": "#SBATCH"}.get(cfg.executor.platform)
+    if prefix and cfg.vdb and cfg.vdb.cluster:
+        for i, line in enumerate(cfg.vdb.cluster.scheduler_options):
+            if line.split()[0] != prefix:
+                where = ("vdb", "cluster", "scheduler_options", i)
+                problems.append((where, f"{cfg.executor.platform} needs {prefix} lines"))
+    return problems
+
+
 def check_or_raise(loaded: LoadedConfig) -> None:
     """Raise one ConfigError listing every platform problem, each with its line and field path."""
-    problems = check_platform(loaded.config, loaded.base_dir)
+    problems = shell_problems(loaded) + check_platform(loaded.config, loaded.base_dir)
     if not problems:
         return
     errors = [loaded.error_at(loc, message) for loc, message in problems]

@@ -9,22 +9,36 @@ from pydantic import Field, model_validator
 from apps.vdb import cluster_image_field
 from core.config import Strict
 from executors.config import StorageMedium, Walltime
+from executors.safe import (
+    DaosLabel,
+    Directive,
+    Interface,
+    PbsFilesystem,
+    PbsSelect,
+    PlainText,
+    SafePath,
+    SchedulerName,
+)
 
 
 class DaosConfig(Strict):
     """A DAOS POSIX container mounted with dfuse on every database node (Aurora)."""
 
-    pool: str = Field(min_length=1, description="DAOS pool allocated to the project.")
-    container: str = Field(min_length=1, description="POSIX container in the pool.")
-    mount: str | None = Field(None, description="dfuse mount point; default /tmp/<pool>/<container>.")
-    filesystem: str = Field("daos_user_fs", description="PBS filesystems entry that starts the DAOS agent.")
+    pool: DaosLabel = Field(description="DAOS pool allocated to the project.")
+    container: DaosLabel = Field(description="POSIX container in the pool.")
+    mount: SafePath | None = Field(None, description="dfuse mount point; default /tmp/<pool>/<container>.")
+    filesystem: PbsFilesystem = Field(
+        "daos_user_fs", description="PBS filesystems entry that starts the DAOS agent."
+    )
     setup: list[str] = Field(
         default_factory=lambda: ["module use /soft/modulefiles", "module load daos"],
-        description="Shell lines before mounting (modules).",
+        description="Shell lines before mounting (modules). Shell by design: copied verbatim into the "
+        "job script, neither checked nor quoted.",
     )
     mount_command: str = Field(
         "launch-dfuse.sh {pool}:{container}",
-        description="Command that mounts the container on every node of the job.",
+        description="Command that mounts the container on every node of the job. Shell by design (like "
+        "setup); {pool} and {container} are replaced by the checked labels.",
     )
 
     @property
@@ -37,9 +51,9 @@ class StorageConfig(Strict):
     """Where database workers keep their data (the study's storage-medium axis)."""
 
     medium: StorageMedium = Field("memory", description="memory (/dev/shm), ssd, lustre or daos.")
-    memory_path: str = Field("/dev/shm", description="tmpfs directory used for 'memory'.")
-    ssd_path: str | None = Field(None, description="Node-local SSD directory used for 'ssd'.")
-    lustre_path: str | None = Field(
+    memory_path: SafePath = Field("/dev/shm", description="tmpfs directory used for 'memory'.")
+    ssd_path: SafePath | None = Field(None, description="Node-local SSD directory used for 'ssd'.")
+    lustre_path: SafePath | None = Field(
         None, description="Directory on the parallel file system used for 'lustre' (must exist)."
     )
     daos: DaosConfig | None = Field(None, description="The DAOS container used for 'daos'.")
@@ -64,13 +78,13 @@ class StorageConfig(Strict):
 class ImagesConfig(Strict):
     """Apptainer images (.sif built from the vendors' Docker images), one per database."""
 
-    qdrant: str | None = Field(None, description="qdrant/qdrant:v1.16.x image.")
-    qdrant_gpu: str | None = Field(
+    qdrant: SafePath | None = Field(None, description="qdrant/qdrant:v1.16.x image.")
+    qdrant_gpu: SafePath | None = Field(
         None, description="qdrant/qdrant:v1.16.x-gpu-nvidia image, used when gpu_indexing is on."
     )
-    weaviate: str | None = Field(None, description="semitechnologies/weaviate:1.36.0 image.")
-    milvus: str | None = Field(None, description="milvusdb/milvus:v2.6.x image.")
-    etcd: str | None = Field(None, description="quay.io/coreos/etcd:v3.5.x image (Milvus distributed).")
+    weaviate: SafePath | None = Field(None, description="semitechnologies/weaviate:1.36.0 image.")
+    milvus: SafePath | None = Field(None, description="milvusdb/milvus:v2.6.x image.")
+    etcd: SafePath | None = Field(None, description="quay.io/coreos/etcd:v3.5.x image (Milvus distributed).")
 
 
 class MilvusClusterConfig(Strict):
@@ -125,31 +139,37 @@ class DatabaseClusterConfig(Strict):
     milvus: MilvusClusterConfig = Field(
         default_factory=MilvusClusterConfig, description="Milvus standalone or distributed roles."
     )
-    interface: str | None = Field(
+    interface: Interface | None = Field(
         None, description="Interface whose IPv4 address ranks advertise (hsn0); None: hostname -i."
     )
     launcher: Literal["mpiexec", "srun", "local"] = Field(
         "mpiexec", description="How ranks start on the job's nodes; local: one node, no MPI (tests)."
     )
-    apptainer: str = Field("apptainer", description="Apptainer executable on the compute nodes.")
-    apptainer_args: list[str] = Field(
-        default_factory=list, description="Extra apptainer exec arguments (e.g. --bind /lus)."
+    apptainer: SafePath = Field("apptainer", description="Apptainer executable on the compute nodes.")
+    apptainer_args: list[PlainText] = Field(
+        default_factory=list,
+        description="Extra apptainer exec arguments (e.g. --bind /lus); each is one word, quoted in the "
+        "rank scripts.",
     )
     base_port: int = Field(
         20000, ge=1024, le=65000, description="First port; rank r uses base_port + r x port_stride onward."
     )
     port_stride: int = Field(10, ge=6, le=100, description="Ports reserved per rank.")
-    queue: str | None = Field(None, description="Queue of the database job; default: executor.queue.")
+    queue: SchedulerName | None = Field(
+        None, description="Queue of the database job; default: executor.queue."
+    )
     walltime: Walltime | None = Field(None, description="Walltime of the database job; default: executor's.")
-    select_options: str | None = Field(
+    select_options: PbsSelect | None = Field(
         None, description="PBS select options; default: executor.select_options."
     )
-    scheduler_options: list[str] = Field(
-        default_factory=list, description="Extra directive lines for the database job."
+    scheduler_options: list[Directive] = Field(
+        default_factory=list,
+        description="Extra directive lines for the database job (#PBS or #SBATCH, as the platform).",
     )
     worker_init: list[str] = Field(
         default_factory=lambda: ["module load apptainer"],
-        description="Shell lines run on the database job before the ranks start.",
+        description="Shell lines run on the database job before the ranks start. Shell by design: copied "
+        "verbatim into the job script, neither checked nor quoted.",
     )
     startup_timeout_s: float = Field(
         900, gt=0, description="Seconds a rank waits for its server (and for rank 0) to be healthy."

@@ -6,6 +6,7 @@ or a local loop). ``lib.sh`` and ``launch.sh`` are real files beside this module
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -15,6 +16,9 @@ from executors.config import NodeShape
 
 LIB_SH = (Path(__file__).parent / "lib.sh").read_text()
 LAUNCH_SH = (Path(__file__).parent / "launch.sh").read_text()
+# The run-time values a rank script expands on purpose (its own and rank 0's address, its directory);
+# any other '$' in a value comes from the config and must stay literal.
+_PLACEHOLDER = re.compile(r"\$\{VDB_[A-Z0-9_]+\}")
 
 
 def launcher_command(layout: ClusterLayout, cluster: DatabaseClusterConfig, node: NodeShape) -> str:
@@ -34,17 +38,32 @@ def launcher_command(layout: ClusterLayout, cluster: DatabaseClusterConfig, node
 
 
 def _env_file(spec: RankSpec) -> str:
-    """KEY="value" lines for apptainer --env-file, addresses as @placeholders@ filled in at start."""
+    """KEY="value" lines for apptainer --env-file, addresses as @placeholders@ filled in at start.
+
+    Apptainer reads the file with a shell interpreter: every value is double-quoted with ``$``, ``` ` ```,
+    ``"`` and ``\\`` escaped, so a value from the config's ``env`` stays literal.
+    """
     lines = []
     for key, value in spec.env.items():
         value = value.replace("${VDB_ADDR}", "@VDB_ADDR@").replace("${VDB_RANK0_ADDR}", "@VDB_RANK0_ADDR@")
-        lines.append(f'{key}="{value}"')
+        lines.append(f"{key}={_dq(value, expand=False)}")
     return "\n".join(lines) + "\n"
 
 
-def _dq(text: str) -> str:
-    """Double-quote for bash, keeping ${VDB_...} expansions."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`").replace("$", "\\$")
+
+
+def _dq(text: str, expand: bool = True) -> str:
+    """Double-quote for bash: ``${VDB_...}`` placeholders expand (``expand``), every other character is
+    literal (``$`` included, so ``$(...)`` from a config value never runs)."""
+    if not expand:
+        return f'"{_escape(text)}"'
+    parts, last = [], 0
+    for match in _PLACEHOLDER.finditer(text):
+        parts += [_escape(text[last : match.start()]), match.group()]
+        last = match.end()
+    return '"' + "".join([*parts, _escape(text[last:])]) + '"'
 
 
 def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterConfig) -> str:
@@ -85,7 +104,8 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
 
 
 def _word(a: str) -> str:
-    return _dq(a) if "$" in a else shlex.quote(a)
+    """One shell word: double-quoted when it holds a run-time placeholder, else single-quoted as needed."""
+    return _dq(a) if _PLACEHOLDER.search(a) else shlex.quote(a)
 
 
 def command_groups(spec: RankSpec, cluster: DatabaseClusterConfig) -> list[list[str]]:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+# Rendered into the HPC ranks' env files (quoted there) and the servers' environment: a variable name, and a
+# value without control characters (a newline would start another line of the env file).
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$")]
+# A dotted milvus.yaml key (dataCoord.segment.maxSize).
+DottedKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
 
 
 class MilvusSettings(BaseModel):
@@ -32,11 +39,13 @@ class MilvusSettings(BaseModel):
         description="Smaller segments get no index and are scanned (Milvus default 1024); lower it for "
         "small samples so that the configured index is what gets measured.",
     )
-    config_overrides: dict[str, str | int | float | bool] = Field(
+    config_overrides: dict[DottedKey, str | int | float | bool] = Field(
         default_factory=dict, description="Dotted milvus.yaml keys, e.g. {'dataCoord.segment.maxSize': 512}."
     )
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Extra server environment, e.g. GOMAXPROCS."
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Extra server environment, e.g. GOMAXPROCS (on HPC written quoted into the ranks' env "
+        "files: $ is literal).",
     )
     insert_mode: Literal["upsert", "insert"] = Field(
         "upsert", description="'upsert' makes retried batches idempotent; 'insert' may duplicate them."

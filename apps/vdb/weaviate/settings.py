@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+# Rendered into the HPC ranks' env files (quoted there) and the servers' environment: a variable name, and a
+# value without control characters (a newline would start another line of the env file).
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
 class WeaviateSettings(BaseModel):
@@ -26,7 +31,11 @@ class WeaviateSettings(BaseModel):
         ge=1,
         description="RAFT_TIMEOUTS_MULTIPLIER: 1 suits loopback (starts in ~3 s); Weaviate's default is 5",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment for every node")
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        description="Extra environment for every node (on HPC written quoted into the ranks' env files: "
+        "$ is literal)",
+    )
     startup_timeout: float | None = Field(
         None, gt=0, description="Seconds to wait for health (None: caller's)"
     )
