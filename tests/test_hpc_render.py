@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,7 +224,7 @@ def test_rendered_shell_is_valid_bash(fixed_env: None, platform: str, tmp_path: 
 # --- the pilot, for real, on this machine (LocalProvider, a stand-in for apptainer) ------------------------
 
 FAKE_APPTAINER = r'''#!{python}
-"""Stands in for `apptainer exec`: records its arguments, serves 200 on the rank's Qdrant HTTP port."""
+"""Stands in for `apptainer exec`: records its arguments, serves 200 on the rank's Qdrant address."""
 import http.server, json, os, sys
 args = sys.argv[1:]
 env_file = args[args.index("--env-file") + 1]
@@ -238,15 +239,36 @@ class Ok(http.server.BaseHTTPRequestHandler):
         self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
     def log_message(self, *a):
         pass
-http.server.HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+http.server.HTTPServer((env["QDRANT__SERVICE__HOST"], port), Ok).serve_forever()  # the rank's address
 '''
+
+
+def two_local_ranks(tmp_path: Path, apptainer: Path, images: dict[str, str], **options: Any) -> Any:
+    """A cluster block of two ranks on this machine (LocalProvider), on 20 free ports, memory storage."""
+    from apps.vdb.cluster.config import DatabaseClusterConfig
+    from apps.vdb.process import free_port, port_in_use
+
+    base = free_port()
+    while any(port_in_use(p) for p in range(base, base + 20)) or base + 20 > 65000:
+        base = free_port()
+    return DatabaseClusterConfig(
+        nodes=1,
+        workers=2,
+        workers_per_node=2,
+        launcher="local",
+        apptainer=str(apptainer),
+        base_port=base,
+        storage={"medium": "memory", "memory_path": str(tmp_path / "shm")},
+        images=images,
+        worker_init=[],
+        **options,
+    )
 
 
 def test_cluster_deployment_runs_ranks_registers_and_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from apps.vdb.cluster.config import DatabaseClusterConfig
-    from apps.vdb.process import free_port, port_in_use
+    from apps.vdb.process import port_in_use
     from apps.vdb.qdrant.settings import QdrantSettings
     from pipeline.config import LocalExecutorConfig
 
@@ -258,21 +280,8 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
     records = tmp_path / "records"
     records.mkdir()
     monkeypatch.setenv("FAKE_RECORD_DIR", str(records))
-    base = free_port()
-    while any(port_in_use(p) for p in range(base, base + 20)) or base + 20 > 65000:
-        base = free_port()
-    cluster = DatabaseClusterConfig(
-        nodes=1,
-        workers=2,
-        workers_per_node=2,
-        launcher="local",
-        apptainer=str(fake),
-        base_port=base,
-        storage={"medium": "memory", "memory_path": str(tmp_path / "shm")},
-        images={"qdrant": str(image)},
-        worker_init=[],
-        startup_timeout_s=60,
-    )
+    cluster = two_local_ranks(tmp_path, fake, {"qdrant": str(image)}, startup_timeout_s=60)
+    base = cluster.base_port
     deployment = ClusterDeployment(QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.5)
     workdir = tmp_path / "server"
     try:

@@ -6,6 +6,7 @@ that says how to build it.
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -215,11 +216,13 @@ def test_dimension_mismatch_is_a_clear_error(client, single, fmnist):
         client.insert(np.arange(5), np.ones((5, 16), np.float32))
 
 
-def _on_shard(endpoint, shard: str, row: int) -> bool:
-    """Whether ``row`` is stored in ``shard`` of that node (Weaviate's internal cluster API)."""
+def _on_shard(endpoint, shard: str, row: int, auth: tuple[str, str]) -> bool:
+    """Whether ``row`` is stored in ``shard`` of that node (Weaviate's internal cluster API, basic auth)."""
     url = f"http://127.0.0.1:{endpoint.extra['data_port']}/indices/Fm_cluster/shards/{shard}/objects/"
+    request = urllib.request.Request(f"{url}{uuid.UUID(int=int(row))}?check_exists=1")
+    request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
     try:
-        with urllib.request.urlopen(f"{url}{uuid.UUID(int=int(row))}?check_exists=1") as resp:
+        with urllib.request.urlopen(request) as resp:
             return resp.status == 204
     except urllib.error.HTTPError as exc:
         assert exc.code == 404, exc
@@ -257,8 +260,11 @@ def test_two_node_cluster_shards_and_answers_from_both(tmp_path, fmnist):
         finally:
             client.close()
         returned = np.unique(result.ids)
+        auth = deployment.cluster_auth
         placed = {
-            node.extra["name"]: {r for r in returned if _on_shard(node, shards[node.extra["name"]].name, r)}
+            node.extra["name"]: {
+                r for r in returned if _on_shard(node, shards[node.extra["name"]].name, r, auth)
+            }
             for node in endpoints.nodes
         }
         assert placed["node0"] and placed["node1"], placed  # neighbours come from both shards

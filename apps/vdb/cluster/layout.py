@@ -40,7 +40,7 @@ class RankSpec:
     env: dict[str, str]
     binds: list[tuple[str, str]]  # (host path, container path)
     data_dir: str
-    ready_url: str  # polled on 127.0.0.1 until it answers 2xx
+    ready_url: str  # polled until it answers 2xx: 127.0.0.1 or ${VDB_ADDR}, wherever the server listens
     up_port: str | None = None  # a port whose opening lets others join before ready (Weaviate gossip)
     waits_for_rank0: bool = False
     node_slot: int = 0

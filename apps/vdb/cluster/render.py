@@ -83,11 +83,11 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
         f"VDB_LOG={shlex.quote(str(d / 'logs' / f'rank-{rank_id}.log'))}",
         f"VDB_DATA={_dq(spec.data_dir)}",
         f"VDB_PORTS={shlex.quote(json.dumps(spec.ports))}",
-        f"VDB_READY_URL={shlex.quote(spec.ready_url)}",
         f"VDB_UP_PORT={spec.ports[spec.up_port] if spec.up_port else ''}",
         f"VDB_TIMEOUT={int(cluster.startup_timeout_s)}",
         f"VDB_CLEANUP={1 if cluster.storage.cleanup and medium_local else 0}",
         f"VDB_ADDR=$(vdb_addr {shlex.quote(cluster.interface or '')})",
+        f"VDB_READY_URL={_word(spec.ready_url)}",  # after VDB_ADDR: the URL may name this rank's address
     ]
     if spec.waits_for_rank0:
         lines.append("vdb_wait_rank0")

@@ -6,6 +6,16 @@
   and run the binary in its own process group;
 * Milvus 2.3's graceful stop waits up to 30 min for the query node: we bound it
   (``common.gracefulStopTimeout``: 5 s) and send SIGKILL after ``stop_grace``.
+
+Listen addresses: embedded etcd's client and peer URLs are ours and on 127.0.0.1. Nothing else can be put
+on loopback in 2.3.5: each component's gRPC server (proxy ``port`` and ``internalPort``, rootCoord,
+queryCoord, queryNode, indexNode, dataCoord, dataNode) is opened with ``net.Listen("tcp", ":<port>")`` in
+internal/distributed/<component>/service.go, and the metrics/healthz server (``METRICS_PORT``) likewise;
+``<section>.ip`` is only the address written to etcd for the other components (checked with ``ss``: these
+nine ports listen on ``::`` whatever ``ip`` says; 2.6's netutil.NewListener still ignores the IP). No key
+or variable of 2.3.5 changes that, so the fix short of a network namespace or a patched build is to expose
+less on them: the proxy's REST API (``proxy.http``, unauthenticated, served on the client port) is off,
+as the benchmark client speaks gRPC only.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from apps.vdb.milvus.env import server_env
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import ServerProcess, free_ports, http_ok, port_in_use
 
-# Sections whose ``ip`` is the address a component advertises (default: the first non-loopback one).
+# Sections whose ``ip`` is the address a component advertises (default: the first non-loopback one); in
+# 2.3.5 it does not choose the listen address (see the module doc).
 IP_SECTIONS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
 
@@ -139,6 +150,7 @@ class MilvusDeployment(Deployment):
         deadline = time.monotonic() + timeout
         overrides = {
             "common.gracefulStopTimeout": 5,  # else the query node's graceful stop may wait 1800 s
+            "proxy.http.enabled": False,  # the client port listens on every interface: no REST API there
             "indexCoord.segment.minSegmentNumRowsToEnableIndex": s.min_segment_rows_to_index,
             **{f"{section}.ip": s.host for section in IP_SECTIONS},
             **s.config_overrides,

@@ -1,5 +1,11 @@
 """Milvus on an HPC pilot job: standalone (embedded etcd), or etcd + mixcoord + proxy / streaming / query /
-data nodes sharing a Lustre or DAOS directory instead of MinIO (the study's HPC deployment)."""
+data nodes sharing a Lustre or DAOS directory instead of MinIO (the study's HPC deployment).
+
+Listen addresses: etcd (embedded or its own rank) listens on loopback and, where other ranks need it, on the
+rank's interface address only. Milvus's own gRPC and metrics listeners cannot be placed: every version up to
+2.6 opens them with ``net.Listen("tcp", ":<port>")`` (``<section>.ip`` is only the address advertised in
+etcd), so they listen on every interface of the compute node; see :mod:`apps.vdb.milvus.deploy`.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ def _milvus_standalone(
         **_overrides(settings),
     }
     embed_etcd = {
-        "listen-client-urls": f"http://0.0.0.0:{ports['etcd']}",
+        "listen-client-urls": f"http://127.0.0.1:{ports['etcd']}",  # only the server in this rank uses it
         "advertise-client-urls": f"http://127.0.0.1:{ports['etcd']}",
         "listen-peer-urls": f"http://127.0.0.1:{ports['etcd_peer']}",
         "initial-advertise-peer-urls": f"http://127.0.0.1:{ports['etcd_peer']}",
@@ -114,12 +120,13 @@ def _milvus_distributed(
                 "etcd",
                 "--name=etcd0",
                 "--data-dir=/etcd-data",
-                f"--listen-client-urls=http://0.0.0.0:{p['client']}",
+                # loopback for the readiness probe, the interface for the other ranks; nothing else
+                f"--listen-client-urls=http://127.0.0.1:{p['client']},http://${{VDB_ADDR}}:{p['client']}",
                 f"--advertise-client-urls=http://${{VDB_ADDR}}:{p['client']}",
-                f"--listen-peer-urls=http://0.0.0.0:{p['peer']}",
+                f"--listen-peer-urls=http://${{VDB_ADDR}}:{p['peer']}",
                 f"--initial-advertise-peer-urls=http://${{VDB_ADDR}}:{p['peer']}",
                 f"--initial-cluster=etcd0=http://${{VDB_ADDR}}:{p['peer']}",
-                f"--listen-metrics-urls=http://0.0.0.0:{p['metrics']}",
+                f"--listen-metrics-urls=http://127.0.0.1:{p['metrics']}",
                 "--auto-compaction-mode=revision",
                 "--auto-compaction-retention=1000",
                 "--quota-backend-bytes=4294967296",

@@ -18,14 +18,18 @@ def image_field(cluster: DatabaseClusterConfig) -> str:
 def plan_ranks(
     settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
 ) -> RankPlan:
-    """One peer per worker; clients may connect to any of them."""
+    """One peer per worker; clients may connect to any of them.
+
+    ``QDRANT__SERVICE__HOST`` places REST, gRPC and the p2p port: the rank's interface address only, so
+    readiness is probed there as well.
+    """
     ranks = []
     p2p0 = rank_ports(cluster, 0, ["http", "grpc", "p2p"])["p2p"]
     for r in range(cluster.workers):
         ports = rank_ports(cluster, r, ["http", "grpc", "p2p"])
         rank_dir = f"{data}/rank-{r:03d}"
         env = server_env(
-            "0.0.0.0",
+            "${VDB_ADDR}",
             ports["http"],
             ports["grpc"],
             "/qdrant/storage",
@@ -51,7 +55,7 @@ def plan_ranks(
                     (f"{rank_dir}/snapshots", "/qdrant/snapshots"),
                 ],
                 data_dir=rank_dir,
-                ready_url=f"http://127.0.0.1:{ports['http']}/readyz",
+                ready_url=f"http://${{VDB_ADDR}}:{ports['http']}/readyz",
                 waits_for_rank0=r > 0,
                 apptainer_flags=flags,
             )

@@ -2,12 +2,20 @@
 
 * N nodes on one host need ``CLUSTER_IN_LOCALHOST=true`` (see :mod:`apps.vdb.weaviate.env`).
 * A joining node exits at once when node 0's gossip port is not listening yet, so node 0 starts first.
+* Every listener that v1.36 lets us place is on 127.0.0.1 (REST ``--host``, gossip and raft through
+  ``CLUSTER_BIND_ADDR``). Two cannot be: the public gRPC port (``GRPC_PORT``) and the internal cluster API
+  (``CLUSTER_DATA_BIND_PORT``) are opened with ``net.Listen("tcp", ":<port>")`` in v1.36.0
+  (adapters/handlers/grpc/server.go ``StartAndListen``, adapters/handlers/rest/clusterapi/serve.go
+  ``NewServer``), i.e. on every interface, and no setting changes that. The cluster API is therefore
+  closed to strangers with a per-deployment basic-auth secret (``CLUSTER_BASIC_AUTH_*``); the gRPC port
+  stays anonymous like the REST port (its clients would need an API key).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import time
@@ -80,6 +88,7 @@ class WeaviateDeployment(Deployment):
     def __init__(self, settings: WeaviateSettings) -> None:
         self.settings = settings
         self.procs: list[ServerProcess] = []
+        self.cluster_auth: tuple[str, str] | None = None  # (user, password) of the internal cluster API
 
     def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
         """Start the nodes, wait until every one is ready and (N > 1) sees the whole cluster."""
@@ -92,6 +101,13 @@ class WeaviateDeployment(Deployment):
         ports = _node_ports(n)
         join = ",".join(f"node{i}:{p['raft']}" for i, p in enumerate(ports))
         deadline = time.monotonic() + timeout
+        # The cluster API listens on every interface (see the module doc): one secret shared by the nodes,
+        # kept in memory only (Endpoints may be written to the workdir).
+        self.cluster_auth = ("pes2o-vdb", secrets.token_urlsafe(24))
+        cluster_auth = {
+            "CLUSTER_BASIC_AUTH_USERNAME": self.cluster_auth[0],
+            "CLUSTER_BASIC_AUTH_PASSWORD": self.cluster_auth[1],
+        }
 
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
@@ -112,6 +128,7 @@ class WeaviateDeployment(Deployment):
                         expect=n,
                         bind="127.0.0.1",
                     ),
+                    **cluster_auth,
                 }
                 if i > 0:
                     env["CLUSTER_JOIN"] = f"127.0.0.1:{ports[0]['gossip']}"

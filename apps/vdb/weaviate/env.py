@@ -20,7 +20,9 @@ def server_env(
 
     ``CLUSTER_IN_LOCALHOST`` lets several nodes share a host with their own raft ports: Weaviate then
     reads the node -> raft port map from ``RAFT_JOIN`` (``node:port``) and expects each node's internal
-    RPC at the port given here. ``bind`` pins the gossip/data listeners to one address (loopback).
+    RPC at the port given here. ``bind`` (``CLUSTER_BIND_ADDR``) pins gossip, raft and raft RPC to one
+    address (loopback locally, the interface on HPC); v1.36 has no setting for the gRPC and cluster data
+    ports, which listen on every interface (see :mod:`apps.vdb.weaviate.deploy`).
     """
     env = {
         "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",

@@ -10,6 +10,8 @@ from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import RankPlan, RankSpec, common_env, rank_ports
 from apps.vdb.weaviate.env import server_env
 
+SCHEME = ["--scheme", "http"]
+
 
 def image_field(cluster: DatabaseClusterConfig) -> str:
     """The ``vdb.cluster.images`` field Weaviate runs from."""
@@ -19,7 +21,11 @@ def image_field(cluster: DatabaseClusterConfig) -> str:
 def plan_ranks(
     settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
 ) -> RankPlan:
-    """One node per worker; clients may connect to any of them."""
+    """One node per worker; clients may connect to any of them.
+
+    REST, gossip and raft listen on the rank's interface address (``${VDB_ADDR}``); gRPC and the cluster
+    data port listen on every interface whatever the config in v1.36 (see :mod:`apps.vdb.weaviate.deploy`).
+    """
     names = ["http", "grpc", "gossip", "data", "raft", "raft_rpc"]
     all_ports = [rank_ports(cluster, r, names) for r in range(cluster.workers)]
     # Per-node raft ports (several ranks per node) need Weaviate's node->port map, which it builds from
@@ -37,6 +43,7 @@ def plan_ranks(
                 ports=ports,
                 raft_join=raft_join,
                 expect=cluster.workers,
+                bind="${VDB_ADDR}",  # gossip and raft on the configured interface only
             ),
             **settings.env,
         }
@@ -50,11 +57,12 @@ def plan_ranks(
                 ports=ports,
                 client_port="http",
                 image=image,
-                argv=["/bin/weaviate", "--host", "0.0.0.0", "--port", str(ports["http"]), "--scheme", "http"],
+                argv=["/bin/weaviate", "--host", "${VDB_ADDR}", "--port", str(ports["http"]), *SCHEME],
                 env=env,
                 binds=[(rank_dir, "/var/lib/weaviate")],
                 data_dir=rank_dir,
-                ready_url=f"http://127.0.0.1:{ports['http']}/v1/.well-known/ready",
+                # REST listens on the interface only, so readiness is probed there too
+                ready_url=f"http://${{VDB_ADDR}}:{ports['http']}/v1/.well-known/ready",
                 up_port="gossip",  # joiners exit when rank 0's gossip port is not listening yet
                 waits_for_rank0=r > 0,
             )

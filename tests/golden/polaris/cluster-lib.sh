@@ -21,7 +21,8 @@ vdb_register() {  # state: starting | up | ready | failed | stopped
 }
 
 vdb_http_ok() { curl --noproxy '*' -fsS -o /dev/null --max-time 3 "$1" 2>/dev/null; }
-vdb_port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Servers listen on this rank's interface address, not on every interface: probe the port there.
+vdb_port_open() { (exec 3<>"/dev/tcp/$VDB_ADDR/$1") 2>/dev/null; }
 
 vdb_wait_rank0() {  # sets VDB_RANK0_ADDR once rank 0 is up (or ready)
   local f="$VDB_REGISTRY/rank-000.json" deadline=$((SECONDS + VDB_TIMEOUT))

@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/clu
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/logs/rank-001.log'
 VDB_DATA="/tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/rank-001"
 VDB_PORTS='{"grpc": 20010, "metrics": 20011, "internal": 20012}'
-VDB_READY_URL=http://127.0.0.1:20011/healthz
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=0
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL=http://127.0.0.1:20011/healthz
 vdb_wait_rank0
 mkdir -p "/tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/rank-001" "/tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/shared" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"

@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/clu
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/logs/rank-000.log'
 VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000"
 VDB_PORTS='{"http": 20000, "grpc": 20001, "p2p": 20002}'
-VDB_READY_URL=http://127.0.0.1:20000/readyz
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL="http://${VDB_ADDR}:20000/readyz"
 mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/storage" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \

@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/c
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/logs/rank-000.log'
 VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-000"
 VDB_PORTS='{"http": 20000, "grpc": 20001, "gossip": 20002, "data": 20003, "raft": 20004, "raft_rpc": 20005}'
-VDB_READY_URL=http://127.0.0.1:20000/v1/.well-known/ready
 VDB_UP_PORT=20002
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL="http://${VDB_ADDR}:20000/v1/.well-known/ready"
 mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-000" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
@@ -21,6 +21,6 @@ vdb_serve \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/weaviate_1.36.0.sif \
   /bin/weaviate \
-  --host 0.0.0.0 \
+  --host "${VDB_ADDR}" \
   --port 20000 \
   --scheme http

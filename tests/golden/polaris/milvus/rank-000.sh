@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/clu
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/logs/rank-000.log'
 VDB_DATA="/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/rank-000"
 VDB_PORTS='{"client": 20000, "peer": 20001, "metrics": 20002}'
-VDB_READY_URL=http://127.0.0.1:20000/health
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=0
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL=http://127.0.0.1:20000/health
 mkdir -p "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/rank-000" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
@@ -23,12 +23,12 @@ vdb_serve \
   etcd \
   --name=etcd0 \
   --data-dir=/etcd-data \
-  --listen-client-urls=http://0.0.0.0:20000 \
+  "--listen-client-urls=http://127.0.0.1:20000,http://${VDB_ADDR}:20000" \
   "--advertise-client-urls=http://${VDB_ADDR}:20000" \
-  --listen-peer-urls=http://0.0.0.0:20001 \
+  "--listen-peer-urls=http://${VDB_ADDR}:20001" \
   "--initial-advertise-peer-urls=http://${VDB_ADDR}:20001" \
   "--initial-cluster=etcd0=http://${VDB_ADDR}:20001" \
-  --listen-metrics-urls=http://0.0.0.0:20002 \
+  --listen-metrics-urls=http://127.0.0.1:20002 \
   --auto-compaction-mode=revision \
   --auto-compaction-retention=1000 \
   --quota-backend-bytes=4294967296

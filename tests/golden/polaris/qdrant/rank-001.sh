@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/clu
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/logs/rank-001.log'
 VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001"
 VDB_PORTS='{"http": 20010, "grpc": 20011, "p2p": 20012}'
-VDB_READY_URL=http://127.0.0.1:20010/readyz
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL="http://${VDB_ADDR}:20010/readyz"
 vdb_wait_rank0
 mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/storage" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"

@@ -8,11 +8,11 @@ VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/c
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/logs/rank-001.log'
 VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-001"
 VDB_PORTS='{"http": 20010, "grpc": 20011, "gossip": 20012, "data": 20013, "raft": 20014, "raft_rpc": 20015}'
-VDB_READY_URL=http://127.0.0.1:20010/v1/.well-known/ready
 VDB_UP_PORT=20012
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_ADDR=$(vdb_addr hsn0)
+VDB_READY_URL="http://${VDB_ADDR}:20010/v1/.well-known/ready"
 vdb_wait_rank0
 mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-001" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
@@ -22,6 +22,6 @@ vdb_serve \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/weaviate_1.36.0.sif \
   /bin/weaviate \
-  --host 0.0.0.0 \
+  --host "${VDB_ADDR}" \
   --port 20010 \
   --scheme http

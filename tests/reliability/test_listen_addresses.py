@@ -1,0 +1,275 @@
+"""Which addresses the database servers listen on: loopback locally, the configured interface on HPC.
+
+The slow tests start each local database as a run does and list the listening TCP sockets of the server
+processes (and their children) with psutil. Every listener must be on 127.0.0.1, except the ones the
+server versions we run open on every interface with no setting to change it (``EVERY_INTERFACE``, see
+apps/vdb/weaviate/deploy.py and apps/vdb/milvus/deploy.py); those must be closed to strangers as far as
+the server allows. The fast test reads the rendered HPC rank scripts: no wildcard address in any of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from apps.vdb.base import Deployment
+from apps.vdb.cluster.layout import node_shape, plan_cluster
+from apps.vdb.cluster.render import render_files
+from apps.vdb.process import http_ok
+from pipeline.config_loader import load_config
+from tests.conftest import REPO
+from tests.test_hpc_render import artifacts, fixed_env, two_local_ranks  # noqa: F401  (fixed_env: a fixture used below)
+
+WILDCARDS = {"0.0.0.0", "::", "*", ""}
+LOOPBACK = {"127.0.0.1", "::1"}
+# Listeners that the server opens with net.Listen(":<port>") whatever its configuration (Weaviate v1.36.0,
+# Milvus 2.3.5): the only ones allowed on a wildcard address.
+EVERY_INTERFACE = {
+    "weaviate": {"grpc", "data"},
+    "milvus": {
+        "proxy",
+        "proxy_internal",
+        "rootCoord",
+        "queryCoord",
+        "queryNode",
+        "indexNode",
+        "dataCoord",
+        "dataNode",
+        "metrics",
+    },
+}
+
+
+def listeners(pids: list[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket of ``pids`` and their descendants."""
+    found = []
+    for pid in pids:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.append((proc.pid, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def weaviate_roles(pid: int) -> dict[int, str]:
+    """Port -> role of one weaviate-server, read from its own command line and environment."""
+    proc = psutil.Process(pid)
+    argv, env = proc.cmdline(), proc.environ()
+    names = {
+        "GRPC_PORT": "grpc",
+        "CLUSTER_DATA_BIND_PORT": "data",
+        "CLUSTER_GOSSIP_BIND_PORT": "gossip",
+        "RAFT_PORT": "raft",
+        "RAFT_INTERNAL_RPC_PORT": "raft_rpc",
+    }
+    roles = {int(env[key]): role for key, role in names.items()}
+    roles[int(argv[argv.index("--port") + 1])] = "http"
+    return roles
+
+
+def milvus_roles(pid: int) -> dict[int, str]:
+    """Port -> role of the Milvus standalone server, read from its milvus.yaml, etcd.yaml and environment."""
+    env = psutil.Process(pid).environ()
+    configs = Path(env["MILVUSCONF"])
+    cfg = yaml.safe_load((configs / "milvus.yaml").read_text())
+    roles = {int(cfg[s]["port"]): s for s in EVERY_INTERFACE["milvus"] if s in cfg and "port" in cfg[s]}
+    roles[int(cfg["proxy"]["internalPort"])] = "proxy_internal"
+    roles[int(env["METRICS_PORT"])] = "metrics"
+    etcd = yaml.safe_load((configs / "etcd.yaml").read_text())
+    roles[int(etcd["listen-client-urls"].rsplit(":", 1)[1])] = "etcd_client"
+    roles[int(etcd["listen-peer-urls"].rsplit(":", 1)[1])] = "etcd_peer"
+    return roles
+
+
+def check_addresses(database: str, socks: list[tuple[int, str, int]], roles: dict[int, str]) -> None:
+    """Every listener is known; only the documented ones are on a wildcard address, the rest on loopback."""
+    assert socks, "no listening socket found: is psutil allowed to read the server's sockets?"
+    unknown = [(addr, port) for _, addr, port in socks if port not in roles]
+    assert not unknown, f"{database}: listeners nobody configured: {unknown}"
+    wild = sorted({roles[port] for _, addr, port in socks if addr in WILDCARDS})
+    assert set(wild) <= EVERY_INTERFACE[database], f"{database}: on every interface: {wild}"
+    other = [(roles[port], addr) for _, addr, port in socks if addr not in WILDCARDS and addr not in LOOPBACK]
+    assert not other, f"{database}: listeners on a non-loopback address: {other}"
+
+
+@pytest.fixture
+def started() -> Iterator[list[Deployment]]:
+    """Deployments a test starts; stopped afterwards even when the test fails, and checked gone."""
+    deployments: list[Deployment] = []
+    pids: list[int] = []
+    yield deployments
+    for deployment in deployments:
+        procs = getattr(deployment, "procs", None) or [getattr(deployment, "proc", None)]
+        pids += [p.proc.pid for p in procs if p is not None and p.proc is not None]
+        deployment.stop()
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    assert not alive, f"server processes survived stop(): {alive}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_weaviate_listens_on_loopback_only(nodes: int, tmp_path: Path, started: list[Deployment]) -> None:
+    from apps.vdb.weaviate.deploy import WeaviateDeployment, find_binary
+    from apps.vdb.weaviate.settings import WeaviateSettings
+
+    settings = WeaviateSettings(nodes=nodes)
+    try:
+        find_binary(settings)
+    except Exception as exc:
+        pytest.skip(str(exc))
+    deployment = WeaviateDeployment(settings)
+    started.append(deployment)
+    endpoints = deployment.start(tmp_path, timeout=180)
+    pids = [p.proc.pid for p in deployment.procs if p.proc is not None]
+    roles = {port: role for pid in pids for port, role in weaviate_roles(pid).items()}
+    check_addresses("weaviate", listeners(pids), roles)
+    # The cluster API listens on every interface in v1.36: it must refuse requests without the node secret.
+    for node in endpoints.nodes:
+        request = urllib.request.Request(f"http://127.0.0.1:{node.extra['data_port']}/nodes/status")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401
+        wrong = base64.b64encode(b"pes2o-vdb:guess").decode()
+        request.add_header("Authorization", f"Basic {wrong}")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401
+        assert deployment.cluster_auth is not None  # the nodes' own secret is accepted
+        right = base64.b64encode(":".join(deployment.cluster_auth).encode()).decode()
+        request.add_header("Authorization", f"Basic {right}")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            assert resp.status == 200
+
+
+@pytest.mark.slow
+def test_milvus_listens_on_loopback_only(tmp_path: Path, started: list[Deployment]) -> None:
+    pytest.importorskip("milvus")
+    from apps.vdb.milvus.deploy import MilvusDeployment
+    from apps.vdb.milvus.settings import MilvusSettings
+
+    deployment = MilvusDeployment(MilvusSettings())
+    started.append(deployment)
+    endpoints = deployment.start(tmp_path, timeout=180)
+    assert deployment.proc is not None and deployment.proc.proc is not None
+    pid = deployment.proc.proc.pid
+    roles = milvus_roles(pid)
+    check_addresses("milvus", listeners([pid]), roles)
+    assert {"etcd_client", "etcd_peer"} <= set(roles.values())
+    # The client port listens on every interface in 2.3.5: its unauthenticated REST API must be off.
+    port = endpoints.nodes[0].port
+    assert not http_ok(f"http://127.0.0.1:{port}/v1/vector/collections", timeout=5)
+
+
+FAKE_APPTAINER = r'''#!{python}
+"""Stands in for `apptainer exec`: applies --bind to the env file's paths and runs the real server."""
+import os, sys
+args, binds, env_file, i = sys.argv[2:], [], None, 0
+while args[i].startswith("-"):
+    if args[i] == "--bind":
+        binds.append(args[i + 1].split(":"))
+    if args[i] == "--env-file":
+        env_file = args[i + 1]
+    i += 2 if args[i] in ("--bind", "--env-file", "--pwd") else 1
+command = args[i + 1:]
+env = dict(line.strip().split("=", 1) for line in open(env_file) if "=" in line)
+env = {{key: value.strip('"') for key, value in env.items()}}
+for key, value in env.items():
+    for host, target in binds:
+        if value.startswith(target):
+            env[key] = host + value[len(target):]
+command[0] = {binary!r}
+os.execve(command[0], command, {{**env, "PATH": os.environ["PATH"]}})
+'''
+
+
+def non_loopback_interface() -> tuple[str, str] | None:
+    """(name, IPv4 address) of an interface other than loopback, if this machine has one."""
+    for name, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            if addr.family.name == "AF_INET" and not addr.address.startswith("127."):
+                return name, addr.address
+    return None
+
+
+@pytest.mark.slow
+def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
+    """Two Weaviate ranks as the pilot starts them (a stand-in for apptainer runs the real binary)."""
+    from apps.vdb.cluster.pilot import ClusterDeployment
+    from apps.vdb.process import get_json
+    from apps.vdb.weaviate.deploy import find_binary
+    from apps.vdb.weaviate.settings import WeaviateSettings
+    from pipeline.config import LocalExecutorConfig
+
+    interface = non_loopback_interface()
+    if interface is None:
+        pytest.skip("no network interface besides loopback")
+    try:
+        binary = find_binary(WeaviateSettings())
+    except Exception as exc:
+        pytest.skip(str(exc))
+    name, address = interface
+    fake = tmp_path / "apptainer"
+    fake.write_text(FAKE_APPTAINER.format(python=sys.executable, binary=binary))
+    fake.chmod(0o755)
+    (tmp_path / "weaviate.sif").write_bytes(b"SIF")
+    images = {"weaviate": str(tmp_path / "weaviate.sif")}
+    cluster = two_local_ranks(tmp_path, fake, images, startup_timeout_s=120, interface=name)
+    base = cluster.base_port
+    deployment = ClusterDeployment(WeaviateSettings(), cluster, LocalExecutorConfig(), poll_s=0.5)
+    pids: list[int] = []
+    try:
+        endpoints = deployment.start(tmp_path / "server", timeout=150)
+        assert {node.host for node in endpoints.nodes} == {address}
+        nodes = get_json(f"http://{address}:{endpoints.nodes[0].port}/v1/nodes")["nodes"]
+        assert [node["status"] for node in nodes] == ["HEALTHY", "HEALTHY"]
+        pids = [p.pid for p in psutil.process_iter() if p.name() == "weaviate-server" and _rank_of(p, base)]
+        assert len(pids) == 2
+        roles = {port: role for pid in pids for port, role in weaviate_roles(pid).items()}
+        socks = listeners(pids)
+        assert {roles[port] for _, addr, port in socks if addr in WILDCARDS} <= EVERY_INTERFACE["weaviate"]
+        assert {addr for _, addr, port in socks if addr not in WILDCARDS} == {address}
+    finally:
+        deployment.stop(grace=30)
+    gone = psutil.wait_procs([psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)], timeout=10)[1]
+    assert not gone, f"server processes survived stop(): {gone}"
+
+
+def _rank_of(proc: psutil.Process, base: int) -> bool:
+    """True when ``proc`` is one of this test's ranks (its REST port is in the test's port range)."""
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return "--port" in argv and base <= int(argv[argv.index("--port") + 1]) < base + 20
+
+
+@pytest.mark.usefixtures("fixed_env")
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_hpc_rank_scripts_name_no_wildcard_address(platform: str, tmp_path: Path) -> None:
+    """Every rendered rank script, env file and config file binds to the interface or loopback."""
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+    cfg = loaded.config
+    texts = dict(artifacts(platform))
+    for settings in cfg.vdb.databases:
+        cluster = cfg.vdb.cluster.for_database(settings.name)
+        layout = plan_cluster(
+            settings, cluster, node_shape(cfg.executor), tmp_path / settings.name, loaded.base_dir
+        )
+        texts.update(
+            {f"{settings.name}/{name}": text for name, text in render_files(layout, cluster).items()}
+        )
+        for spec in layout.ranks:  # readiness is probed where the server listens
+            assert spec.ready_url.startswith(("http://127.0.0.1:", "http://${VDB_ADDR}:")), spec.ready_url
+    assert any(name.endswith("server.env") for name in texts)
+    for name, text in texts.items():
+        for wildcard in ("0.0.0.0", "[::]", "://:"):
+            assert wildcard not in text, f"{platform}: {name} names the wildcard address {wildcard!r}"
