@@ -4,11 +4,17 @@ A setting is (ef, batch size, clients, k). The query set is split across the cli
 its share in batches of ``batch_size`` and records, per request, the returned ids and scores and the
 request's start and end. Metrics (QPS, latency percentiles, recall) are computed afterwards from these
 raw Parquet files by :mod:`apps.vdb_metrics`, so a metric can be corrected without re-running a cluster.
+
+A setting that stalls (a request timed out, or took > 20× the setting's median and > 1 s: a frozen or
+overloaded server) is run once more; if it stalls again its raw file is flagged (``stalled`` in the file's
+metadata and in its :class:`QueryRecord`) and the report marks it instead of presenting a normal figure.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import time
 from pathlib import Path
 
@@ -17,11 +23,16 @@ import pyarrow.parquet as pq
 
 from apps.dataset import arrow_to_vectors
 from apps.query_raw import raw_query_table
+from apps.vdb.base import RequestTimeout
 from apps.vdb.config import QuerySweepConfig
-from apps.vdb.pool import ClientPool, client
+from apps.vdb.pool import ClientPool, client, reset_client
 from apps.vdb.records import DatabaseTarget, IndexRecord, QueryRecord, QuerySetting
 from core.errors import ArtifactError
 from core.store import write_parquet_atomic
+
+log = logging.getLogger(__name__)
+STALL_FACTOR, STALL_MIN_S = 20.0, 1.0  # a request this much slower than the median is a stall
+ATTEMPTS = 2  # a stalled setting is run once more before it is flagged
 
 
 def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
@@ -46,11 +57,13 @@ def run_share(
     batch_size: int,
     warmup: int,
     index: int,
-) -> dict[str, list]:
-    """Pool function: one client's share of a setting; per-query rows with its request's timings."""
-    db = client()
-    for start in range(0, min(warmup, len(vectors)), batch_size):
-        db.search(vectors[start : min(start + batch_size, warmup)], k, ef)
+) -> tuple[dict[str, list], str | None]:
+    """Pool function: one client's share of a setting; per-query rows with its request's timings.
+
+    Returns ``(rows, stall)``: on a request timeout the share stops there and ``stall`` says why (the rows
+    hold the requests answered before it); the connection is dropped so a late answer cannot leak into
+    the next attempt.
+    """
     rows: dict[str, list] = {
         "client": [],
         "request": [],
@@ -60,20 +73,45 @@ def run_share(
         "t_start": [],
         "t_end": [],
     }
-    for request, start in enumerate(range(0, len(vectors), batch_size)):
-        batch = vectors[start : start + batch_size]
-        t0 = time.time()
-        result = db.search(batch, k, ef)
-        t1 = time.time()
-        n = len(batch)
-        rows["client"] += [index] * n
-        rows["request"] += [request] * n
-        rows["query_ids"] += query_ids[start : start + n].tolist()
-        rows["ids"] += [list(map(int, r)) for r in result.ids]
-        rows["scores"] += [list(map(float, r)) for r in result.scores]
-        rows["t_start"] += [t0] * n
-        rows["t_end"] += [t1] * n
-    return rows
+    try:
+        db = client()
+        for start in range(0, min(warmup, len(vectors)), batch_size):
+            db.search(vectors[start : min(start + batch_size, warmup)], k, ef)
+        for request, start in enumerate(range(0, len(vectors), batch_size)):
+            batch = vectors[start : start + batch_size]
+            t0 = time.time()
+            result = db.search(batch, k, ef)
+            t1 = time.time()
+            n = len(batch)
+            rows["client"] += [index] * n
+            rows["request"] += [request] * n
+            rows["query_ids"] += query_ids[start : start + n].tolist()
+            rows["ids"] += [list(map(int, r)) for r in result.ids]
+            rows["scores"] += [list(map(float, r)) for r in result.scores]
+            rows["t_start"] += [t0] * n
+            rows["t_end"] += [t1] * n
+    except RequestTimeout as exc:
+        reset_client()
+        return rows, f"client {index}: {exc}"
+    return rows, None
+
+
+def slow_request(parts: list[dict[str, list]]) -> str | None:
+    """Why a completed setting counts as stalled: its slowest request took > 20× the median and > 1 s."""
+    latency = {
+        (c, r): e - s
+        for p in parts
+        for c, r, s, e in zip(p["client"], p["request"], p["t_start"], p["t_end"], strict=True)
+    }
+    if not latency:
+        return None
+    values = np.array(list(latency.values()))
+    median, worst = float(np.median(values)), float(values.max())
+    if worst > STALL_MIN_S and worst > STALL_FACTOR * median:
+        return (
+            f"a request took {worst:.1f}s, {worst / max(median, 1e-9):.0f}× the median {median * 1000:.1f} ms"
+        )
+    return None
 
 
 def read_queries(queries_file: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -108,21 +146,7 @@ def query_sweep(
         with ClientPool(clients, target) as pool:
             for asked in group:
                 setting = asked.model_copy(update={"clients": pool.size})
-                shares = np.array_split(np.arange(len(ids)), pool.size)
-                futures = [
-                    pool.submit(
-                        run_share,
-                        ids[s],
-                        vectors[s],
-                        setting.k,
-                        setting.ef,
-                        setting.batch_size,
-                        query_cfg.warmup_queries,
-                        i,
-                    )
-                    for i, s in enumerate(shares)
-                ]
-                parts = [f.result() for f in futures]
+                parts, stall = _measure(pool, setting, ids, vectors, query_cfg.warmup_queries)
                 columns = {
                     key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in parts[0]
                 }
@@ -136,6 +160,43 @@ def query_sweep(
                     **columns,
                 )
                 path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
-                write_parquet_atomic(table, path, row_group_rows=8192)
-                records.append(QueryRecord(setting=setting.label, file=str(path)))
+                # A stalled setting says so in its file (with the setting, for a file without rows).
+                meta = None
+                if stall:
+                    described = json.dumps({"database": database, **setting.model_dump()})
+                    meta = {"stalled": stall, "query_setting": described}
+                write_parquet_atomic(table, path, row_group_rows=8192, metadata=meta)
+                records.append(QueryRecord(setting=setting.label, file=str(path), stalled=stall))
     return records
+
+
+def _measure(
+    pool: ClientPool, setting: QuerySetting, ids: np.ndarray, vectors: np.ndarray, warmup: int
+) -> tuple[list[dict[str, list]], str | None]:
+    """Run one setting over every client; run it once more if it stalled. Returns (parts, stall)."""
+    stall = None
+    for attempt in range(1, ATTEMPTS + 1):
+        shares = np.array_split(np.arange(len(ids)), pool.size)
+        futures = [
+            pool.submit(
+                run_share,
+                ids[s],
+                vectors[s],
+                setting.k,
+                setting.ef,
+                setting.batch_size,
+                warmup,
+                i,
+            )
+            for i, s in enumerate(shares)
+        ]
+        results = [f.result() for f in futures]
+        parts = [rows for rows, _ in results]
+        timeouts = [why for _, why in results if why]
+        stall = "; ".join(timeouts) if timeouts else slow_request(parts)
+        if stall is None:
+            return parts, None
+        log.warning(
+            "query setting %s stalled (attempt %d of %d): %s", setting.label, attempt, ATTEMPTS, stall
+        )
+    return parts, f"stalled twice; last: {stall}"

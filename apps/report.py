@@ -217,7 +217,19 @@ def _insert_sweep(run: ResultRows) -> list[str]:
     return ["### Insert sweep", "", *_table(header, body), ""]
 
 
+def _stall_warning(run: ResultRows) -> list[str]:
+    """A warning line per stalled setting: its figures are shown, marked, and never picked as best."""
+    lines = []
+    for row in run.stalled():
+        lines.append(
+            f"> **Warning:** {row['database']} {row['setting']} stalled (a request timed out or took far "
+            f"longer than the median, twice): its figures are not a normal measurement. {row['error'] or ''}"
+        )
+    return [*lines, ""] if lines else []
+
+
 def _query_table(run: ResultRows) -> list[str]:
+    stalls = bool(run.stalled())  # the `stalled` column only appears when a setting stalled
     header = [
         "database",
         "setting",
@@ -232,18 +244,22 @@ def _query_table(run: ResultRows) -> list[str]:
         "P99 (ms)",
         "recall",
         "best",
+        *(["stalled"] if stalls else []),
     ]
     body = []
+    blank = ["—"] * (len(header) - 3)
     for db in run.databases:
         rows = sorted(run.of(db, "query"), key=param_order)
         best = best_operating_point(rows, MIN_RECALL)
-        if not any(is_ok(r) for r in rows):
+        if not any(is_ok(r) for r in rows) and not any(r.get("stalled") for r in rows):
             failed = run.failure(db)
-            body.append([db, "—", (_failure(failed) if failed else "no query results"), *["—"] * 10])
+            body.append([db, "—", (_failure(failed) if failed else "no query results"), *blank])
             continue
         for row in rows:
             if not is_ok(row):
-                body.append([db, row["setting"] or "—", _failure(row), *["—"] * 10])
+                stalled = ["**stalled**"] if row.get("stalled") else []
+                body.append([db, row["setting"] or "—", _failure(row), *blank[: len(blank) - len(stalled)]])
+                body[-1] += stalled
                 continue
             cells = [
                 _num(row["qps"], 1),
@@ -266,6 +282,7 @@ def _query_table(run: ResultRows) -> list[str]:
                     _num(row["k"]),
                     *cells,
                     "**best**" if marked else "",
+                    *((["**stalled**" if row.get("stalled") else ""]) if stalls else []),
                 ]
             )
     return _table(header, body)
@@ -307,7 +324,7 @@ def write_report(
             lines.append(f"- {key}: " + ", ".join(f"`{v}`" for v in values))
     lines += ["", "## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += ["## Upload and index", "", *_ingest(run), "", *_insert_sweep(run)]
-    lines += ["## Query sweep", "", *_query_table(run), ""]
+    lines += ["## Query sweep", "", *_stall_warning(run), *_query_table(run), ""]
     lines += ["## Figures", ""]
     captions = {
         "recall_qps": (

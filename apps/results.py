@@ -58,6 +58,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("requests", pa.int64()),
         pa.field("duration_s", pa.float64()),
         pa.field("unknown_ids", pa.int64()),
+        pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
         # parameters
         pa.field("k", pa.int32()),
         pa.field("ef", pa.int32()),
@@ -95,6 +96,8 @@ def _coerce(value: Any, field: pa.Field) -> Any:
         return int(value)
     if pa.types.is_floating(kind):
         return float(value)
+    if pa.types.is_boolean(kind):
+        return bool(value)
     return value
 
 
@@ -197,7 +200,13 @@ class ResultRows:
         return None
 
     def queries(self, database: str) -> list[dict[str, Any]]:
-        return sorted((r for r in self.of(database, "query") if is_ok(r)), key=param_order)
+        """The ok query rows that are normal measurements (a stalled setting is not)."""
+        rows = (r for r in self.of(database, "query") if is_ok(r) and not r.get("stalled"))
+        return sorted(rows, key=param_order)
+
+    def stalled(self) -> list[dict[str, Any]]:
+        """Query rows of settings that stalled twice (a frozen or overloaded server)."""
+        return [r for r in self.rows if r["stage"] == "query" and r.get("stalled")]
 
     def primary(self, database: str, stage: str) -> dict[str, Any] | None:
         """The ok row of a stage: the one matching the index setting, else the last."""

@@ -15,6 +15,7 @@ a cluster (ARCHITECTURE.md, "Metric definitions"):
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from apps.query_raw import read_raw, validate_raw
 from apps.recall import (
@@ -34,6 +36,7 @@ from apps.recall import (
     read_query_vectors,
     recall_at_k,
 )
+from apps.vdb.records import setting_label
 
 _SETTING_COLUMNS = ("database", "setting", "ef", "batch_size", "clients", "k")
 
@@ -177,30 +180,59 @@ def evaluate_files(
     dataset_dir: str | Path,
     metric: str,
 ) -> list[dict[str, Any]]:
-    """Evaluate raw files of any databases in one pass over the dataset; returns result rows."""
+    """Evaluate raw files of any databases in one pass over the dataset; returns result rows.
+
+    A file the query stage flagged as stalled gives rows with ``stalled`` and the reason in ``error``
+    (a ``failed`` row when it holds no answered query).
+    """
+    raw_files = list(raw_files)
     tables = [read_raw(p) for p in raw_files]
     if not tables:
         return []
+    stalled = dict(filter(None, (_stall_of(p) for p in raw_files)))
+    rows: list[dict[str, Any]] = []
+    for (database, setting), (reason, described) in stalled.items():
+        empty = not any(t.num_rows and pc.any(pc.equal(t.column("setting"), setting)).as_py() for t in tables)
+        if empty:
+            fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k")}
+            rows.append({"database": database, "stage": "query", "setting": setting, **fields})
+            rows[-1].update(status="failed", stalled=True, error=f"stalled: {reason}")
     raw = pa.concat_tables(tables)
+    if raw.num_rows == 0:
+        return rows
     groundtruth = read_groundtruth(groundtruth_file)
     base = fetch_vectors(dataset_dir, needed_base_ids(raw, groundtruth))
     queries = read_query_vectors(queries_file)
-    rows: list[dict[str, Any]] = []
     for database in pc.unique(raw.column("database")).to_pylist():
         part = raw.filter(pc.equal(raw.column("database"), database))
-        rows.extend(evaluate(part, groundtruth, queries, base, metric).values())
+        for row in evaluate(part, groundtruth, queries, base, metric).values():
+            if (database, row["setting"]) in stalled:
+                row.update(stalled=True, error=f"stalled: {stalled[database, row['setting']][0]}")
+            rows.append(row)
     return rows
+
+
+def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, Any]]] | None:
+    """``((database, setting), (reason, setting fields))`` of a raw file flagged as stalled, else None."""
+    meta = pq.read_schema(path).metadata or {}
+    if b"stalled" not in meta:
+        return None
+    described = json.loads(meta.get(b"query_setting", b"{}"))
+    label = setting_label(described.get("ef"), described["batch_size"], described["clients"], described["k"])
+    return (described["database"], label), (meta[b"stalled"].decode(), described)
 
 
 def best_operating_point(rows: Iterable[dict[str, Any]], min_recall: float = 0.95) -> dict[str, Any] | None:
     """The row with the highest QPS among those with recall ≥ ``min_recall`` (None when none qualifies).
 
-    Rows of other stages, failed rows and rows without a finite QPS or recall are ignored; equal QPS
-    prefers the higher recall. Pass the rows of one database to get its operating point.
+    Rows of other stages, failed or stalled rows and rows without a finite QPS or recall are ignored;
+    equal QPS prefers the higher recall. Pass the rows of one database to get its operating point.
     """
     best = None
     for row in rows:
         if row.get("stage", "query") != "query" or row.get("status", "ok") not in (None, "ok"):
+            continue
+        if row.get("stalled"):  # a setting that stalled twice is not a normal measurement
             continue
         q, r = row.get("qps"), row.get("recall")
         if q is None or r is None or not (math.isfinite(q) and math.isfinite(r)):

@@ -15,13 +15,19 @@ how "searchable" and "steady state" are detected) stays inside the adapter modul
 from __future__ import annotations
 
 import abc
+import functools
+import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.errors import PipelineError
+from core.errors import PipelineError, describe, portable
+
+log = logging.getLogger(__name__)
 
 Metric = Literal["cosine", "ip", "l2"]
 
@@ -97,6 +103,49 @@ class DatabaseError(PipelineError):
     exit_code = 5
 
 
+class RequestTimeout(DatabaseError):
+    """A client request got no answer within the client's request timeout (a stalled server)."""
+
+
+# Client methods whose errors are converted (see Client.__init_subclass__).
+_CONVERTED = ("__init__", "create_collection", "insert", "wait_searchable", "build_index", "search")
+_CONVERTED += ("count", "describe", "close")
+_TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
+_REQUESTS = ("__init__", "create_collection", "search", "count")  # single requests, bounded by the timeout
+
+
+def _database_error(client: Any, method: str, exc: Exception, elapsed: float) -> Exception:
+    """The picklable error a client method raises for ``exc`` (a client-library error, usually)."""
+    limit = getattr(client, "request_timeout", None)
+    waited = limit is not None and elapsed >= 0.9 * limit
+    # A request of ours that failed only after the whole request timeout: the server did not answer.
+    late = waited and method in _REQUESTS
+    if late and isinstance(exc, DatabaseError) and not isinstance(exc, RequestTimeout):
+        return RequestTimeout(str(exc))
+    if isinstance(exc, PipelineError) or type(exc) in (ValueError, TypeError):  # ours: as they are
+        return portable(exc)
+    settings = getattr(client, "settings", None)
+    name = getattr(settings, "name", type(client).__name__)
+    timed_out = isinstance(exc, TimeoutError) or any(w in str(exc).lower() for w in _TIMEOUT_WORDS)
+    timed_out = timed_out or waited
+    kind = RequestTimeout if timed_out else DatabaseError
+    return kind(f"{name}: {method.strip('_')} failed after {elapsed:.1f}s: {describe(exc)}"[:2000])
+
+
+def _converting(method: str, fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as exc:
+            log.debug("%s.%s failed", type(self).__name__, method, exc_info=True)
+            raise _database_error(self, method, exc, time.monotonic() - started) from None
+
+    call.__converting__ = True  # type: ignore[attr-defined]
+    return call
+
+
 class Deployment(abc.ABC):
     """Starts and stops the servers of one database (or attaches to existing ones)."""
 
@@ -121,7 +170,21 @@ class Client(abc.ABC):
     split a batch themselves, so the batch the insert stage sends is the request the database receives;
     the stage splits its batches to this size and records what it sent, and ``insert`` raises
     DatabaseError when handed more.
+
+    Every public method (and ``__init__``) of a subclass raises only picklable errors: a client-library
+    exception becomes DatabaseError (``RequestTimeout`` when the request timed out) with its type and
+    message, inside the client's process, so it crosses pool and Parsl boundaries intact.
+    ``request_timeout`` is the seconds one request may take (None: the library's default).
     """
+
+    request_timeout: float | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for method in _CONVERTED:
+            fn = cls.__dict__.get(method)
+            if fn is not None and not getattr(fn, "__converting__", False):
+                setattr(cls, method, _converting(method, fn))
 
     @property
     def max_request_size(self) -> int | None:

@@ -4,6 +4,9 @@ The studies found client-side batch conversion CPU-bound, so parallel clients ar
 Each process connects once (pool initializer) and keeps its client in a module global. In-process
 engines (qdrant-edge) cannot be opened by two processes at once; for them the "pool" is one thread in
 the calling process.
+
+Whatever a pool function raises reaches the caller as a picklable error (:func:`core.errors.portable`):
+an exception that cannot be unpickled would otherwise break the whole pool (``BrokenProcessPool``).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import multiprocessing.util
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from apps.vdb.base import Client
+from apps.vdb.base import Client, DatabaseError
 from apps.vdb.records import DatabaseTarget
+from core.errors import portable
 
 _CLIENT: Client | None = None
 _TARGET: DatabaseTarget | None = None
@@ -64,6 +68,14 @@ def disconnect() -> None:
         _CLIENT = None
 
 
+def call(fn, *args: Any) -> Any:
+    """Run a pool function; its error leaves the process as a picklable one (DatabaseError if foreign)."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise portable(exc, DatabaseError) from None
+
+
 class ClientPool:
     """``size`` connected clients; ``submit`` runs a function of the pool in one of them."""
 
@@ -84,7 +96,7 @@ class ClientPool:
 
     def submit(self, fn, *args: Any):
         """Run ``fn(*args)`` in a pool client (``fn`` calls :func:`client`)."""
-        return self.executor.submit(fn, *args)
+        return self.executor.submit(call, fn, *args)
 
     def close(self) -> None:
         """Close clients and stop the pool."""

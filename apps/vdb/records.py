@@ -135,6 +135,7 @@ class QueryRecord(Record):
 
     setting: str
     file: str
+    stalled: str | None = None  # why the setting stalled twice (its figures are not normal ones)
 
 
 class DatabaseOutcome(Record):

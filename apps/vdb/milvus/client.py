@@ -32,7 +32,8 @@ def _errors(what: str) -> Iterator[None]:
     try:
         yield
     except MilvusException as exc:
-        raise DatabaseError(f"milvus: {what} failed: {exc}") from exc
+        # No cause chain: Parsl pickles causes one by one, and pymilvus's gRPC cause is its own cause.
+        raise DatabaseError(f"milvus: {what} failed: {exc}") from None
 
 
 class MilvusVectorClient(Client):
@@ -44,6 +45,7 @@ class MilvusVectorClient(Client):
         self.uri = settings.uri or f"http://{node.host}:{node.port}"
         self.data_dir = endpoints.data_dir
         self.spec: CollectionSpec | None = None
+        self.request_timeout = settings.request_timeout
         with _errors(f"connect to {self.uri}"):
             self.client = MilvusClient(uri=self.uri, token=settings.token, timeout=settings.request_timeout)
 
@@ -113,13 +115,17 @@ class MilvusVectorClient(Client):
         rows = [{ID_FIELD: i, VECTOR_FIELD: v} for i, v in zip(ids.tolist(), vectors, strict=True)]
         write = self.client.upsert if self.settings.insert_mode == "upsert" else self.client.insert
         with _errors(f"{self.settings.insert_mode} of {len(rows)} rows"):
-            write(self._spec().name, rows)
+            write(self._spec().name, rows, timeout=self.request_timeout)
 
     def count(self) -> int:
         """Rows visible to a strongly consistent count query (deleted/replaced rows excluded)."""
         with _errors("count"):
             res = self.client.query(
-                self._spec().name, filter="", output_fields=["count(*)"], consistency_level="Strong"
+                self._spec().name,
+                filter="",
+                output_fields=["count(*)"],
+                consistency_level="Strong",
+                timeout=self.request_timeout,
             )
         return int(res[0]["count(*)"])
 
@@ -178,6 +184,7 @@ class MilvusVectorClient(Client):
                 limit=k,
                 search_params={"metric_type": METRICS[spec.metric], "params": params},
                 consistency_level=self.settings.consistency_level,
+                timeout=self.request_timeout,
             )
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), np.nan, dtype=np.float32)

@@ -95,7 +95,7 @@ class EdgeClient(QdrantClientBase):
         try:
             self.handle = EDGE.acquire(str(path), open_shard)
         except Exception as exc:  # edge raises plain Exception, e.g. the WAL locked by another process
-            raise DatabaseError(f"qdrant edge: cannot open {path} (one process at a time): {exc}") from exc
+            raise DatabaseError(f"qdrant edge: cannot open {path} (one process at a time): {exc}") from None
         self.spec = spec
 
     def insert(self, ids: np.ndarray, vectors: np.ndarray) -> None:

@@ -28,6 +28,7 @@ class ServerClient(QdrantClientBase):
         from qdrant_client import QdrantClient
 
         super().__init__(settings, endpoints)
+        self.request_timeout = float(settings.timeout_s)
         node = endpoints.nodes[0] if endpoints.nodes else None
         self.location = str(node.extra["location"]) if node and "location" in node.extra else None
         if self.location is not None:

@@ -7,13 +7,18 @@ Quirks kept here:
   API's per-shard object counts only include flushed memtables; exact counts come from aggregate.
 * There is no multi-vector search call: a batch runs as parallel single gRPC queries.
 * A row id is the object UUID (``UUID(int=row_id)``): a retried batch overwrites, never duplicates.
+* A config update (ef) makes a shard READONLY while it is applied ("store is read-only due to:
+  UpdateVectorIndexConfigs"), and under load it may stay so: before and after an update every shard must
+  be READY, and one left READONLY is set back to READY (shard status API) or reported as DatabaseError.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,10 +26,20 @@ from typing import Any
 
 import numpy as np
 
-from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
+from apps.vdb.base import (
+    Client,
+    CollectionSpec,
+    DatabaseError,
+    Endpoint,
+    Endpoints,
+    RequestTimeout,
+    SearchResult,
+    StorageStats,
+)
 from apps.vdb.process import directory_bytes, get_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
+log = logging.getLogger(__name__)
 _METRICS = {"cosine": "COSINE", "ip": "DOT", "l2": "L2_SQUARED"}
 
 
@@ -43,7 +58,13 @@ class WeaviateClient(Client):
 
         self.settings = settings
         self.endpoints = endpoints
+        self.request_timeout = settings.request_timeout
         node = endpoints.nodes[0]
+        timeout = Timeout(
+            init=min(30.0, settings.request_timeout),
+            query=settings.request_timeout,
+            insert=settings.insert_timeout,
+        )
         try:
             self._client = weaviate.connect_to_custom(
                 http_host=node.host,
@@ -52,10 +73,12 @@ class WeaviateClient(Client):
                 grpc_host=node.host,
                 grpc_port=node.grpc_port or settings.grpc_port,
                 grpc_secure=False,
-                additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
+                additional_config=AdditionalConfig(timeout=timeout),
             )
-        except Exception as exc:
-            raise DatabaseError(f"cannot connect to Weaviate at {node.host}:{node.port}: {exc}") from exc
+        except Exception as exc:  # no cause chain: weaviate's errors cannot always be unpickled
+            # A frozen server times out: a stall the query stage retries, not a dead server.
+            kind = RequestTimeout if "timed out" in str(exc).lower() else DatabaseError
+            raise kind(f"cannot connect to Weaviate at {node.host}:{node.port}: {exc}") from None
         self._pool = ThreadPoolExecutor(settings.search_threads)
         self._spec: CollectionSpec | None = None
         self._ef: int | None = None
@@ -143,7 +166,7 @@ class WeaviateClient(Client):
         try:
             result = self._collection.data.insert_many(objs)
         except Exception as exc:  # all objects failed, or the request itself did (one line per object)
-            raise DatabaseError(f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}") from exc
+            raise DatabaseError(f"Weaviate batch of {len(objs)} objects failed: {str(exc)[:500]}") from None
         if result.errors:
             first = next(iter(result.errors.values()))
             raise DatabaseError(
@@ -199,26 +222,72 @@ class WeaviateClient(Client):
         self._wait(check, timeout, "index steady state")
 
     def _set_ef(self, ef: int) -> None:
-        """ef is collection config in Weaviate: update it, then wait until every node applied it."""
+        """ef is collection config: update it (unless already set), wait until every node applied it and
+        every shard is READY again."""
         from weaviate.classes.config import Reconfigure
 
-        hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
-        index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
-        self._collection.config.update(
-            vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
-        )
-        path = f"/v1/schema/{class_name(self._spec.name)}"
+        self._ready_shards()
+        if self._node_efs() != [ef] * len(self.endpoints.nodes):  # another client may have set it already
+            hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
+            index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
+            self._collection.config.update(
+                vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
+            )
 
         def applied() -> tuple[bool, str]:
-            seen = []
-            for node in self.endpoints.nodes:
-                cfg = get_json(f"http://{node.host}:{node.port}{path}")["vectorConfig"]["default"]
-                cfg = cfg["vectorIndexConfig"]
-                seen.append(cfg.get("hnsw", cfg).get("ef"))
+            seen = self._node_efs()
             return all(s == ef for s in seen), f"ef per node {seen}"
 
         self._wait(applied, 30, f"ef={ef} on every node")
+        self._ready_shards()
         self._ef = ef
+
+    def _rest(self, node: Endpoint, path: str, body: Any = None) -> Any:
+        """GET (or PUT ``body``) a REST path of one node, bounded by the request timeout."""
+        url = f"http://{node.host}:{node.port}/v1/schema/{class_name(self._spec.name)}{path}"
+        if body is None:
+            return get_json(url, timeout=self.request_timeout)
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="PUT")
+        with urllib.request.urlopen(request, timeout=self.request_timeout) as resp:
+            return json.load(resp)
+
+    def _node_efs(self) -> list[int | None]:
+        """The ef every node's schema holds."""
+        seen = []
+        for node in self.endpoints.nodes:
+            cfg = self._rest(node, "")["vectorConfig"]["default"]["vectorIndexConfig"]
+            seen.append(cfg.get("hnsw", cfg).get("ef"))
+        return seen
+
+    def _ready_shards(self, grace: float = 5.0) -> None:
+        """Wait until every shard is READY; a shard still READONLY after ``grace`` s is set READY.
+
+        A config update sets a shard READONLY while it applies; under load it can stay so, and the next
+        update or write fails ("store is read-only due to: UpdateVectorIndexConfigs").
+        """
+        deadline, fixed = time.monotonic() + grace, False
+        while True:
+            states = {
+                (i, shard["name"]): shard.get("status")
+                for i, node in enumerate(self.endpoints.nodes)
+                for shard in self._rest(node, "/shards")
+            }
+            stuck = {key: status for key, status in states.items() if status != "READY"}
+            if not stuck:
+                return
+            if time.monotonic() > deadline:
+                if fixed:
+                    raise DatabaseError(
+                        f"Weaviate: shards of {class_name(self._spec.name)} not READY after being set "
+                        f"READY: {stuck}"
+                    )
+                for (i, shard), status in stuck.items():
+                    if status == "READONLY":
+                        log.warning("Weaviate shard %s was READONLY: setting it READY", shard)
+                        self._rest(self.endpoints.nodes[i], f"/shards/{shard}", {"status": "READY"})
+                deadline, fixed = time.monotonic() + grace, True
+            time.sleep(0.2)
 
     def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
         """Run each query as one gRPC near_vector request, in parallel; ids are row ids (-1 pads)."""

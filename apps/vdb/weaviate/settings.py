@@ -41,6 +41,8 @@ class WeaviateSettings(BaseModel):
     )
     insert_request_size: int = Field(1000, ge=1, description="Objects per gRPC batch request")
     search_threads: int = Field(8, ge=1, description="Parallel single-query requests in a search batch")
+    request_timeout: float = Field(120.0, gt=0, description="Timeout of one query or schema request, seconds")
+    insert_timeout: float = Field(300.0, gt=0, description="Timeout of one batch insert request, seconds")
 
 
 SETTINGS = WeaviateSettings
