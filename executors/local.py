@@ -10,6 +10,7 @@ from parsl.config import Config
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.launchers import SingleNodeLauncher
 
+from core.lifetime import pool_watchdog_shell
 from executors.config import LocalExecutorConfig
 from executors.labels import DRIVER, WORKERS
 from executors.providers import JobRequest, local_provider, worker_init
@@ -18,10 +19,11 @@ from executors.providers import JobRequest, local_provider, worker_init
 def local_config(executor: LocalExecutorConfig, run_dir: Path, monitoring=None) -> Config:
     """HighThroughputExecutor with LocalProvider on loopback, ``executor.workers`` worker processes."""
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    # One block, started with the run and kept until it ends.
+    # One block, started with the run and kept until it ends. The pool sits in its own process group:
+    # a watchdog started in it stops the group when this driver dies, even by SIGKILL.
     block = JobRequest(
         nodes=1,
-        worker_init=worker_init(sep="; "),
+        worker_init=worker_init([pool_watchdog_shell(run_dir / "pool-watchdog.log")], sep="; "),
         launcher=SingleNodeLauncher(),
         init_blocks=1,
         min_blocks=1,

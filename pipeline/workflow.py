@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 
 from core.errors import PipelineError
+from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
+from core.watchdog import REGISTRY_VAR, RUN_VAR
 from pipeline.config_loader import LoadedConfig
 from pipeline.plan import Plan, build_plan
 from pipeline.provenance import Provenance, create_run_dir
@@ -25,14 +30,60 @@ def _log_to(run_dir: Path) -> logging.Handler:
     return handler
 
 
+@contextmanager
+def _own_workdir(workdir: Path, console: Console) -> Iterator[WorkdirLock]:
+    """Hold the workdir's lock for the run; stop what dead runs left running before anything starts."""
+    lock = WorkdirLock.acquire(workdir)  # a second run in the same workdir stops here
+    try:
+        stopped = stop_leftovers(workdir)
+        if stopped:
+            console.print(f"stopped {len(stopped)} process(es) left running by an earlier run:")
+            for line in stopped:
+                console.print(f"  {line}", highlight=False)
+            log.warning("stopped leftovers of earlier runs: %s", stopped)
+        yield lock
+    finally:
+        lock.release()
+
+
+@contextmanager
+def _run_environment(workdir: Path, run_id: str) -> Iterator[None]:
+    """Mark every process the run starts with its id and record the driver; stop what is left at the end."""
+    saved = {name: os.environ.get(name) for name in (RUN_VAR, REGISTRY_VAR)}
+    os.environ[RUN_VAR] = run_id  # inherited by the worker pool, its workers and the servers
+    os.environ[REGISTRY_VAR] = str(workdir / STATE_DIR / "processes")
+    record = record_group("driver", os.getpid(), None)
+    try:
+        yield
+    finally:
+        stop_run_groups(workdir, run_id)  # a pool or server that outlived its shutdown
+        if record is not None:
+            record.unlink(missing_ok=True)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     """Run the workflow for ``loaded``; return the run directory. Raises PipelineError on failure.
 
-    A configuration whose every stage is already complete starts no Parsl executor at all.
+    A configuration whose every stage is already complete starts no Parsl executor at all. The run
+    holds ``<workdir>/.run/lock`` throughout: a second run in the same workdir exits with a message.
     """
     console = console or Console(stderr=True)
     plan: Plan = build_plan(loaded)
-    run_dir = create_run_dir(loaded)
+    workdir = Path(loaded.config.workdir).expanduser().resolve()
+    with _own_workdir(workdir, console) as lock:
+        run_dir = create_run_dir(loaded)
+        lock.note(run_dir.name)
+        with _run_environment(workdir, run_dir.name):
+            return _run(loaded, plan, run_dir, console)
+
+
+def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> Path:
+    """The run itself, inside the workdir's lock."""
     handler = _log_to(run_dir)
     provenance = Provenance(run_dir, loaded)
     provenance.save()

@@ -7,12 +7,18 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
+
+from core.watchdog import mapped_semaphores
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("PIPELINE_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -21,6 +27,82 @@ TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# Every process the suite starts (runs, worker pools, workers, servers, watchdogs) inherits this marker;
+# at the end of the session none may be alive. ``<pid>-`` keeps a nested session from adopting its parent's.
+SESSION_VAR = "PES2O_TEST_SESSION"
+if not os.environ.get(SESSION_VAR, "").startswith(f"{os.getpid()}-"):
+    os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
+SESSION = os.environ[SESSION_VAR]
+SETTLE = 20.0  # seconds the suite's processes get to exit after the last test (watchdog poll + grace)
+
+
+def session_processes() -> list[psutil.Process]:
+    """Live processes carrying this session's marker, but for this one and its resource tracker."""
+    me, found = os.getpid(), []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == me or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(SESSION_VAR) != SESSION:
+                continue
+            if proc.ppid() == me and "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                continue  # this interpreter's own tracker lives until pytest exits
+            found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+class SemaphoreWatch(threading.Thread):
+    """Notes, once a second, the semaphores the suite's processes map: those are the suite's own."""
+
+    def __init__(self) -> None:
+        super().__init__(name="semaphore-watch", daemon=True)
+        self.seen: set[Path] = set()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(1.0):
+            self.seen |= mapped_semaphores(p.pid for p in session_processes())
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config._semaphore_watch = watch = SemaphoreWatch()  # type: ignore[attr-defined]
+    watch.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when a process it started is still alive or a semaphore of its is left."""
+    watch: SemaphoreWatch | None = getattr(session.config, "_semaphore_watch", None)
+    if watch is None:
+        return
+    deadline = time.monotonic() + SETTLE
+    while session_processes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    watch.stopped.set()
+    watch.join(timeout=5)
+    problems = []
+    survivors = session_processes()
+    for proc in survivors:
+        try:
+            problems.append(f"process {proc.pid} still alive: {' '.join(proc.cmdline())[:200]}")
+            proc.kill()
+        except psutil.Error:
+            continue
+    in_use = mapped_semaphores(p.pid for p in psutil.process_iter())
+    for sem in sorted(watch.seen):
+        if sem.exists() and sem not in in_use:
+            problems.append(f"semaphore left behind: {sem}")
+            sem.unlink(missing_ok=True)
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        write = reporter.write_line if reporter else lambda line: print(line, file=sys.__stderr__)
+        write("")
+        write("the test session left these behind (now killed/removed):")
+        for line in problems:
+            write(f"  {line}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def sample_records(n: int) -> list[dict[str, Any]]:

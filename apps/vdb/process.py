@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb.base import DatabaseError
+from core.lifetime import forget, record_group, start_watchdog
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -81,7 +82,9 @@ class ServerProcess:
     """One server process in its own process group, logging to ``log_path``.
 
     ``stop`` sends SIGTERM to the whole group, then SIGKILL after ``grace`` seconds, so
-    helper processes a server forks (Milvus's embedded etcd, for example) die with it.
+    helper processes a server forks (Milvus's embedded etcd, for example) die with it. A watchdog (its
+    own session) stops the group when the process that started it dies, even by SIGKILL; inside a run
+    the group is recorded so the next run in the workdir stops it if the watchdog could not.
     """
 
     def __init__(
@@ -98,6 +101,8 @@ class ServerProcess:
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: subprocess.Popen[bytes] | None = None
+        self.record: Path | None = None
 
     def start(self) -> None:
         """Launch the process; output goes to the log file."""
@@ -113,10 +118,23 @@ class ServerProcess:
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: one killpg stops everything it forks
             )
+            self.watchdog = start_watchdog(self.proc.pid, self.name, log)
+            self.record = record_group(self.name, self.proc.pid, self.proc.pid, self.watchdog.pid)
         except FileNotFoundError as exc:
             raise DatabaseError(f"{self.name}: cannot execute {self.argv[0]!r}: {exc}") from exc
         finally:
             log.close()
+
+    def _release_watchdog(self) -> None:
+        """The group is gone: end its watchdog (and reap it) and drop the record."""
+        if self.watchdog is not None:
+            if self.watchdog.poll() is None:
+                self.watchdog.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.watchdog.wait(timeout=10)
+            self.watchdog = None
+        forget(self.record)
+        self.record = None
 
     def alive(self) -> bool:
         """True while the process runs."""
@@ -156,6 +174,7 @@ class ServerProcess:
         # Children that outlived the leader (same group) are killed too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        self._release_watchdog()
 
     def kill(self) -> None:
         """SIGKILL the whole group at once (fault-injection tests use this)."""
@@ -163,6 +182,7 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
+        self._release_watchdog()
 
 
 def directory_bytes(path: Path, *, apparent: bool = False) -> int:
