@@ -187,11 +187,10 @@ class WorkdirLock:
     def acquire(cls, workdir: Path) -> WorkdirLock:
         """Take the lock or raise WorkdirBusyError naming the run that holds it."""
         path = Path(workdir) / STATE_DIR / "lock"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole run
-        except OSError as exc:
-            raise PipelineError(f"cannot create the run lock {path}: {exc}") from exc
+        # An OSError here (a workdir under a file, a read-only disk) is the caller's to name: it knows the
+        # config line the workdir came from.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the whole run
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

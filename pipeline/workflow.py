@@ -13,6 +13,7 @@ from rich.console import Console
 
 from core.errors import PipelineError
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
+from core.store import os_error_reason
 from core.watchdog import REGISTRY_VAR, RUN_VAR
 from pipeline.config_loader import LoadedConfig
 from pipeline.plan import Plan, build_plan
@@ -31,9 +32,13 @@ def _log_to(run_dir: Path) -> logging.Handler:
 
 
 @contextmanager
-def _own_workdir(workdir: Path, console: Console) -> Iterator[WorkdirLock]:
+def _own_workdir(loaded: LoadedConfig, workdir: Path, console: Console) -> Iterator[WorkdirLock]:
     """Hold the workdir's lock for the run; stop what dead runs left running before anything starts."""
-    lock = WorkdirLock.acquire(workdir)  # a second run in the same workdir stops here
+    try:
+        lock = WorkdirLock.acquire(workdir)  # a second run in the same workdir stops here
+    except OSError as exc:  # a workdir under a file, no permission: name the config's workdir line
+        reason = os_error_reason(exc, workdir / STATE_DIR)
+        raise loaded.error_at(("workdir",), f"cannot create the run lock in {workdir}: {reason}") from None
     try:
         stopped = stop_leftovers(workdir)
         if stopped:
@@ -75,7 +80,7 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     console = console or Console(stderr=True)
     plan: Plan = build_plan(loaded)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
-    with _own_workdir(workdir, console) as lock:
+    with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
         lock.note(run_dir.name)
         with _run_environment(workdir, run_dir.name):
