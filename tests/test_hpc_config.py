@@ -425,3 +425,19 @@ def test_every_hpc_field_is_described() -> None:
         f"{m.__name__}.{name}" for m in models for name, f in m.model_fields.items() if not f.description
     ]
     assert missing == []
+
+
+def test_image_and_override_names_come_from_the_registered_databases(hpc_env: Path) -> None:
+    from apps.vdb import DATABASES, image_names
+
+    assert {"qdrant", "qdrant_gpu", "weaviate", "milvus", "etcd"} <= set(image_names())
+    for name in DATABASES:  # every database's own image is a known key
+        assert name in image_names()
+    data = study("polaris")
+    data["vdb"]["cluster"]["images"]["mongo"] = "/images/mongo.sif"
+    with pytest.raises(ConfigError, match=r"vdb\.cluster\.images: .*unknown image\(s\) mongo; known: etcd"):
+        load_config(write(hpc_env, data))
+    data = study("polaris")
+    data["vdb"]["cluster"]["overrides"]["mongo"] = {"nodes": 2}
+    with pytest.raises(ConfigError, match=r"vdb\.cluster\.overrides: .*unknown database\(s\) mongo"):
+        load_config(write(hpc_env, data))

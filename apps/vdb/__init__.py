@@ -77,3 +77,8 @@ def cluster_image_field(name: str, cluster: Any) -> str:
 def cluster_checks(name: str) -> Any:
     """Database ``name``'s checks: ``settings_problems(settings, index)``, ``cluster_problems(check)``."""
     return _part(name, "checks")
+
+
+def image_names() -> dict[str, str]:
+    """Every database's Apptainer image names (``vdb.cluster.images`` keys) with what each holds."""
+    return {name: text for db in DATABASES for name, text in _part(db, "settings").IMAGES.items()}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from apps.vdb import cluster_image_field
+from apps.vdb import DATABASES, cluster_image_field, image_names
 from core.config import Strict
 from executors.config import StorageMedium, Walltime
 from executors.safe import (
@@ -75,16 +75,23 @@ class StorageConfig(Strict):
         return self.medium in ("lustre", "daos")
 
 
-class ImagesConfig(Strict):
-    """Apptainer images (.sif built from the vendors' Docker images), one per database."""
+def _known_images(images: dict[str, str]) -> dict[str, str]:
+    """Image names come from the registered databases (each declares its own in its settings module)."""
+    known = image_names()
+    unknown = sorted(set(images) - set(known))
+    if unknown:
+        raise ValueError(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return images
 
-    qdrant: SafePath | None = Field(None, description="qdrant/qdrant:v1.16.x image.")
-    qdrant_gpu: SafePath | None = Field(
-        None, description="qdrant/qdrant:v1.16.x-gpu-nvidia image, used when gpu_indexing is on."
-    )
-    weaviate: SafePath | None = Field(None, description="semitechnologies/weaviate:1.36.0 image.")
-    milvus: SafePath | None = Field(None, description="milvusdb/milvus:v2.6.x image.")
-    etcd: SafePath | None = Field(None, description="quay.io/coreos/etcd:v3.5.x image (Milvus distributed).")
+
+def _known_databases(overrides: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(overrides) - set(DATABASES))
+    if unknown:
+        raise ValueError(f"unknown database(s) {', '.join(unknown)}; known: {', '.join(sorted(DATABASES))}")
+    return overrides
+
+
+ImagesConfig = Annotated[dict[str, SafePath], AfterValidator(_known_images)]
 
 
 class MilvusClusterConfig(Strict):
@@ -135,7 +142,11 @@ class DatabaseClusterConfig(Strict):
         1, ge=1, description="Collection shards per worker: vdb.collection.shards must equal workers x this."
     )
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Where ranks keep data.")
-    images: ImagesConfig = Field(default_factory=ImagesConfig, description="Apptainer image per database.")
+    images: ImagesConfig = Field(
+        default_factory=dict,
+        description="Apptainer images (.sif built from the vendors' Docker images), by name: "
+        + "; ".join(f"{name}: {text}" for name, text in image_names().items()),
+    )
     milvus: MilvusClusterConfig = Field(
         default_factory=MilvusClusterConfig, description="Milvus standalone or distributed roles."
     )
@@ -174,7 +185,7 @@ class DatabaseClusterConfig(Strict):
     startup_timeout_s: float = Field(
         900, gt=0, description="Seconds a rank waits for its server (and for rank 0) to be healthy."
     )
-    overrides: dict[Literal["qdrant", "milvus", "weaviate"], ClusterOverride] = Field(
+    overrides: Annotated[dict[str, ClusterOverride], AfterValidator(_known_databases)] = Field(
         default_factory=dict,
         description="Per-database changes, e.g. milvus distributed on Lustre while Qdrant runs in memory.",
     )
@@ -209,4 +220,4 @@ class DatabaseClusterConfig(Strict):
 def image_for(cluster: DatabaseClusterConfig, database: str) -> tuple[str, str | None]:
     """(images field name, path) of the image a database runs from (the database picks the field)."""
     field = cluster_image_field(database, cluster)
-    return field, getattr(cluster.images, field)
+    return field, cluster.images.get(field)

@@ -30,10 +30,11 @@ def cluster_problems(check: ClusterCheck) -> list[Problem]:
     if m.mode == "standalone" and c.workers != 1:
         problems.append((at("workers"), "milvus standalone is one process: set workers: 1"))
     if m.mode == "distributed":
-        if not c.images.etcd:
+        etcd = c.images.get("etcd")
+        if not etcd:
             problems.append((("vdb", "cluster", "images", "etcd"), "milvus distributed needs an etcd image"))
-        elif not check.exists(c.images.etcd):
-            problems.append((("vdb", "cluster", "images", "etcd"), f"image {c.images.etcd} does not exist"))
+        elif not check.exists(etcd):
+            problems.append((("vdb", "cluster", "images", "etcd"), f"image {etcd} does not exist"))
         if c.nodes > 1 and not c.storage.shared:
             problems.append(
                 (

@@ -200,9 +200,9 @@ def plan_ranks(
     """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``."""
     if cluster.milvus.mode == "standalone":
         return RankPlan(_milvus_standalone(settings, cluster, image, data), [0])
-    if not cluster.images.etcd:
+    if not cluster.images.get("etcd"):
         raise DatabaseError("vdb.cluster.images.etcd: milvus distributed needs an etcd image")
     shared = f"{data}/shared"
-    etcd_image = str(absolute(cluster.images.etcd, base_dir))
+    etcd_image = str(absolute(cluster.images.get("etcd"), base_dir))
     ranks = _milvus_distributed(settings, cluster, image, etcd_image, data, shared)
     return RankPlan(ranks, [r.rank for r in ranks if r.role == "proxy"], shared)

@@ -61,3 +61,10 @@ class MilvusSettings(BaseModel):
 SETTINGS = MilvusSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("pymilvus", "milvus")
+
+
+# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
+IMAGES = {
+    "milvus": "milvusdb/milvus:v2.6.x image",
+    "etcd": "quay.io/coreos/etcd:v3.5.x image (Milvus distributed)",
+}

@@ -40,3 +40,10 @@ class QdrantSettings(BaseModel):
 SETTINGS = QdrantSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("qdrant-client", "qdrant-edge-py")
+
+
+# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
+IMAGES = {
+    "qdrant": "qdrant/qdrant:v1.16.x image",
+    "qdrant_gpu": "qdrant/qdrant:v1.16.x-gpu-nvidia image, used when gpu_indexing is on",
+}

@@ -48,3 +48,7 @@ class WeaviateSettings(BaseModel):
 SETTINGS = WeaviateSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("weaviate-client",)
+
+
+# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
+IMAGES = {"weaviate": "semitechnologies/weaviate:1.36.0 image"}
