@@ -208,7 +208,7 @@ class WorkdirLock:
     def note(self, run: str | None) -> None:
         """Say in the lock file who holds it: pid, host, start time and (once known) the run id."""
         pid = os.getpid()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(create_time(pid) or time.time()))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(_wall_start(pid)))
         text = f"run {run or '(starting)'}, pid {pid} on {socket.gethostname()}, started {stamp}"
         self.fh.seek(0)
         self.fh.truncate()
@@ -220,3 +220,11 @@ class WorkdirLock:
         with contextlib.suppress(OSError):
             fcntl.flock(self.fh, fcntl.LOCK_UN)
         self.fh.close()
+
+
+def _wall_start(pid: int) -> float:
+    """When ``pid`` started, as wall-clock time, for messages (now when it is gone)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return time.time()

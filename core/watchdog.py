@@ -32,8 +32,18 @@ SHM = Path("/dev/shm")
 
 
 def create_time(pid: int) -> float | None:
-    """The start time of ``pid`` (seconds since the epoch), None when there is no such process."""
+    """When ``pid`` started, in clock ticks since boot (None when there is no such process).
+
+    Boot-relative ticks (field 22 of /proc/<pid>/stat) identify a process across pid reuse and, unlike a
+    wall-clock start time (psutil recomputes that from the boot time on every call), do not move when the
+    clock is stepped (NTP, a resumed VM): a stepped clock must never make a live driver look dead.
+    """
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return float(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "(comm)": 3.. -> 22 is [19]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # no /proc: psutil's start time, the best identity this platform offers
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
@@ -43,7 +53,7 @@ def is_alive(pid: int, started: float | None) -> bool:
     """True while ``pid`` runs and is the process that started at ``started`` (a zombie counts as dead)."""
     try:
         proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > 0.01:
+        if started is not None and create_time(pid) != started:
             return False  # the pid was recycled
         return proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied):

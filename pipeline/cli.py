@@ -117,6 +117,16 @@ def run(config: ConfigArg) -> None:
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         raise typer.Exit(130) from None
+    except Exception as exc:  # a lost worker, a library error: one line here, the traceback in the log
+        from core.errors import describe
+        from pipeline.dag import root_cause
+
+        console.print(
+            f"[red]error:[/] {describe(root_cause(exc))} (the traceback is in the run's pipeline.log)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -180,18 +190,19 @@ def status(
     if not path.exists():
         console.print(f"[red]error:[/] {path} does not exist (is {run_dir} a run directory?)")
         raise typer.Exit(2)
-    prov = json.loads(path.read_text())
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
-    out.print(
-        f"[bold]{prov['run_id']}[/]  status [bold]{prov['status']}[/]  started {started}  host {prov['host']}"
-    )
+    try:
+        prov = json.loads(path.read_text())
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
+        run_id, run_status, host, stages_of = prov["run_id"], prov["status"], prov["host"], prov["stages"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        console.print(f"[red]error:[/] {path}: not a readable provenance file ({exc!r})", highlight=False)
+        raise typer.Exit(2) from None
+    out.print(f"[bold]{run_id}[/]  status [bold]{run_status}[/]  started {started}  host {host}")
     if prov.get("error"):
         out.print(f"[red]error:[/] {prov['error']}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
     order = ["shard", "chunk", "embed", "queries", "groundtruth"]
-    stages = sorted(
-        prov["stages"].items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
-    )
+    stages = sorted(stages_of.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
     for name, stage in stages:
         rows = sum(int(t.get("rows", 0) or 0) for t in stage["tasks"])
         seconds = f"{stage['finished'] - stage['started']:.1f}" if stage.get("finished") else "running"

@@ -144,7 +144,10 @@ class VdbStages:
             log.warning("%s skipped (optional): %s", name, exc)
             fields.update(status="skipped", reason=str(exc))
         finally:
-            deployment.stop()
+            try:
+                deployment.stop()
+            except Exception as exc:  # a failed teardown must not hide the stage's own error
+                log.error("%s: teardown failed: %s", name, exc)
             # The provenance gets what is known even when a stage failed (no raw-file list: it is long).
             known = {k: v for k, v in fields.items() if k != "queries"}
             self.provenance.task_finished(

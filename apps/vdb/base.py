@@ -127,7 +127,9 @@ def _database_error(client: Any, method: str, exc: Exception, elapsed: float) ->
     settings = getattr(client, "settings", None)
     name = getattr(settings, "name", type(client).__name__)
     timed_out = isinstance(exc, TimeoutError) or any(w in str(exc).lower() for w in _TIMEOUT_WORDS)
-    timed_out = timed_out or waited
+    # Elapsed time marks a stall only for a single request: an insert, index build or wait that fails
+    # late is slow by nature, not stalled.
+    timed_out = timed_out or (waited and method in _REQUESTS)
     kind = RequestTimeout if timed_out else DatabaseError
     return kind(f"{name}: {method.strip('_')} failed after {elapsed:.1f}s: {describe(exc)}"[:2000])
 
@@ -213,7 +215,7 @@ class Client(abc.ABC):
 
     @abc.abstractmethod
     def wait_searchable(self, expected: int, timeout: float) -> None:
-        """Block until ``expected`` vectors are visible to search (ARCHITECTURE.md: upload time)."""
+        """Block until ``expected`` vectors are visible to search (../shared/ARCHITECTURE.md: upload time)."""
 
     @abc.abstractmethod
     def build_index(self, timeout: float) -> None:

@@ -100,9 +100,11 @@ class ClientPool:
 
     def close(self) -> None:
         """Close clients and stop the pool."""
-        if self.in_process:
-            self.executor.submit(disconnect).result()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        try:
+            if self.in_process:
+                self.executor.submit(disconnect).result()
+        finally:  # the engine's thread (and its file lock) goes even when disconnecting failed
+            self.executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> ClientPool:
         return self

@@ -162,19 +162,24 @@ class ServerProcess:
         """Terminate the process group (idempotent)."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
+        try:
+            if self.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=grace)
-        # Children that outlived the leader (same group) are killed too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self._release_watchdog()
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.proc.pid, signal.SIGKILL)
+                    # A process stuck in the kernel (D state) may outlast even SIGKILL's wait: teardown
+                    # must not raise over the stage's own error; the watchdog record is released below.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.proc.wait(timeout=grace)
+            # Children that outlived the leader (same group) are killed too.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        finally:
+            self._release_watchdog()
 
     def kill(self) -> None:
         """SIGKILL the whole group at once (fault-injection tests use this)."""

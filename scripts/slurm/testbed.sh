@@ -74,7 +74,8 @@ testbed_pids() {
             grep -qxF "SLURM_TESTBED_DIR=$dir" <<<"$environ" || continue
         else
             cmdline=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
-            [[ $cmdline == *"$dir/"* ]] || continue
+            # "$dir/" must start an argument (or follow --opt=): /tmp/tb must not match /home/u/tmp/tb
+            [[ " $cmdline" == *[\ =]"$dir/"* ]] || continue
         fi
         printf '%s %s\n' "$pid" "$comm"
     done
