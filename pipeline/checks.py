@@ -15,6 +15,7 @@ from typing import Any
 from apps.vdb import cluster_checks
 from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+from apps.vdb.cluster.layout import absolute
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
 
 
@@ -84,11 +85,6 @@ def _queue_problems(executor: Any, vdb: Any) -> list[Problem]:
     return list(dict.fromkeys(problems))  # a shared block is reported once
 
 
-def _resolve(path: str, base_dir: Path | None) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() or base_dir is None else base_dir / p
-
-
 def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> list[Problem]:
     """Problems of one database's cluster (the block with that database's overrides applied)."""
     executor, vdb = run_config.executor, run_config.vdb
@@ -145,7 +141,7 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     elif storage.medium == "lustre":
         if not storage.lustre_path:
             problems.append((at("storage", "lustre_path"), "medium lustre needs lustre_path"))
-        elif not _resolve(storage.lustre_path, base_dir).is_dir():
+        elif not absolute(storage.lustre_path, base_dir).is_dir():
             problems.append((at("storage", "lustre_path"), f"directory {storage.lustre_path} does not exist"))
     elif storage.medium == "daos" and storage.daos is None:
         problems.append((at("storage", "daos"), "medium daos needs a daos section (pool, container)"))

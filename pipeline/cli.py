@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -28,10 +28,15 @@ out = Console()
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
 
 
-def _fail(exc: PipelineError) -> None:
+def _error(message: str, code: int) -> NoReturn:
+    """Print ``error: message`` and exit with ``code``."""
     # soft_wrap: one line however narrow the terminal (or a log file's 80 columns).
-    console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    raise typer.Exit(exc.exit_code)
+    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _fail(exc: PipelineError) -> NoReturn:
+    _error(str(exc), exc.exit_code)
 
 
 def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
@@ -43,7 +48,6 @@ def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
         return loaded, build_plan(loaded)
     except PipelineError as exc:
         _fail(exc)
-        raise  # unreachable: _fail exits
 
 
 @app.command()
@@ -112,8 +116,7 @@ def run(config: ConfigArg) -> None:
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
-        console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        _error(str(exc), 1)
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         raise typer.Exit(130) from None
@@ -121,12 +124,7 @@ def run(config: ConfigArg) -> None:
         from core.errors import describe
         from pipeline.dag import root_cause
 
-        console.print(
-            f"[red]error:[/] {describe(root_cause(exc))} (the traceback is in the run's pipeline.log)",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(1) from None
+        _error(f"{describe(root_cause(exc))} (the traceback is in the run's pipeline.log)", 1)
 
 
 @app.command()
@@ -188,15 +186,13 @@ def status(
         return
     path = run_dir / PROVENANCE
     if not path.exists():
-        console.print(f"[red]error:[/] {path} does not exist (is {run_dir} a run directory?)")
-        raise typer.Exit(2)
+        _error(f"{path} does not exist (is {run_dir} a run directory?)", 2)
     try:
         prov = json.loads(path.read_text())
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
         run_id, run_status, host, stages_of = prov["run_id"], prov["status"], prov["host"], prov["stages"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        console.print(f"[red]error:[/] {path}: not a readable provenance file ({exc!r})", highlight=False)
-        raise typer.Exit(2) from None
+        _error(f"{path}: not a readable provenance file ({exc!r})", 2)
     out.print(f"[bold]{run_id}[/]  status [bold]{run_status}[/]  started {started}  host {host}")
     if prov.get("error"):
         out.print(f"[red]error:[/] {prov['error']}")

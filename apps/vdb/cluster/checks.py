@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.cluster.layout import absolute
 
 Problem = tuple[tuple, str]
 
@@ -33,8 +34,7 @@ class ClusterCheck:
 
     def exists(self, path: str) -> bool:
         """True when ``path`` (relative to the config file) is a file."""
-        p = Path(path).expanduser()
-        return (p if p.is_absolute() or self.base_dir is None else self.base_dir / p).is_file()
+        return absolute(path, self.base_dir).is_file()
 
 
 def needs_mmap(check: ClusterCheck) -> list[Problem]:
