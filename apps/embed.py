@@ -63,6 +63,7 @@ def embed_shard(
         "dimension": file_metadata["dimension"],
         "embed": stats.__dict__,
         "device": embedder.device,
+        "precision": embedder.precision,  # OpenVINO's as the plugin runs it (bf16 needs bf16 units)
         **written,
         **task_context(started),
     }

@@ -1,4 +1,7 @@
-"""Embedding backends: sentence-transformers and plain transformers (the Qwen3-Embedding recipe).
+"""Embedding backends: sentence-transformers, plain transformers (the Qwen3-Embedding recipe) and OpenVINO.
+
+OpenVINO runs a sentence-transformers model on the CPU from an export made once from the local weights
+and cached by content (:mod:`apps.embed_backends`); the PyTorch backends serve GPUs and CPUs alike.
 
 Shared by both backends: inputs are tokenized once, sorted by length and grouped into batches by a
 padded-token budget; a batch that runs out of memory is split in half and retried, down to single texts;
@@ -10,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -25,10 +30,11 @@ QWEN3_QUERY_TASK = "Given a web search query, retrieve relevant passages that an
 class EmbeddingConfig(Strict):
     """The embedding model and how it is run."""
 
-    backend: Literal["sentence-transformers", "transformers"] = Field(
+    backend: Literal["sentence-transformers", "transformers", "openvino"] = Field(
         "sentence-transformers",
         description="sentence-transformers: the model's own modules; transformers: AutoModel with left "
-        "padding, EOS appended and last-token or mean pooling (the Qwen3-Embedding recipe).",
+        "padding, EOS appended and last-token or mean pooling (the Qwen3-Embedding recipe); openvino: a "
+        "sentence-transformers model's own modules exported once to OpenVINO and run on the CPU (no GPU).",
     )
     model: str = Field(
         description="Local model directory, or 'pkg:<module>' for a Python package that ships weights "
@@ -41,7 +47,11 @@ class EmbeddingConfig(Strict):
     max_length: int = Field(
         512, ge=8, description="Maximum tokens per input; longer inputs are truncated and counted."
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Model compute dtype.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="Model compute dtype. openvino: the inference precision (weights stay float32; "
+        "bfloat16 runs the matrix products on the CPU's bf16 units and float32 where it has none).",
+    )
     pooling: Literal["mean", "last_token", "cls"] = Field(
         "mean", description="transformers backend: how token states become one vector."
     )
@@ -63,7 +73,14 @@ class EmbeddingConfig(Strict):
         "(used when queries.instruction is on).",
     )
     torch_threads: int | None = Field(
-        None, ge=1, description="torch intra-op threads per worker; default: cores / workers on the node."
+        None,
+        ge=1,
+        description="Intra-op threads per worker (torch or OpenVINO); default: cores / workers on the node.",
+    )
+    export_dir: str | None = Field(
+        None,
+        description="openvino: where exports are cached, by a key of the weights, recipe and library "
+        "versions; default: <workdir>/cache/embed-models.",
     )
 
 
@@ -115,9 +132,8 @@ def pick_device() -> str:
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for the allocation failures a smaller batch can avoid (GPU or CPU)."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError):
+    torch = sys.modules.get("torch")  # not imported by an OpenVINO worker: nothing to ask it then
+    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
         return True
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
@@ -147,14 +163,18 @@ class Embedder:
 
     def __init__(self, cfg: EmbeddingConfig) -> None:
         offline_environment()
+        self.cfg = cfg
+        self.model_dir = str(resolve_model_path(cfg.model))
+        self.precision = cfg.dtype  # what the model computes in (OpenVINO reports its own)
+        if cfg.backend == "openvino":  # no torch in the worker once the export is cached
+            self._load_openvino()
+            return
         import torch
 
-        self.cfg = cfg
         self.torch = torch
         self.device = pick_device()
         if self.device == "cpu":
             torch.set_num_threads(cfg.torch_threads or _default_threads())
-        self.model_dir = str(resolve_model_path(cfg.model))
         self.dtype = getattr(torch, cfg.dtype)
         if cfg.backend == "sentence-transformers":
             self._load_sentence_transformers()
@@ -177,6 +197,18 @@ class Embedder:
         self.tokenizer = self.model.tokenizer
         self.padding_side = self.tokenizer.padding_side
         self.native_dim = self.model.get_embedding_dimension()
+
+    def _load_openvino(self) -> None:
+        from apps.embed_backends import OpenVINORuntime
+        from apps.models import load_tokenizer
+
+        export_dir = self.cfg.export_dir or str(Path.cwd() / "cache" / "embed-models")
+        threads = self.cfg.torch_threads or _default_threads()
+        self.model = OpenVINORuntime(self.model_dir, export_dir, self.cfg.dtype, threads)
+        self.device, self.precision = "cpu", self.model.precision
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.padding_side = self.tokenizer.padding_side
+        self.native_dim = self.model.dimension
 
     def _load_transformers(self) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -210,30 +242,37 @@ class Embedder:
         built = self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
         return [Encoded(ids, len(r) > max_length - specials) for ids, r in zip(built, raw, strict=True)]
 
-    def _pad(self, batch: list[Encoded]) -> dict[str, Any]:
-        """Pad a batch on the backend's side into tensors on the device."""
-        torch = self.torch
+    def _pad_arrays(self, batch: list[Encoded]) -> dict[str, np.ndarray]:
+        """Pad a batch on the backend's side into int64 arrays (input ids, mask, token types)."""
         width = max(len(e.ids) for e in batch)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        ids = np.full((len(batch), width), pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
         for row, enc in enumerate(batch):
             n = len(enc.ids)
             cols = slice(width - n, width) if self.padding_side == "left" else slice(0, n)
-            ids[row, cols] = torch.tensor(enc.ids, dtype=torch.long)
+            ids[row, cols] = enc.ids
             mask[row, cols] = 1
-        features = {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
-        if (
-            self.cfg.backend == "sentence-transformers"
-            and "token_type_ids" in self.tokenizer.model_input_names
-        ):
-            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+        features = {"input_ids": ids, "attention_mask": mask}
+        if self.cfg.backend != "transformers" and "token_type_ids" in self.tokenizer.model_input_names:
+            features["token_type_ids"] = np.zeros_like(ids)
         return features
+
+    def _pad(self, batch: list[Encoded]) -> dict[str, Any]:
+        """Pad a batch into tensors on the device (PyTorch backends)."""
+        return {k: self.torch.from_numpy(v).to(self.device) for k, v in self._pad_arrays(batch).items()}
 
     # --- forward -----------------------------------------------------------------------------------------
 
     def _forward(self, batch: list[Encoded]) -> np.ndarray:
         """Vectors for one batch (float32, pooled, truncated, normalised as configured)."""
+        if self.cfg.backend == "openvino":
+            vectors = self.model(self._pad_arrays(batch))
+            if self.cfg.dimension:
+                vectors = vectors[:, : self.cfg.dimension]
+            if self.cfg.normalize:  # as torch's normalize: divide by max(norm, eps)
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            return vectors
         torch = self.torch
         features = self._pad(batch)
         with torch.inference_mode():
@@ -318,7 +357,9 @@ def embedder_key(cfg: EmbeddingConfig) -> str:
     """What identifies a loaded model within a worker (everything but batching knobs)."""
     from core.store import canonical_json
 
-    return canonical_json(cfg.model_dump(exclude={"token_budget", "max_batch_size", "query_task"}))
+    return canonical_json(
+        cfg.model_dump(exclude={"token_budget", "max_batch_size", "query_task", "export_dir"})
+    )
 
 
 def get_embedder(cfg: EmbeddingConfig) -> Embedder:

@@ -252,7 +252,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "dimension": dimension,
         "dtype": cfg.embedding.dtype,
         "output_dtype": cfg.embedding.output_dtype,
-        "pooling": "model" if cfg.embedding.backend == "sentence-transformers" else cfg.embedding.pooling,
+        "pooling": "model" if cfg.embedding.backend != "transformers" else cfg.embedding.pooling,
         "normalize": cfg.embedding.normalize,
         "max_length": cfg.embedding.max_length,
         "document_instruction": None,
@@ -271,7 +271,10 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     # Workers get the directory resolved here: they run elsewhere (another cwd, another node), so
     # resolving the config's spelling again there could load another model or none.
-    resolved = cfg.embedding.model_copy(update={"model": str(model_dir)})
+    export_dir = cfg.embedding.export_dir or store.parent / "cache" / "embed-models"
+    resolved = cfg.embedding.model_copy(
+        update={"model": str(model_dir), "export_dir": str(cfg.resolve_path(str(export_dir), base))}
+    )
     return Plan(
         loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file, resolved
     )

