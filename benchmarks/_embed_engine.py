@@ -58,4 +58,18 @@ class Engine:
             "peak_rss_mib": round(_common.mib(self.sampler.peak), 1),
             "peak_processes": self.sampler.peak_processes,
             "peak_breakdown": self.sampler.peak_breakdown,
+            "per_process": per_process_peaks(self.sampler.timeline),
         }
+
+
+def per_process_peaks(timeline: list[tuple[float, list[tuple[int, str, int]]]]) -> list[dict[str, Any]]:
+    """Each process's own peak RSS over the session (the tree's peak sums processes at one instant)."""
+    peaks: dict[int, tuple[str, int]] = {}
+    for _, rows in timeline:
+        for pid, role, rss in rows:
+            if rss > peaks.get(pid, ("", -1))[1]:
+                peaks[pid] = (role, rss)
+    return [
+        {"pid": pid, "role": role, "peak_rss_mib": round(_common.mib(rss), 1)}
+        for pid, (role, rss) in sorted(peaks.items(), key=lambda item: -item[1][1])
+    ]
