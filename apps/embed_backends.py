@@ -146,6 +146,7 @@ def _export(model_dir: str, out: Path) -> None:
     # The tracer warns about shape branches it freezes; the checks below run other shapes instead.
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", FutureWarning)  # OpenVINO's frontend traces with torch.jit.trace
         graph = ov.convert_model(Graph().eval(), example_input={k: example[k] for k in names}, input=dynamic)
     ov.save_model(graph, out / MODEL_XML, compress_to_fp16=False)  # keep float32 weights
     compiled = ov.Core().compile_model(out / MODEL_XML, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})

@@ -239,6 +239,8 @@ def test_openvino_bfloat16_agrees_in_cosine(texts: list[str], export_dir: Path) 
     assert cosines(ours, reference).min() >= 1 - 1e-3
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     assert embedder.precision in ("bfloat16", "float32")  # float32 on a CPU without bf16 units
+    again, _ = Embedder(ov_cfg(export_dir, dtype="bfloat16", torch_threads=1)).embed(texts, is_query=False)
+    np.testing.assert_array_equal(again, ours)  # same batches: the same bits, whatever the thread count
 
 
 def test_openvino_matryoshka_dimension(texts: list[str], export_dir: Path) -> None:
