@@ -177,6 +177,10 @@ class OpenVINORuntime:
                 "INFERENCE_PRECISION_HINT": PRECISIONS[dtype],
                 "INFERENCE_NUM_THREADS": threads,
                 "NUM_STREAMS": 1,  # one request at a time per worker: workers are the parallelism
+                # OpenVINO pins each process's threads from core 0 up, blind to the other workers on the
+                # node: two 1-thread workers then share one core (measured: half the throughput each).
+                # The OS, or the executor's cpu_affinity, places workers instead.
+                "ENABLE_CPU_PINNING": False,
                 "PERFORMANCE_HINT": "LATENCY",
             },
         )

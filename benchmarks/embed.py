@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import _common
 import numpy as np
+import psutil
 from _embed_engine import Engine
 from _embed_explore import explore
 from _embed_report import COSINE_TOLERANCE, agreement, baseline_padding, print_round, print_table
@@ -319,8 +320,8 @@ def main() -> None:
     print(
         f"{len(texts)} chunks in {len(files)} shards ({args.docs} documents; chunking "
         f"{plan.config.chunking.model_dump(exclude={'tokenizer'})}); model "
-        f"{plan.config.embedding.model_id or plan.config.embedding.model}; {cores} cores; load average "
-        f"{os.getloadavg()[0]:.2f} before the start\n"
+        f"{plan.config.embedding.model_id or plan.config.embedding.model}; {cores} cores; before the start: "
+        f"load average {os.getloadavg()[0]:.2f}, CPU busy {psutil.cpu_percent(interval=3):.0f}% over 3 s\n"
         f"baseline: 1 process x {cores} threads, SentenceTransformer.encode(batch_size={args.batch_size}), "
         "float32 PyTorch\n"
         f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.embed.embed_shard per "
