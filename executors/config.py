@@ -136,7 +136,7 @@ class GpuWorkers(Strict):
         4,
         description="GPUs a node offers to workers: a count (ids 0..n-1) or explicit ids such as Aurora "
         "tiles '0.0'; Parsl starts one worker per entry and pins it (CUDA_VISIBLE_DEVICES, "
-        "ZE_AFFINITY_MASK).",
+        "ZE_AFFINITY_MASK). 0: a node without GPUs, one worker per node (the local Slurm testbed).",
     )
     cores_per_worker: float = Field(8, gt=0, description="CPU hardware threads per worker.")
     cpu_affinity: CpuAffinity = Field(

@@ -8,6 +8,8 @@ that checkpoints finished apps for resume.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,13 +77,16 @@ def drain_period(walltime: str, margin_s: int | None) -> int | None:
 
 
 def gpu_executor(block: GpuWorkers, provider: Any, address: str | None, run_dir: Path, **common: Any):
-    """The GPU HighThroughputExecutor: one worker per accelerator, pinned cores, no prefetch."""
+    """The GPU HighThroughputExecutor: one worker per accelerator, pinned cores, no prefetch.
+
+    A node without accelerators (``accelerators: 0``, the local Slurm testbed) runs one worker per node.
+    """
     accelerators = block.accelerator_ids
     return HighThroughputExecutor(
         label=WORKERS,
         address=address,
         available_accelerators=accelerators,
-        max_workers_per_node=len(accelerators),
+        max_workers_per_node=len(accelerators) or 1,
         cores_per_worker=block.cores_per_worker,
         cpu_affinity=block.cpu_affinity,
         prefetch_capacity=block.prefetch_capacity,
@@ -136,6 +141,8 @@ def hpc_config(
     ``provider`` submits a block's :class:`JobRequest` to the platform's scheduler; ``launcher`` starts one
     worker manager per node of a block (``mpiexec --ppn 1`` on PBS, ``srun`` on Slurm).
     """
+    # Parsl starts interchange.py from the driver's PATH: this interpreter's environment first.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     address = resolve_address(executor.interface, address)
     init = worker_init(executor.worker_init)
 

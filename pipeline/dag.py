@@ -28,6 +28,7 @@ from apps.groundtruth import GroundTruthConfig
 from apps.query_set import QueriesConfig
 from core.errors import PipelineError
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
+from executors.jobs import BlockJobRecorder
 from executors.labels import DRIVER, WORKERS
 from executors.platforms import cpu_label, parsl_config_for
 from pipeline.plan import Plan
@@ -326,7 +327,8 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
     parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
     dfk = parsl.load(parsl_config)
     try:
-        return DagRunner(plan, provenance, console).run()
+        with BlockJobRecorder(list(dfk.executors.values())):  # a killed driver's jobs: the next run cancels
+            return DagRunner(plan, provenance, console).run()
     except PropagatedException as exc:
         raise root_cause(exc) from None
     finally:

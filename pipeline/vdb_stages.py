@@ -83,13 +83,15 @@ class VdbStages:
             "query": python_app(query_stage.query_sweep, executors=[clients]),
         }
 
-    def spec(self) -> CollectionSpec:
-        """The collection every database builds; the metric is the ground truth's."""
-        return CollectionSpec(
-            dim=self.plan.dimension,
-            metric=self.plan.config.groundtruth.metric,
-            **self.cfg.collection.model_dump(),
-        )
+    def spec(self, settings: DatabaseSettings | None = None) -> CollectionSpec:
+        """The collection ``settings``' database builds; the metric is the ground truth's.
+
+        With a cluster, an in-process engine (Qdrant edge) is one rank inside its client: one shard.
+        """
+        fields = self.cfg.collection.model_dump()
+        if self.cfg.cluster is not None and getattr(settings, "in_process", False):
+            fields["shards"] = 1
+        return CollectionSpec(dim=self.plan.dimension, metric=self.plan.config.groundtruth.metric, **fields)
 
     def run(self) -> dict[str, Any]:
         """Benchmark every database not yet done; then write results.parquet and report.md."""
@@ -116,7 +118,8 @@ class VdbStages:
     def run_database(self, settings: DatabaseSettings, db_dir: Path) -> DatabaseOutcome:
         """Deploy one database, run its stages, always tear it down; return (and write) its outcome."""
         name = settings.name
-        if self.cfg.cluster is not None:  # HPC: Apptainer servers as a pilot job on their own nodes
+        if self.cfg.cluster is not None and settings in self.cfg.pilot_databases():
+            # HPC: the servers as a pilot job on their own nodes
             from apps.vdb.cluster.pilot import cluster_deployment
 
             deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
@@ -125,7 +128,7 @@ class VdbStages:
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
-        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec()}
+        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec(settings)}
         started, endpoints = time.time(), None
         try:
             deployed = self.apps["deploy"](
@@ -137,7 +140,13 @@ class VdbStages:
             target = DatabaseTarget(
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )
-            fields.update(self._stages(target, db_dir), status="succeeded")
+            try:
+                fields.update(self._stages(target, db_dir), status="succeeded")
+            except Exception as exc:
+                lost = getattr(deployment, "lost", lambda: None)()  # a pilot job that ended mid-stage
+                if lost:
+                    raise DatabaseError(lost) from exc
+                raise
         except DatabaseError as exc:
             if name not in self.cfg.optional:
                 raise

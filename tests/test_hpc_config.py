@@ -274,10 +274,14 @@ def test_gpu_indexing_is_rejected_on_aurora(hpc_env: Path) -> None:
     assert "not Intel GPUs" in problems_of(hpc_env, data)[("vdb", "cluster", "gpu_indexing")]
 
 
-def test_qdrant_must_be_in_server_mode_with_a_cluster(hpc_env: Path) -> None:
+def test_qdrant_with_a_cluster_is_a_pilot_or_runs_inside_its_clients(hpc_env: Path) -> None:
     data = study("polaris")
-    data["vdb"]["databases"][0]["mode"] = "edge"
-    assert ("vdb", "databases", 0, "mode") in problems_of(hpc_env, data)
+    data["vdb"]["databases"][0]["url"] = "http://elsewhere:6333"  # an external server: not with a cluster
+    assert ("vdb", "databases", 0, "url") in problems_of(hpc_env, data)
+    data["vdb"]["databases"][0] = {"name": "qdrant", "mode": "edge"}  # in-process: no pilot, no image
+    data["vdb"]["cluster"]["images"].pop("qdrant", None)
+    found = problems_of(hpc_env, data)
+    assert not {k: v for k, v in found.items() if "qdrant" in f"{k} {v}"}, found
 
 
 def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:

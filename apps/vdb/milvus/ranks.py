@@ -14,7 +14,8 @@ from typing import Any
 
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import RankPlan, RankSpec, absolute, common_env, rank_ports
+from apps.vdb.cluster.layout import absolute, common_env, rank_ports
+from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.milvus.env import server_env
 
 
@@ -197,7 +198,14 @@ def image_field(cluster: DatabaseClusterConfig) -> str:
 def plan_ranks(
     settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
 ) -> RankPlan:
-    """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``."""
+    """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``.
+
+    Runtime native: the standalone server of the ``milvus`` package (or ``image``, an executable).
+    """
+    if cluster.runtime == "native":
+        from apps.vdb.milvus.native import plan_native_standalone
+
+        return plan_native_standalone(settings, cluster, data, image or None)
     if cluster.milvus.mode == "standalone":
         return RankPlan(_milvus_standalone(settings, cluster, image, data), [0])
     if not cluster.images.get("etcd"):
