@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -51,6 +52,11 @@ def deploy(deployment: Deployment, workdir: str, timeout: float) -> Deployed:
     return Deployed(endpoints=endpoints, deploy_s=time.time() - started)
 
 
+def client_node() -> str:
+    """Client-block task: the node it runs on (asked before a pilot starts, so the block is up)."""
+    return socket.gethostname()
+
+
 def read_outcome(db_dir: Path) -> DatabaseOutcome | None:
     """The outcome of a database finished by an earlier run, or None (never run, partial, other layout)."""
     manifest = complete_manifest(db_dir)
@@ -76,6 +82,7 @@ class VdbStages:
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(deploy, executors=[DRIVER]),
+            "client_node": python_app(client_node, executors=[clients]),
             "prepare": python_app(insert_stage.prepare_collection, executors=[clients]),
             "insert": python_app(insert_stage.insert_partition, executors=[clients]),
             "searchable": python_app(insert_stage.wait_searchable, executors=[clients]),
@@ -118,7 +125,8 @@ class VdbStages:
     def run_database(self, settings: DatabaseSettings, db_dir: Path) -> DatabaseOutcome:
         """Deploy one database, run its stages, always tear it down; return (and write) its outcome."""
         name = settings.name
-        if self.cfg.cluster is not None and settings in self.cfg.pilot_databases():
+        pilot = self.cfg.cluster is not None and settings in self.cfg.pilot_databases()
+        if pilot:
             # HPC: the servers as a pilot job on their own nodes
             from apps.vdb.cluster.pilot import cluster_deployment
 
@@ -131,6 +139,10 @@ class VdbStages:
         fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec(settings)}
         started, endpoints = time.time(), None
         try:
+            if pilot:
+                # The clients' block must be running before the database job starts: a pilot that waits
+                # for a queued client block burns its walltime (a task on that block brings it up).
+                self.apps["client_node"]().result()
             deployed = self.apps["deploy"](
                 deployment, str(db_dir / "server"), self.cfg.startup_timeout_s
             ).result()

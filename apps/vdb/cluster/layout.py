@@ -77,9 +77,20 @@ def rank_ports(cluster: DatabaseClusterConfig, rank: int, names: list[str]) -> d
 
 
 def common_env(cluster: DatabaseClusterConfig) -> dict[str, str]:
-    """Environment every Go server rank gets (Weaviate, Milvus)."""
-    # Go servers do not follow CPU affinity; the study capped them with GOMAXPROCS = cores per worker.
+    """Environment every Go server rank gets (Weaviate, Milvus).
+
+    Go servers do not follow CPU affinity; GOMAXPROCS caps them (set to the hardware threads each rank is
+    bound to by :func:`plan_cluster`, once cores are bound).
+    """
     return {"GOMAXPROCS": str(cluster.cores_per_worker)}
+
+
+def in_memory(cluster: DatabaseClusterConfig, path: str) -> str:
+    """``path`` (under the storage medium's directory) moved to the memory medium: etcd's small, fsync-heavy
+    data lives in tmpfs whatever the medium, never on Lustre or a DAOS dfuse mount."""
+    base = (cluster.storage.base_dir() or "").rstrip("/")
+    relative = path[len(base) :] if base and path.startswith(base) else "/" + path.lstrip("/")
+    return cluster.storage.memory_path.rstrip("/") + relative
 
 
 def node_shape(executor: Any) -> NodeShape:
@@ -127,6 +138,12 @@ def plan_cluster(
     for spec in ranks:
         spec.node_slot, spec.local_index = divmod(spec.rank, cluster.workers_per_node)
         spec.cores = cores[spec.local_index] if spec.local_index < len(cores) else []
+        if "GOMAXPROCS" in spec.env:  # Go ignores CPU affinity: as many threads as it is bound to
+            threads = len(hw_threads(spec.cores, node)) or cluster.cores_per_worker * node.threads_per_core
+            spec.env["GOMAXPROCS"] = str(threads)
+        if cluster.gpu_indexing and node.gpus:
+            # One GPU per rank; the env file reaches the server through apptainer --cleanenv.
+            spec.env["CUDA_VISIBLE_DEVICES"] = str(spec.local_index % node.gpus)
     return ClusterLayout(database, cid, directory, data, ranks, planned.entry_ranks, planned.shared_data)
 
 

@@ -78,7 +78,10 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
     """The bash script of one rank: variables, directories, config files, then the container."""
     d = layout.directory
     rank_id = f"{spec.rank:03d}"
-    medium_local = cluster.storage.medium in ("memory", "ssd")
+    # Node-local data is removed when the rank stops: the medium's, and etcd's tmpfs data on any medium.
+    medium_local = cluster.storage.medium in ("memory", "ssd") or spec.data_dir.startswith(
+        cluster.storage.memory_path.rstrip("/") + "/"
+    )
     lines = [
         "#!/bin/bash",
         f"# {layout.database} rank {spec.rank} ({spec.role}), node slot {spec.node_slot}, "

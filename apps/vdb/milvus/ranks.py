@@ -14,7 +14,7 @@ from typing import Any
 
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import absolute, common_env, rank_ports
+from apps.vdb.cluster.layout import absolute, common_env, in_memory, rank_ports
 from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.milvus.env import server_env
 
@@ -51,7 +51,7 @@ def _milvus_standalone(
     }
     etcd = {
         "ETCD_USE_EMBED": "true",
-        "ETCD_DATA_DIR": "/var/lib/milvus/etcd",
+        "ETCD_DATA_DIR": "/var/lib/etcd",  # bound to tmpfs below, whatever the medium
         "ETCD_CONFIG_PATH": "/milvus/configs/embedEtcd.yaml",
         "COMMON_STORAGETYPE": "local",
     }
@@ -67,6 +67,7 @@ def _milvus_standalone(
             env=env,
             binds=[
                 (rank_dir, "/var/lib/milvus"),
+                (in_memory(cluster, f"{rank_dir}/etcd"), "/var/lib/etcd"),
                 ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
                 ("${VDB_RANK_DIR}/embedEtcd.yaml", "/milvus/configs/embedEtcd.yaml"),
             ],
@@ -141,8 +142,8 @@ def _milvus_distributed(
                     image=etcd_image,
                     argv=argv,
                     env={},
-                    binds=[(rank_dir, "/etcd-data")],
-                    data_dir=rank_dir,
+                    binds=[(in_memory(cluster, rank_dir), "/etcd-data")],  # tmpfs, never Lustre or DAOS
+                    data_dir=in_memory(cluster, rank_dir),
                     ready_url=f"http://127.0.0.1:{p['client']}/health",
                 )
             )
