@@ -249,6 +249,25 @@ def test_milvus_distributed_rank_count_must_match_workers(hpc_env: Path) -> None
     assert "set workers: 28" in problems[("vdb", "cluster", "workers")]
 
 
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_milvus_must_accept_the_collection_s_shards(hpc_env: Path, platform: str) -> None:
+    """proxy.maxShardNum (16 by default) below vdb.collection.shards: Milvus would refuse the collection."""
+    data = study(platform)
+    milvus = next(db for db in data["vdb"]["databases"] if db["name"] == "milvus")
+    shards = data["vdb"]["collection"]["shards"]
+    assert milvus["config_overrides"] == {"proxy.maxShardNum": shards}  # the study configs raise it
+    del milvus["config_overrides"]
+    message = problems_of(hpc_env, data)[("vdb", "collection", "shards")]
+    assert f"set config_overrides: {{proxy.maxShardNum: {shards}}}" in message
+    milvus["config_overrides"] = {"proxy.maxShardNum": 20}
+    where = ("vdb", "databases", 1, "config_overrides", "proxy.maxShardNum")
+    assert f"20 is below vdb.collection.shards ({shards})" in problems_of(hpc_env, data)[where]
+    milvus["config_overrides"] = {"proxy.maxShardNum": "lots"}
+    assert "must be a whole number" in problems_of(hpc_env, data)[where]
+    milvus["config_overrides"] = {"proxy.maxShardNum": str(shards)}
+    assert problems_of(hpc_env, data) == {}
+
+
 def test_lustre_directory_must_exist(hpc_env: Path) -> None:
     (hpc_env / "project" / "vdb-data").rmdir()
     problems = problems_of(hpc_env, study("polaris"))

@@ -7,8 +7,11 @@ from typing import Any
 from apps.vdb.cluster.checks import ClusterCheck, Problem, needs_mmap, shards_per_worker
 
 
-def settings_problems(settings: Any, index: int) -> list[Problem]:
-    """With ``vdb.cluster`` the pilot starts the servers: no embedded engine, no external server."""
+def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
+    """With ``vdb.cluster`` the pilot starts the servers: no embedded engine, no external server.
+
+    ``shards`` (``vdb.collection.shards``) is checked against the layout in :func:`cluster_problems`.
+    """
     if settings.mode != "server" or settings.url:
         return [(("vdb", "databases", index, "mode"), "with vdb.cluster, qdrant needs mode: server, no url")]
     return []
