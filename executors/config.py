@@ -169,7 +169,7 @@ class GpuWorkers(Strict):
 
 
 class CpuWorkers(Strict):
-    """CPU HighThroughputExecutor (label 'cpu'): chunking and database clients, on their own nodes."""
+    """CPU HighThroughputExecutor (label 'cpu'): sharding, chunking without a model, database clients."""
 
     nodes_per_block: int = Field(1, ge=1, description="Nodes per batch job.")
     init_blocks: int = Field(0, ge=0, description="Blocks submitted when the run starts (0: on demand).")

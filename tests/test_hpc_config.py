@@ -307,6 +307,21 @@ def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:
     assert "executor.aurora.gpu.gpus" in str(err.value)
 
 
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_semantic_chunking_runs_on_the_gpu_workers_beside_the_model(hpc_env: Path, platform: str) -> None:
+    """Semantic chunking loads the embedding model: on the CPU block every worker would take GPU 0."""
+    from pipeline.dag import DagRunner
+    from pipeline.plan import build_plan
+
+    data = study(platform)
+    assert data["chunking"]["method"] == "semantic"
+    runner = DagRunner(build_plan(load_config(write(hpc_env, data))), None, None)
+    assert runner.apps["chunk"].executors == ["workers"] == runner.apps["embed"].executors
+    data["chunking"] = {"method": "recursive", "chunk_size": 256, "chunk_overlap": 32}
+    runner = DagRunner(build_plan(load_config(write(hpc_env, data))), None, None)
+    assert runner.apps["chunk"].executors == ["cpu"]  # only the tokenizer: the CPU block
+
+
 # --- model helpers -----------------------------------------------------------------------------------------
 
 
