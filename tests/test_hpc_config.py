@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from core.errors import ConfigError
+from executors.affinity import parse_list
 from executors.config import (
     AuroraExecutorConfig,
     NodeShape,
@@ -333,6 +334,31 @@ def test_walltime_and_binding_helpers() -> None:
     assert [(min(c), max(c)) for c in lists] == [(1, 24), (25, 48), (53, 76), (77, 100)]
     assert all(0 not in c and 52 not in c for c in lists)
     assert bind_lists(aurora, 4, 26) is None  # 2 x 26 > 51 usable cores per socket
+
+
+def test_no_aurora_worker_is_bound_to_a_reserved_core(hpc_env: Path) -> None:
+    """Cores 0 and 52 (and their hyper-threads 104 and 156) are Aurora's system cores: no worker gets one.
+
+    Parsl starts min(workers_per_node, 208 threads // cores_per_worker) workers and gives worker i the
+    i-th entry of a ``list:`` affinity; with ``block`` it would divide all 208 threads, 0 and 52 included.
+    """
+    executor = load_config(REPO / "configs" / "aurora.yaml").config.executor
+    assert study("aurora")["executor"]["cpu"]["cpu_affinity"] == "block"  # as written: resolved on load
+    reserved = {0, 52, 104, 156}
+    for block, most in ((executor.cpu, executor.cpu.workers_per_node), (executor.gpu, 12)):
+        workers = min(most, int(208 // block.cores_per_worker))
+        shares = parse_list(block.cpu_affinity)
+        assert len(shares) == workers, "Parsl refuses a list with another number of entries"
+        threads = [t for share in shares for t in share]
+        assert not reserved & set(threads) and len(threads) == len(set(threads)) and max(threads) < 208
+    cpu_shares = parse_list(executor.cpu.cpu_affinity)
+    assert cpu_shares[0] == [1, 2, 105, 106]  # whole cores with their hyper-threads
+    assert all(len({t % 104 // 52 for t in s}) == 1 for s in cpu_shares)  # each inside one socket
+    data = study("aurora")
+    data["executor"]["cpu"]["cpu_affinity"] = "list:" + ":".join(f"{4 * i}-{4 * i + 3}" for i in range(48))
+    binds = r"cpu.cpu_affinity binds the reserved cores' threads \[0, 52, 104, 156\]"
+    with pytest.raises(ConfigError, match=binds):
+        load_config(write(hpc_env, data))
 
 
 def test_platform_defaults_are_machine_facts_only() -> None:
