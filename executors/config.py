@@ -229,7 +229,9 @@ class _HpcExecutorBase(Strict):
         2, ge=0, description="Retries of a task lost with its worker or node (never of a bad input)."
     )
     checkpoint_mode: CheckpointMode | None = Field(
-        "task_exit", description="Parsl checkpointing of memoized apps (BasicMemoizer); None: off."
+        "task_exit",
+        description="Parsl checkpointing of memoized apps (BasicMemoizer); None: off. No app is memoized "
+        "today, so nothing is checkpointed: resume is by content-keyed stage directories.",
     )
     heartbeat_period: int = Field(30, ge=1, description="Seconds between worker heartbeats.")
     heartbeat_threshold: int = Field(
