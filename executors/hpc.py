@@ -2,8 +2,8 @@
 
 :func:`hpc_config` assembles a platform's ``parsl.Config`` from these, given the platform's provider and
 launcher: the GPU executor (label ``workers``), an optional CPU executor (label ``cpu``), the in-process
-``driver`` threads, a retry handler that retries only tasks whose worker or node was lost, and a memoizer
-that checkpoints finished apps for resume.
+``driver`` threads, a retry handler that retries only tasks whose worker or node was lost, and Parsl's
+memoizer (no app is cached: resume comes from the content-keyed stage directories).
 """
 
 from __future__ import annotations
@@ -55,10 +55,13 @@ def retry_handler(exception: BaseException, task_record: Any) -> float:
 
 
 def memoizer(run_dir: Path, checkpoint_mode: str | None) -> BasicMemoizer:
-    """Parsl 2026 memoization: checkpoints of earlier runs in the same workdir are loaded for resume.
+    """Parsl's BasicMemoizer, with the checkpoint files of earlier runs in the same workdir loaded.
 
-    Apps declared with ``cache=True`` return a checkpointed result instead of running again; the
-    content-keyed stage directories remain the primary resume mechanism.
+    Resume does not rely on it: no app of the pipeline is declared ``cache=True``, so Parsl memoizes
+    nothing and writes no checkpoint entries. A re-run skips work through the content-keyed stage
+    directories instead (a stage whose manifest verifies is not submitted; a finished shard's record
+    returns at once). The memoizer is kept so that an app given ``cache=True`` later resumes from
+    checkpoints without further wiring.
     """
     files: list[str] = []
     if checkpoint_mode is not None:

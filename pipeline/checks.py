@@ -180,7 +180,7 @@ def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             (("vdb", "cluster", "launcher"), f"platform {executor.platform} starts ranks with {wanted!r}")
         )
     for i, db in enumerate(vdb.databases):  # the cluster starts the servers: no external ones
-        problems += cluster_checks(db.name).settings_problems(db, i)
+        problems += cluster_checks(db.name).settings_problems(db, i, vdb.collection.shards)
     for name in cluster.overrides:
         if name not in {db.name for db in vdb.databases}:
             problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))

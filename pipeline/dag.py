@@ -91,6 +91,16 @@ def groundtruth_after_dataset(
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
 
+def chunk_label(config: Any) -> str:
+    """The executor chunking runs on.
+
+    Semantic chunking embeds sentence windows with the embedding model, so it runs where the model runs:
+    the GPU workers, one device each (on the CPU block every worker would load the model onto GPU 0 of its
+    node). Chunking without a model (none, recursive) needs only the tokenizer and runs on the CPU block.
+    """
+    return WORKERS if config.chunking.method == "semantic" else cpu_label(config.executor)
+
+
 class DagRunner:
     """Submits the stages of a plan to Parsl and records them in provenance."""
 
@@ -103,7 +113,7 @@ class DagRunner:
         cpu = cpu_label(cfg.executor)
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
-            "chunk": python_app(chunk_stage.chunk_shard, executors=[cpu]),
+            "chunk": python_app(chunk_stage.chunk_shard, executors=[chunk_label(cfg)]),
             "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
             "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
             "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),

@@ -197,6 +197,7 @@ class VdbStages:
                     batch_size,
                     cfg.insert.clients_per_worker,
                     cfg.insert.retries,
+                    worker=w,  # its clients are numbered from w x clients: spread over the entry ranks
                 )
                 for w in range(cfg.insert.workers)
             ]

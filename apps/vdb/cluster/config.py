@@ -100,7 +100,7 @@ class MilvusClusterConfig(Strict):
     mode: Literal["standalone", "distributed"] = Field(
         "standalone", description="standalone: one process with embedded etcd; distributed: roles below."
     )
-    proxies: int = Field(1, ge=1, description="Proxy processes (clients connect to the first).")
+    proxies: int = Field(1, ge=1, description="Proxy processes (clients are spread over them).")
     streaming_nodes: int = Field(1, ge=1, description="Streaming nodes (ingest, WAL).")
     query_nodes: int = Field(1, ge=1, description="Query nodes (search over sealed segments).")
     data_nodes: int = Field(1, ge=1, description="Data nodes (flush, compaction, index builds).")

@@ -37,8 +37,8 @@ def _milvus_standalone(
         "localStorage": {"path": "/var/lib/milvus/data"},
         "mq": {"type": "woodpecker"},
         "woodpecker": {"storage": {"type": "local", "rootPath": "/var/lib/milvus/woodpecker"}},
-        **_overrides(settings),
     }
+    _merge(user, _overrides(settings))
     embed_etcd = {
         "listen-client-urls": f"http://127.0.0.1:{ports['etcd']}",  # only the server in this rank uses it
         "advertise-client-urls": f"http://127.0.0.1:{ports['etcd']}",
@@ -89,6 +89,15 @@ def _overrides(settings: Any) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return nested
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Merge nested ``overrides`` into ``base`` key by key (an override of proxy.x keeps proxy's ports)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 # Milvus role -> (milvus.yaml section holding ip/port, `milvus run` argument)
@@ -164,7 +173,7 @@ def _milvus_distributed(
             user[section] = {"ip": "@VDB_ADDR@", "port": p["grpc"]}
             if role == "proxy":
                 user[section]["internalPort"] = p["internal"]
-        user.update(_overrides(settings))
+        _merge(user, _overrides(settings))
         storage = {"COMMON_STORAGETYPE": "local"}
         env = {**common_env(cluster), **server_env(settings, "CLUSTER", storage, p["metrics"])}
         ranks.append(

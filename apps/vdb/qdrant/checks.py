@@ -7,9 +7,10 @@ from typing import Any
 from apps.vdb.cluster.checks import ClusterCheck, Problem, needs_mmap, shards_per_worker
 
 
-def settings_problems(settings: Any, index: int) -> list[Problem]:
+def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
     """With ``vdb.cluster`` the pilot starts the servers (no external server), or ``mode: edge`` runs the
-    engine inside the clients on the client block (no pilot job)."""
+    engine inside the clients on the client block (no pilot job). ``shards`` is checked against the layout
+    in :func:`cluster_problems`."""
     if settings.mode == "server" and (settings.url or settings.local_path):
         return [
             (

@@ -1,4 +1,4 @@
-"""Weaviate's client: weaviate-client v4 over gRPC, connected to node 0.
+"""Weaviate's client: weaviate-client v4 over gRPC, connected to one node (``Endpoints.entry``).
 
 Quirks kept here:
 
@@ -36,6 +36,7 @@ from apps.vdb.base import (
     SearchResult,
     StorageStats,
 )
+from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy, urlopen
 from apps.vdb.process import directory_bytes, get_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
@@ -50,16 +51,18 @@ def class_name(name: str) -> str:
 
 
 class WeaviateClient(Client):
-    """weaviate-client v4 over gRPC, connected to node 0."""
+    """weaviate-client v4 over gRPC to node ``client_index % nodes``; REST calls reach every node."""
 
-    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints) -> None:
+    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints, client_index: int = 0) -> None:
         import weaviate
-        from weaviate.classes.init import AdditionalConfig, Timeout
+        from weaviate.classes.init import AdditionalConfig, GrpcConfig, Timeout
 
         self.settings = settings
         self.endpoints = endpoints
         self.request_timeout = settings.request_timeout
-        node = endpoints.nodes[0]
+        node = endpoints.entry(client_index)
+        self.rank = node.rank
+        bypass_proxy(n.host for n in endpoints.nodes)  # the REST calls below reach every node
         timeout = Timeout(
             init=min(30.0, settings.request_timeout),
             query=settings.request_timeout,
@@ -73,7 +76,11 @@ class WeaviateClient(Client):
                 grpc_host=node.host,
                 grpc_port=node.grpc_port or settings.grpc_port,
                 grpc_secure=False,
-                additional_config=AdditionalConfig(timeout=timeout),
+                additional_config=AdditionalConfig(
+                    timeout=timeout,
+                    trust_env=False,  # httpx: no proxy from the environment
+                    grpc_config=GrpcConfig(channel_options=list(GRPC_NO_PROXY.items())),
+                ),
             )
         except Exception as exc:  # no cause chain: weaviate's errors cannot always be unpickled
             # A frozen server times out: a stall the query stage retries, not a dead server.
@@ -249,7 +256,7 @@ class WeaviateClient(Client):
             return get_json(url, timeout=self.request_timeout)
         data = json.dumps(body).encode()
         request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="PUT")
-        with urllib.request.urlopen(request, timeout=self.request_timeout) as resp:
+        with urlopen(request, timeout=self.request_timeout) as resp:
             return json.load(resp)
 
     def _node_efs(self) -> list[int | None]:
