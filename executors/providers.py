@@ -144,6 +144,18 @@ def cancel_command(provider: Any) -> list[str] | None:
     return None
 
 
+# How Slurm (JobState) and PBS (job_state) name a job that has ended or is ending.
+ENDED_STATES = frozenset(
+    {"CANCELLED", "COMPLETED", "COMPLETING", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"}
+    | {"OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "F", "E", "X"}
+)
+
+
+def job_ended(description: str) -> bool:
+    """True when a :func:`describe_job` text names an ended (or ending) job."""
+    return description.split(",")[0].strip() in ENDED_STATES
+
+
 def describe_job(provider: Any, job_id: str) -> str | None:
     """How the scheduler says a job ended ('TIMEOUT', 'CANCELLED', 'F exit 271'), None when it cannot tell.
 

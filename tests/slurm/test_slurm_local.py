@@ -10,6 +10,7 @@ database settings) only repeat the database stage.
 from __future__ import annotations
 
 import copy
+import getpass
 import os
 import signal
 import subprocess
@@ -56,10 +57,14 @@ def write_config(directory: Path, name: str, workdir: Path, change: Callable[[di
     return path
 
 
+STARTED: list[Run] = []
+
+
 class Run:
     """``python -m pipeline run CONFIG`` in its own session, its output in a file."""
 
     def __init__(self, testbed: SlurmTestbed, config: Path, log: Path, env: dict[str, str] | None = None):
+        STARTED.append(self)
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", "run", str(config)],
@@ -171,6 +176,28 @@ def run_id_of(run: Run) -> str:
     raise AssertionError(f"no run id in the output:\n{run.output()[:2000]}")
 
 
+@pytest.fixture(autouse=True)
+def no_run_outlives_its_test(testbed: SlurmTestbed) -> Iterator[None]:
+    """A run still going when its test ends (the test failed) is interrupted like Ctrl-C, so it tears down
+    its own jobs; then killed; then whatever is still queued is cancelled."""
+    yield
+    for run in STARTED:
+        if run.proc.poll() is None:
+            os.killpg(run.proc.pid, signal.SIGINT)
+            try:
+                run.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(run.proc.pid, signal.SIGKILL)
+                run.proc.wait(timeout=10)
+    STARTED.clear()
+    testbed.run("scancel", "--user", getpass.getuser())
+
+
+def new_files(pattern: Callable[[], list[Path]], before: set[Path]) -> Callable[[], list[Path]]:
+    """A condition: files of ``pattern`` that were not there ``before`` (the tests share one store)."""
+    return lambda: [p for p in pattern() if p not in before]
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("slurm-local")
@@ -273,12 +300,13 @@ def test_a_cancelled_database_job_fails_the_stage_with_its_name(
     shm.mkdir()
     # Enough query settings that the stage is still running when the job is cancelled.
     change = weaviate_only(shm, ef=[16, 24, 32, 48, 64, 96, 128], batch_size=[1, 8], clients=[1, 2])
+
+    def raw_files() -> list[Path]:
+        return [p for d in vdb_dirs(workdir, "weaviate") for p in (d / "raw").glob("*.parquet")]
+
+    before = set(raw_files())
     run = Run(testbed, write_config(tmp_path, "cancel", workdir, change), tmp_path / "run.log")
-    raw = wait_for(
-        "query results",
-        lambda: [p for d in vdb_dirs(workdir, "weaviate") for p in (d / "raw").glob("*.parquet")],
-        run,
-    )
+    raw = wait_for("query results", new_files(raw_files, before), run)
     db_dir = raw[0].parent.parent
     queue = testbed.ok("squeue", "-h", "-o", "%i %j")
     pilot = [line.split()[0] for line in queue.splitlines() if "pes2o-vdb.weaviate" in line]
@@ -298,10 +326,12 @@ def test_a_cancelled_database_job_fails_the_stage_with_its_name(
     assert testbed.ok("squeue", "-h").strip() == ""
 
 
-def ranks_in(workdir: Path, state: str) -> list[dict]:
-    """Registry entries of every Weaviate pilot under ``workdir`` in ``state``."""
+def ranks_in(workdir: Path, state: str, skip: frozenset[Path] = frozenset()) -> list[dict]:
+    """Registry entries of the Weaviate pilots under ``workdir`` (but those in ``skip``) in ``state``."""
     entries = []
     for d in vdb_dirs(workdir, "weaviate"):
+        if d in skip:
+            continue
         for path in (d / "server" / "cluster" / "registry").glob("rank-*.json"):
             try:
                 entry = yaml.safe_load(path.read_text())
@@ -328,8 +358,9 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
         data["vdb"]["cluster"]["driver_lease_s"] = 15
 
     config = write_config(tmp_path, "killed", workdir, change)
+    earlier = frozenset(vdb_dirs(workdir, "weaviate"))  # of the tests before: not this one's
     first = Run(testbed, config, tmp_path / "first.log")
-    wait_for("two ready ranks", lambda: len(ranks_in(workdir, "ready")) == 2, first)
+    wait_for("two ready ranks", lambda: len(ranks_in(workdir, "ready", earlier)) == 2, first)
     old_run = run_id_of(first)
     old_data = sorted(p for p in shm.rglob("rank-*") if p.is_dir())
     assert old_data, "the ranks keep their data under the configured memory path"
@@ -338,9 +369,9 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
 
     # Without a driver renewing the lease, both ranks stop on their own (and remove their data).
     deadline = time.monotonic() + 90
-    while len(ranks_in(workdir, "orphaned")) < 2 and time.monotonic() < deadline:
+    while len(ranks_in(workdir, "orphaned", earlier)) < 2 and time.monotonic() < deadline:
         time.sleep(1)
-    assert len(ranks_in(workdir, "orphaned")) == 2, first.output()[-2000:]
+    assert len(ranks_in(workdir, "orphaned", earlier)) == 2, first.output()[-2000:]
     assert not server_processes(str(shm)), server_processes(str(shm))
     assert not [p for p in old_data if p.exists()], "an orphaned rank left its data behind"
     # The old run's worker blocks still hold their nodes: nothing in the testbed stops them but us.
@@ -352,7 +383,7 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
     assert "cancelled" in second.output(), second.output()[:3000]  # it says what it stopped
     assert not run_processes(old_run, ("process_worker_pool", "interchange", "weaviate-server"))
     assert testbed.ok("squeue", "-h").strip() == ""
-    assert len(ranks_in(workdir, "stopped")) >= 2
+    assert len(ranks_in(workdir, "stopped", earlier)) == 2  # the second run's ranks, stopped on purpose
 
 
 def test_a_database_job_past_its_walltime_fails_with_a_clear_error(
@@ -367,8 +398,10 @@ def test_a_database_job_past_its_walltime_fails_with_a_clear_error(
     def change(data: dict) -> None:
         # One rank, a one-minute job; stage timeouts that fit in it (the plan checks they do); a query
         # sweep far longer than the minute, so the scheduler ends the job in the middle of it.
+        # (128 settings of 500 queries and 200 warm-up queries each: several minutes of work here.)
         efs = [16, 24, 32, 48, 64, 96, 128, 192]
-        weaviate_only(shm, ef=efs, batch_size=[1], clients=[1, 2], k=[10, 20, 50])(data)
+        sweep = {"batch_size": [1, 2], "clients": [1, 2], "k": [10, 20, 50, 100], "warmup_queries": 200}
+        weaviate_only(shm, ef=efs, **sweep)(data)
         data["vdb"]["collection"]["shards"] = 1
         data["vdb"]["cluster"].update(
             {"nodes": 1, "workers": 1, "walltime": "00:01:00", "startup_timeout_s": 15}
@@ -377,7 +410,9 @@ def test_a_database_job_past_its_walltime_fails_with_a_clear_error(
         data["vdb"]["index_timeout_s"] = 20
 
     run = Run(testbed, write_config(tmp_path, "walltime", workdir, change), tmp_path / "run.log")
+    started = time.monotonic()
     code = run.wait()
+    print(f"walltime run ended after {time.monotonic() - started:.0f} s")
     out = run.output()
     assert code != 0, out[-3000:]
     assert "TIMEOUT" in out and "weaviate" in out and "database job" in out, out[-3000:]

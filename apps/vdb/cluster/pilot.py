@@ -22,7 +22,7 @@ from apps.vdb.cluster.provider import cluster_provider
 from apps.vdb.cluster.render import launcher_command, write_files
 from apps.vdb.process import tail
 from core.lifetime import record_job
-from executors.providers import cancel_command, describe_job
+from executors.providers import cancel_command, describe_job, job_ended
 
 
 def read_registry(registry: Path) -> dict[int, dict[str, Any]]:
@@ -186,30 +186,34 @@ class ClusterDeployment(Deployment):
             self.stop()
             raise
 
-    def lost(self) -> str | None:
+    def lost(self, settle_s: float = 30.0) -> str | None:
         """Why the running cluster is gone (its job ended, a rank stopped), or None while it serves.
 
         Asked after a stage failed, so the error names the job and the database rather than a refused
-        connection.
+        connection. A server can die seconds before its job's state or its rank's registry entry says
+        so (the ranks are still stopping on the scheduler's SIGTERM): both are watched for ``settle_s``.
         """
         if self.layout is None or self.job_id is None:
             return None
-        entries = read_registry(self.layout.registry)
-        gone = [e for e in entries.values() if e.get("state") in ("failed", "orphaned", "stopped")]
-        # Ranks stop on the scheduler's SIGTERM before the job's state changes: give it a moment.
-        deadline = time.monotonic() + (30.0 if gone else 0.0)
+        job = str(self.job_id)
+        deadline = time.monotonic() + settle_s
         while True:
-            with contextlib.suppress(Exception):  # the scheduler may not answer; the registry still does
-                status = self.provider.status([self.job_id])[0]
-                if status.terminal:
-                    state = describe_job(self.provider, str(self.job_id)) or status.state.name
-                    return self._failure(f"database job {self.job_id} ended ({state}) during the stage")
+            ended = describe_job(self.provider, job)  # the scheduler's own word: CANCELLED, TIMEOUT, ...
+            if ended is not None and job_ended(ended):
+                return self._failure(f"database job {job} ended ({ended}) during the stage")
+            if ended is None:  # no such command here: Parsl's view (squeue calls a vanished job COMPLETED)
+                with contextlib.suppress(Exception):
+                    status = self.provider.status([job])[0]
+                    if status.terminal:
+                        ended = status.state.name
+                        return self._failure(f"database job {job} ended ({ended}) during the stage")
+            entries = read_registry(self.layout.registry)
+            gone = [e for e in entries.values() if e.get("state") in ("failed", "orphaned", "stopped")]
             if time.monotonic() >= deadline:
-                break
+                if gone:
+                    return self._failure(f"rank {gone[0]['rank']} is {gone[0]['state']} (job {job})", gone[0])
+                return None
             time.sleep(2.0)
-        if gone:
-            return self._failure(f"rank {gone[0]['rank']} is {gone[0]['state']} (job {self.job_id})", gone[0])
-        return None
 
     def _failure(self, what: str, entry: dict[str, Any] | None = None) -> str:
         """An error message with the tail of the failing rank's log (or of the job's output)."""

@@ -233,13 +233,24 @@ class WeaviateClient(Client):
         every shard is READY again."""
         from weaviate.classes.config import Reconfigure
 
-        self._ready_shards()
-        if self._node_efs() != [ef] * len(self.endpoints.nodes):  # another client may have set it already
-            hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
-            index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
-            self._collection.config.update(
-                vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
-            )
+        hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
+        index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
+        for attempt in range(5):
+            self._ready_shards()
+            if self._node_efs() == [ef] * len(self.endpoints.nodes):  # another client may have set it
+                break
+            try:
+                self._collection.config.update(
+                    vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
+                )
+                break
+            except Exception as exc:
+                # Another client's update (or a node still applying one) holds a shard READONLY: the
+                # update is refused with 422 "store is read-only"; wait for READY and try again.
+                if "read-only" not in str(exc) or attempt == 4:
+                    raise
+                log.info("Weaviate ef update refused while a shard is read-only; retrying: %s", exc)
+                time.sleep(0.5 * (attempt + 1))
 
         def applied() -> tuple[bool, str]:
             seen = self._node_efs()
