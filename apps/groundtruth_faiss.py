@@ -1,0 +1,171 @@
+"""Exact top-k on the CPU with FAISS's brute-force kernels, streamed block by block, ties broken by id.
+
+Each block of base vectors goes through ``faiss.knn_inner_product`` / ``faiss.knn_L2sqr`` (the kernels behind
+``IndexFlatIP`` / ``IndexFlatL2.search``, called on the block in place: no index, no copy into one), asking
+for ``k + margin`` neighbours. The block's answer is folded into a running top-k ordered by
+(distance, position in the dataset): each distance is packed with its position into one int64 whose order
+is exactly that, so equal distances come out by position, i.e. by id, since ids ascend along the dataset.
+
+FAISS orders equal distances as it likes and may cut a run of equal distances anywhere. Within what it
+returns, the packed keys fix the order. Across the cut: the neighbours a block did *not* return are no
+nearer than the last one it did, so when that last distance is beyond the running k-th distance nothing
+was lost; when it equals it (a run of at least ``margin + 1`` equal distances at the k-th place), the block
+is searched again with twice the neighbours, the same call on the same arrays, so the same distances to the
+bit, until the run is whole. Real data pays for that only where such runs exist (duplicate vectors).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_POSITION_BITS = 32  # positions up to 4.29e9 vectors
+_TILE_QUERIES = 4096  # faiss.cvar.distance_compute_blas_query_bs: queries per BLAS tile
+_TILE_BASE = 1024  # faiss.cvar.distance_compute_blas_database_bs: base rows per BLAS tile
+MIN_BLOCK_ROWS = 1024
+
+
+def margin(k: int) -> int:
+    """Extra neighbours asked of each block, so short runs of ties at the k-th place need no second search."""
+    return max(1, k // 8)
+
+
+def sortable(distances: np.ndarray) -> np.ndarray:
+    """float32 array -> int64 array with the same order (the IEEE-754 sign trick; -0.0 counts as +0.0)."""
+    bits = (np.asarray(distances, dtype=np.float32) + np.float32(0.0)).view(np.int32).astype(np.int64)
+    return np.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+def unsortable(keys: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`sortable` for the high half of a packed key -> float32 array."""
+    high = keys >> _POSITION_BITS
+    return np.where(high >= 0, high, high ^ 0x7FFFFFFF).astype(np.int32).view(np.float32)
+
+
+def query_bytes(dim: int, k: int) -> int:
+    """Working memory per query that does not depend on the block: vectors, running top-k, merge, FAISS."""
+    kk = k + margin(k)
+    # queries (+ normalised copy); running keys + ids; merge inputs, order and outputs; FAISS's
+    # distances + labels for the block and its per-query reservoir (2 kk candidates of value + label).
+    return dim * 4 * 2 + k * 16 + (k + kk) * 32 + kk * 12 + 2 * kk * 12
+
+
+def query_group(n_queries: int, dim: int, k: int, budget_bytes: int) -> int:
+    """Queries per FAISS call, so one call's temporaries (BLAS tile, reservoirs) stay within a quarter of
+    the budget; all of them at once unless the query set is large or the budget small."""
+    per_query = _TILE_BASE * 4 + (k + margin(k)) * 12 * 3
+    group = min(n_queries, _TILE_QUERIES, max(1, budget_bytes // 4 // per_query))
+    return max(1, group)
+
+
+def block_rows(n_queries: int, dim: int, k: int, memory_budget_mb: int) -> int:
+    """Base rows per block so the block (+ its normalised copy and norms), the FAISS tile of one query
+    group and the per-query state fit ``memory_budget_mb`` (at least ``MIN_BLOCK_ROWS``)."""
+    budget = memory_budget_mb * 2**20
+    group = query_group(n_queries, dim, k, budget)
+    fixed = n_queries * query_bytes(dim, k) + min(group, _TILE_QUERIES) * _TILE_BASE * 4
+    per_row = dim * 4 * 2 + 4
+    return max(MIN_BLOCK_ROWS, int((budget - fixed) // per_row))
+
+
+class FaissExactSearch:
+    """Running exact top-k of a fixed query set over base vectors fed block by block (CPU, FAISS)."""
+
+    def __init__(self, queries: np.ndarray, k: int, metric: str, memory_budget_mb: int = 512) -> None:
+        import faiss
+
+        self.faiss = faiss
+        self.k, self.metric = k, metric
+        q = np.array(queries, dtype=np.float32, order="C", copy=True)
+        if metric == "cosine":
+            faiss.normalize_L2(q)
+        self.q = q
+        self.group = query_group(len(q), q.shape[1], k, memory_budget_mb * 2**20)
+        n = len(q)
+        self.best_keys = np.zeros((n, 0), dtype=np.int64)
+        self.best_ids = np.zeros((n, 0), dtype=np.int64)
+        self.position = 0
+        self.searches = 0  # FAISS calls, first and repeated: how often a run of ties cost a second search
+        self.repeats = 0
+
+    def _knn(self, q: np.ndarray, x: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's exact top-``kk`` of ``q`` in ``x``: (distances as reported, nearest first; rows)."""
+        faiss = self.faiss
+        n = len(q)
+        raw = np.empty((n, kk), dtype=np.float32)
+        rows = np.empty((n, kk), dtype=np.int64)
+        ptr = faiss.swig_ptr
+        if self.metric == "l2":
+            faiss.knn_L2sqr(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
+        else:
+            faiss.knn_inner_product(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
+        self.searches += 1
+        if (rows < 0).any():
+            raise ValueError("FAISS returned fewer neighbours than asked: NaN or infinity in the vectors?")
+        # Monotone in FAISS's own order, so its cut stays a cut: IP -> -ip, cosine -> 1 - cos, L2 -> sqrt.
+        if self.metric == "ip":
+            distances = -raw
+        elif self.metric == "cosine":
+            distances = np.float32(1.0) - raw
+        else:
+            distances = np.sqrt(raw)
+        return distances, rows
+
+    def _fold(self, keys: np.ndarray, ids: np.ndarray, new_keys: np.ndarray, new_ids: np.ndarray):
+        """Merge the running (keys, ids) of some queries with a block's: the k smallest keys, sorted."""
+        all_keys = np.concatenate([keys, new_keys], axis=1)
+        all_ids = np.concatenate([ids, new_ids], axis=1)
+        order = np.argsort(all_keys, axis=1)[:, : self.k]  # keys are all distinct: any sort is exact
+        return np.take_along_axis(all_keys, order, axis=1), np.take_along_axis(all_ids, order, axis=1)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, owned: bool = False) -> None:
+        """Fold one block of base vectors (and their ids, ascending along the stream) into the top-k.
+
+        ``owned``: the caller hands the block over, so cosine may normalise it in place.
+        """
+        n_rows = len(ids)
+        if n_rows == 0:
+            return
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.metric == "cosine":
+            if not owned and x is vectors:
+                x = x.copy()
+            self.faiss.normalize_L2(x)
+        block_ids = np.ascontiguousarray(ids, dtype=np.int64)
+        start = self.position
+        self.position += n_rows
+        if self.position >= 1 << _POSITION_BITS:
+            raise ValueError("more than 2**32 base vectors: widen the packed position")
+        new_keys, new_ids = [], []
+        for g in range(0, len(self.q), self.group):
+            rows_g = slice(g, g + self.group)
+            keys, found = self._block_topk(self.q[rows_g], x, block_ids, start, rows_g)
+            new_keys.append(keys)
+            new_ids.append(found)
+        self.best_keys = np.concatenate(new_keys)
+        self.best_ids = np.concatenate(new_ids)
+
+    def _block_topk(self, q: np.ndarray, x: np.ndarray, block_ids: np.ndarray, start: int, rows_g: slice):
+        """The running top-k of queries ``rows_g`` after block ``x``, ties at the cut made whole."""
+        n_rows = len(x)
+        kk = min(self.k + margin(self.k), n_rows)
+        while True:
+            distances, rows = self._knn(q, x, kk)
+            keys = (sortable(distances) << _POSITION_BITS) | (rows + start)
+            best_keys, best_ids = self._fold(
+                self.best_keys[rows_g], self.best_ids[rows_g], keys, block_ids[rows]
+            )
+            if kk == n_rows or best_keys.shape[1] < self.k:
+                return best_keys, best_ids
+            # The block's last returned distance equal to the new k-th: more of that run may be unseen.
+            cut = best_keys[:, -1] >> _POSITION_BITS
+            if not (sortable(distances[:, -1]) <= cut).any():
+                return best_keys, best_ids
+            kk = min(2 * kk, n_rows)
+            self.repeats += 1
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(neighbour ids (Q, k) int64, distances (Q, k) float32), nearest first.
+
+        Distances are 1 - cosine, -inner product, or L2.
+        """
+        return self.best_ids, unsortable(self.best_keys)
