@@ -85,22 +85,32 @@ def _engine_version(engine: str) -> str:
     return f"torch {torch.__version__}"
 
 
-def _join(ids: list[np.ndarray], vecs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, bool]:
-    if len(ids) == 1:  # a lone batch (or a slice of one) passes through uncopied: not ours to change
-        return ids[0], vecs[0], False
-    return np.concatenate(ids), np.concatenate(vecs), True
-
-
 def rebatch(
     batches: Iterable[tuple[np.ndarray, np.ndarray]], rows: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
     """Regroup (ids, vectors) batches into blocks of at most ``rows`` rows, keeping order.
 
-    Yields (ids, vectors, owned): owned when the block is a fresh concatenation the search may change.
+    Yields (ids, vectors, owned). A lone batch (or a slice of one) passes through uncopied and not owned:
+    not ours to change. Blocks joined from several batches are float32 views of one buffer reused from
+    block to block (fresh memory for every block costs page faults): owned, so the search may change them
+    in place, and valid only until the next block is asked for.
     """
+    buffer: np.ndarray | None = None
     pending_ids: list[np.ndarray] = []
     pending_vecs: list[np.ndarray] = []
     count = 0
+
+    def join() -> tuple[np.ndarray, np.ndarray, bool]:
+        nonlocal buffer
+        if len(pending_ids) == 1:
+            return pending_ids[0], pending_vecs[0], False
+        dim = pending_vecs[0].shape[1]
+        if buffer is None or len(buffer) < count or buffer.shape[1] != dim:
+            buffer = np.empty((count, dim), dtype=np.float32)  # a full block's rows, or fewer if no more
+        out = buffer[:count]
+        np.concatenate(pending_vecs, out=out, casting="unsafe")
+        return np.concatenate(pending_ids), out, True
+
     for ids, vecs in batches:
         if len(ids) != len(vecs):
             raise ValueError(f"a batch holds {len(ids)} ids but {len(vecs)} vectors")
@@ -112,10 +122,10 @@ def rebatch(
             count += take
             start += take
             if count == rows:
-                yield _join(pending_ids, pending_vecs)
+                yield join()
                 pending_ids, pending_vecs, count = [], [], 0
     if count:
-        yield _join(pending_ids, pending_vecs)
+        yield join()
 
 
 def exact_topk(
@@ -127,11 +137,13 @@ def exact_topk(
     memory_budget_mb: int = 512,
     engine: Engine = "auto",
     rows: int | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k of ``queries`` over ``base`` batches of (ids, vectors): (ids (Q, k), distances (Q, k)).
 
     Nearest first, equal distances by position (= id). ``engine``: FAISS (CPU) or torch (any device);
-    ``rows``: base rows per block, by default as many as ``memory_budget_mb`` allows.
+    ``rows``: base rows per block, by default as many as ``memory_budget_mb`` allows; ``stats``, when
+    given, receives the engine, the block rows and (FAISS) the block searches and how many were repeats.
     """
     device = pick_device(device)
     engine = pick_engine(engine, device)
@@ -145,8 +157,13 @@ def exact_topk(
     rows = rows or block_rows(len(queries), queries.shape[1], memory_budget_mb, k, engine)
     for ids, vecs, owned in rebatch(base, rows):
         search.add(ids, vecs, owned)
-    if isinstance(search, groundtruth_faiss.FaissExactSearch) and search.repeats:
-        log.info("ties at the k-th place: %d of %d block searches repeated", search.repeats, search.searches)
+    if isinstance(search, groundtruth_faiss.FaissExactSearch):
+        if search.repeats:
+            log.info("ties at the k-th place: %d of %d searches repeated", search.repeats, search.searches)
+        if stats is not None:
+            stats.update(block_searches=search.searches, repeated_searches=search.repeats)
+    if stats is not None:
+        stats.update(engine=engine, device=device, block_rows=rows)
     return search.result()
 
 
@@ -179,6 +196,7 @@ def compute_groundtruth(
     device = pick_device(groundtruth.device)
     engine = pick_engine("auto", device)
     rows = block_rows(len(query_vectors), query_vectors.shape[1], groundtruth.memory_budget_mb, k, engine)
+    stats: dict[str, Any] = {}
     ids, distances = exact_topk(
         query_vectors,
         iter_vectors(Path(dataset_dir), batch_rows=rows),  # Parquet batches of a block: fewer copies
@@ -188,6 +206,7 @@ def compute_groundtruth(
         groundtruth.memory_budget_mb,
         engine,
         rows,
+        stats,
     )
     table = pa.table(
         {
@@ -204,10 +223,8 @@ def compute_groundtruth(
         "k_requested": groundtruth.k,
         "warnings": warnings,
         "metric": groundtruth.metric,
-        "engine": engine,
+        **stats,
         "engine_version": _engine_version(engine),
-        "device": device,
-        "block_rows": rows,
         "queries": len(query_vectors),
         "base_rows": dataset_manifest["rows"],
         "files": [{"file": "groundtruth.parquet", **written}],

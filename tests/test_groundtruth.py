@@ -121,12 +121,21 @@ def test_faiss_blas_path_ties_broken_by_id(metric: str) -> None:
 def test_rebatch_cuts_blocks_at_rows_and_copies_only_to_join() -> None:
     vecs = np.arange(50, dtype=np.float32).reshape(25, 2)
     parts = [(np.arange(0, 10), vecs[:10]), (np.arange(10, 12), vecs[10:12]), (np.arange(12, 25), vecs[12:])]
-    blocks = list(rebatch(parts, 8))
-    assert [len(ids) for ids, _, _ in blocks] == [8, 8, 8, 1]
-    assert [owned for _, _, owned in blocks] == [False, True, False, False]
-    np.testing.assert_array_equal(np.concatenate([ids for ids, _, _ in blocks]), np.arange(25))
-    np.testing.assert_array_equal(np.concatenate([v for _, v, _ in blocks]), vecs)
-    assert np.shares_memory(blocks[0][1], vecs)  # a slice of one batch is passed through, not copied
+    blocks = [(ids, v.copy(), owned, np.shares_memory(v, vecs)) for ids, v, owned in rebatch(parts, 8)]
+    assert [len(ids) for ids, _, _, _ in blocks] == [8, 8, 8, 1]
+    assert [owned for _, _, owned, _ in blocks] == [False, True, False, False]
+    # a slice of one batch is passed through, not copied; a joined block is a copy
+    assert [shared for _, _, _, shared in blocks] == [True, False, True, True]
+    np.testing.assert_array_equal(np.concatenate([ids for ids, _, _, _ in blocks]), np.arange(25))
+    np.testing.assert_array_equal(np.concatenate([v for _, v, _, _ in blocks]), vecs)
+
+
+def test_rebatch_joins_into_float32() -> None:
+    vecs = np.arange(24, dtype=np.uint8).reshape(12, 2)
+    parts = [(np.arange(i, i + 3), vecs[i : i + 3]) for i in range(0, 12, 3)]
+    joined = [(v.dtype, v.copy()) for _, v, _ in rebatch(parts, 6)]
+    assert [dtype for dtype, _ in joined] == [np.float32, np.float32]
+    np.testing.assert_array_equal(np.concatenate([v for _, v in joined]), vecs.astype(np.float32))
 
 
 def test_cosine_leaves_the_callers_vectors_alone() -> None:
