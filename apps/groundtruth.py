@@ -155,8 +155,12 @@ def exact_topk(
     else:
         search = groundtruth_torch.ExactSearch(queries, k, metric, device)
     rows = rows or block_rows(len(queries), queries.shape[1], memory_budget_mb, k, engine)
-    for ids, vecs, owned in rebatch(base, rows):
-        search.add(ids, vecs, owned)
+    try:
+        for ids, vecs, owned in rebatch(base, rows):
+            search.add(ids, vecs, owned)
+    finally:
+        if isinstance(search, groundtruth_faiss.FaissExactSearch):
+            search.close()
     if isinstance(search, groundtruth_faiss.FaissExactSearch):
         if search.repeats:
             log.info("ties at the k-th place: %d of %d searches repeated", search.repeats, search.searches)

@@ -16,8 +16,8 @@ memory budget of ``configs/local.yaml``) on one side, normalisation + ``add`` + 
 Sides alternate; the figures are medians of ``--repeat`` runs, and the ratio is the stage's throughput
 (queries/s) over FAISS's. Neighbours are compared tie-aware: the two lists of a query agree when their
 distances, recomputed in float64, are the same sorted values (members may differ only among vectors at
-the same distance). The stage's working memory (numpy, by tracemalloc, plus FAISS's tile, computed) is
-measured in one more, untimed run.
+the same distance). The stage's working memory (numpy, by tracemalloc, plus FAISS's own tiles and
+reservoirs, computed) is measured in one more, untimed run.
 
     .venv/bin/python benchmarks/groundtruth.py                 # a few minutes on 2 cores
     .venv/bin/python benchmarks/groundtruth.py --data bigann10k --threads 1
@@ -202,8 +202,8 @@ def published_recall(ids: np.ndarray, published: np.ndarray) -> float:
 
 def working_memory(case: Case, k: int, args: argparse.Namespace) -> dict[str, Any]:
     """The stage's peak working memory in one untimed run: numpy and Python allocations (tracemalloc;
-    the inputs exist before it starts) plus FAISS's BLAS tile of one query group (C++, computed)."""
-    from apps.groundtruth_faiss import _TILE_BASE, query_group
+    the inputs exist before it starts) plus what FAISS allocates itself (C++, computed)."""
+    from apps.groundtruth_faiss import default_threads, faiss_scratch_bytes, query_slices
 
     stats: dict[str, Any] = {}
     tracemalloc.start()
@@ -213,10 +213,18 @@ def working_memory(case: Case, k: int, args: argparse.Namespace) -> dict[str, An
     finally:
         tracemalloc.stop()
     budget = args.memory_budget_mb * 2**20
-    tile = 0
+    scratch, parallel = 0, 1
     if stats.get("engine") == "faiss":
-        tile = query_group(len(case.queries), case.queries.shape[1], k, budget) * _TILE_BASE * 4
-    return {**stats, "traced_peak_bytes": peak, "faiss_tile_bytes": tile, "budget_bytes": budget}
+        shape = (len(case.queries), case.queries.shape[1], k, budget, default_threads())
+        scratch = faiss_scratch_bytes(*shape)
+        parallel = query_slices(*shape)[1]
+    return {
+        **stats,
+        "traced_peak_bytes": peak,
+        "faiss_scratch_bytes": scratch,
+        "budget_bytes": budget,
+        "query_slices_at_once": parallel,
+    }
 
 
 # --- driver ----------------------------------------------------------------------------------------------
@@ -245,7 +253,7 @@ def bench(case: Case, args: argparse.Namespace) -> dict[str, Any]:
     ratio = faiss_s / stage_s  # throughput of the stage over FAISS's (same queries): > 1 is faster
     identical = agree["identical_up_to_ties"] == agree["queries"]
     memory = working_memory(case, k, args)
-    within = memory["traced_peak_bytes"] + memory["faiss_tile_bytes"] <= memory["budget_bytes"]
+    within = memory["traced_peak_bytes"] + memory["faiss_scratch_bytes"] <= memory["budget_bytes"]
     result = {
         "case": case.name,
         "source": case.source,
@@ -289,9 +297,10 @@ def report(r: dict[str, Any], threads: int) -> None:
         f"\n{r['case']}: {r['base'][0]:,} x {r['base'][1]} base, {q:,} queries, k={r['k']}, {r['metric']} "
         f"({r['source']})\n"
         f"  stage  {r['stage_seconds'] * 1000:9.1f} ms median = {r['stage_qps']:10,.0f} queries/s "
-        f"(engine {m.get('engine')}, blocks of {m.get('block_rows', 0):,} rows)\n"
+        f"(engine {m.get('engine')}, blocks of {m.get('block_rows', 0):,} rows, "
+        f"{m['query_slices_at_once']} query slice(s) at once, one thread each)\n"
         f"  FAISS  {r['faiss_seconds'] * 1000:9.1f} ms median = {r['faiss_qps']:10,.0f} queries/s "
-        f"({kind[r['metric']]})\n"
+        f"({kind[r['metric']]}, add + search, {threads} OpenMP threads in each call)\n"
         f"  each median rests on {n} runs x {q:,} queries = {n * q:,} queries per side, "
         f"{sum(r['stage_runs']):.2f} s (stage) and {sum(r['faiss_runs']):.2f} s (FAISS) timed; "
         f"{threads} threads each\n"
@@ -303,7 +312,8 @@ def report(r: dict[str, Any], threads: int) -> None:
         f"{a['identical_sets']}/{q}, identical up to ties {a['identical_up_to_ties']}/{q} "
         f"(max float64 distance gap {a['max_distance_gap']:.1e})\n"
         f"  memory  stage peak {m['traced_peak_bytes'] / 2**20:.1f} MiB (numpy) + "
-        f"{m['faiss_tile_bytes'] / 2**20:.1f} MiB (FAISS tile) of the {m['budget_bytes'] / 2**20:.0f} MiB "
+        f"{m['faiss_scratch_bytes'] / 2**20:.1f} MiB (FAISS's tiles and reservoirs) of the "
+        f"{m['budget_bytes'] / 2**20:.0f} MiB "
         f"budget: {'within' if r['within_budget'] else 'OVER'}; "
         f"{m.get('repeated_searches', 0)} of {m.get('block_searches', 0)} block searches repeated for ties"
     )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from apps.groundtruth import block_rows, exact_topk, rebatch
-from apps.groundtruth_faiss import FaissExactSearch, margin
+from apps.groundtruth_faiss import FaissExactSearch, margin, query_slices
 from apps.vecs import read_bin, read_vecs
 
 
@@ -116,6 +116,34 @@ def test_faiss_blas_path_ties_broken_by_id(metric: str) -> None:
     for rows in (128, 1000):
         ids, _ = exact_topk(queries, batches(base, 100), 100, metric, rows=rows)
         np.testing.assert_array_equal(ids, expected)
+
+
+def test_threads_split_queries_without_changing_results() -> None:
+    """Query slices searched on separate threads give what one call gives, ties included."""
+    rng = np.random.default_rng(7)
+    distinct = rng.normal(size=(30, 64)).astype(np.float32)
+    base = distinct[rng.permutation(np.repeat(np.arange(30), 20))]  # each vector 20 times
+    queries = rng.normal(size=(200, 64)).astype(np.float32)
+    answers = []
+    for threads in (1, 2, 3):
+        search = FaissExactSearch(queries, 50, "l2", threads=threads)
+        assert search.parallel == threads
+        for ids, vecs in batches(base, 256):
+            search.add(ids, vecs)
+        answers.append(search.result())
+    for ids, distances in answers[1:]:
+        np.testing.assert_array_equal(ids, answers[0][0])
+        np.testing.assert_array_equal(distances, answers[0][1])
+    np.testing.assert_array_equal(answers[0][0], brute_force(queries, base, 50, "l2"))
+
+
+def test_query_slices_cover_every_query_once_within_the_budget() -> None:
+    slices, parallel = query_slices(10_000, 384, 100, 16 * 2**20, threads=2)
+    assert parallel == 2
+    covered = np.concatenate([np.arange(s.start, s.stop) for s in slices])
+    np.testing.assert_array_equal(covered, np.arange(10_000))
+    assert max(s.stop - s.start for s in slices) < 5_000  # 16 MiB cannot hold one call per half
+    assert query_slices(20, 384, 100, 2**30, threads=2) == ([slice(0, 20)], 1)  # too few to share
 
 
 def test_rebatch_cuts_blocks_at_rows_and_copies_only_to_join() -> None:
