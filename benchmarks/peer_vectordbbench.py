@@ -61,7 +61,7 @@ def parse_args() -> argparse.Namespace:
         "--project-queries", type=int, default=5000, help="project queries per setting (5000)"
     )
     parser.add_argument("--warmup", type=int, default=16, help="project warm-up queries per client (16)")
-    parser.add_argument("--repeats", type=int, default=3, help="alternating pairs (3)")
+    parser.add_argument("--repeats", type=int, default=4, help="alternating pairs (4)")
     parser.add_argument("--keep", action="store_true", help="keep the server and raw directories")
     return parser.parse_args()
 
@@ -80,9 +80,7 @@ def cycled_queries(queries_file: Path, total: int) -> Path:
     return path
 
 
-def check_vdbbench(
-    database: str, result: dict[str, Any], recomputed: float, args: argparse.Namespace
-) -> None:
+def check_vdbbench(database: str, result: dict[str, Any], recomputed: float, clients: list[int]) -> None:
     """Stop the run when VectorDBBench's figures are not real measurements."""
     metric, problems = result["metric"], []
     for c, qps in zip(metric["conc_num_list"], metric["conc_qps_list"], strict=True):
@@ -93,12 +91,56 @@ def check_vdbbench(
             problems.append(
                 f"{c} client(s): {seen['queries']} queries in {seen['seconds']:.2f} s is not {qps} QPS"
             )
-    if sorted(metric["conc_num_list"]) != sorted(args.clients):
-        problems.append(f"ran client counts {metric['conc_num_list']}, asked {args.clients}")
+    if sorted(metric["conc_num_list"]) != sorted(clients):
+        problems.append(f"ran client counts {metric['conc_num_list']}, asked {clients}")
     if not metric["recall"] or abs(metric["recall"] - round(recomputed, 4)) > 1.01e-4:
         problems.append(f"its recall {metric['recall']} != {recomputed:.4f} recomputed from its returned ids")
     if problems:
         raise SystemExit(f"VectorDBBench ({database}) figures are not real: " + "; ".join(problems))
+
+
+def vdbbench_side(
+    ctx: dict[str, Any],
+    python: Path,
+    export: dict,
+    tables: dict,
+    args: argparse.Namespace,
+    clients: int,
+    work: Path,
+) -> dict[str, Any]:
+    """VectorDBBench at one client count (its serial pass too), its figures checked."""
+    database, qids = ctx["adapter_name"], tables["query_ids"]
+    if database == "weaviate" and sides.server_ef(ctx) != args.ef:
+        raise SystemExit(f"weaviate: the collection's ef is {sides.server_ef(ctx)}, not {args.ef}")
+    result = sides.run_vdbbench(python, ctx, args, export, clients, work)
+    ids = result.pop("ids")
+    recomputed = sides.plain_recall(qids, ids, tables["gt_ids"], tables["gt"], args.k)
+    check_vdbbench(database, result, recomputed, [clients])
+    metric, seen = result["metric"], result["concurrent"][str(clients)]
+    return {
+        "qps": metric["conc_qps_list"][0],
+        "p99_ms": metric["conc_latency_p99_list"][0] * 1000,
+        "queries": seen["queries"],
+        "seconds": seen["seconds"],
+        "recall": metric["recall"],
+        "recall_recomputed": recomputed,
+        "recall_tie_aware": sides.tie_aware_recall(qids, ids, tables, args.k, ctx["metric"]),
+        "serial_queries": result["serial_queries"],
+        "serial_p99_ms": metric["serial_latency_p99"] * 1000,
+        "first_ids": {int(q): i for q, i in zip(qids, ids, strict=True)},
+    }
+
+
+def project_side(
+    ctx: dict[str, Any], tables: dict, args: argparse.Namespace, clients: int, work: Path
+) -> dict:
+    """The query stage at one client count; recall from its rows."""
+    run = sides.run_project(ctx, clients, args, work)
+    qids, ids = run.pop("query_ids"), run.pop("ids")
+    run["recall"] = sides.plain_recall(qids, ids, tables["gt_ids"], tables["gt"], args.k)
+    run["recall_tie_aware"] = sides.tie_aware_recall(qids, ids, tables, args.k, ctx["metric"])
+    run["first_ids"] = dict(zip(qids.tolist(), ids, strict=True))
+    return run
 
 
 def measure_pair(
@@ -110,62 +152,30 @@ def measure_pair(
     repeat: int,
     work: Path,
 ) -> dict[str, Any]:
-    """One VectorDBBench run and one project run (every client count each), in alternating order."""
-    database, gt_ids, gt = ctx["adapter_name"], tables["gt_ids"], tables["gt"]
-    order = ["vdbbench", "project"] if repeat % 2 == 0 else ["project", "vdbbench"]
-    pair: dict[str, Any] = {"repeat": repeat, "order": order, "load_average": os.getloadavg()}
+    """Per client count, one VectorDBBench run and one project run back to back; the side that goes first
+    alternates from one run to the next."""
+    database = ctx["adapter_name"]
+    pair: dict[str, Any] = {"repeat": repeat, "order": {}, "vdbbench": {}, "project": {}}
     segments = sides.milvus_segments(ctx) if database == "milvus" else None
-    for side in order:
-        if side == "vdbbench":
-            if database == "weaviate" and sides.server_ef(ctx) != args.ef:
-                raise SystemExit(f"weaviate: the collection's ef is {sides.server_ef(ctx)}, not {args.ef}")
-            result = sides.run_vdbbench(python, ctx, args, export, work / f"vdbbench-{repeat}")
-            ids, qids = result.pop("ids"), tables["query_ids"]
-            recomputed = sides.plain_recall(qids, ids, gt_ids, gt, args.k)
-            check_vdbbench(database, result, recomputed, args)
-            metric = result["metric"]
-            pair["vdbbench"] = {
-                "recall": metric["recall"],
-                "recall_recomputed": recomputed,
-                "recall_tie_aware": sides.tie_aware_recall(qids, ids, tables, args.k, ctx["metric"]),
-                "serial_queries": result["serial_queries"],
-                "serial_p99_ms": metric["serial_latency_p99"] * 1000,
-                "first_ids": {int(q): i for q, i in zip(qids, ids, strict=True)},
-                **{
-                    str(c): {
-                        "qps": qps,
-                        "p99_ms": p99 * 1000,
-                        "queries": result["concurrent"][str(c)]["queries"],
-                        "seconds": result["concurrent"][str(c)]["seconds"],
-                    }
-                    for c, qps, p99 in zip(
-                        metric["conc_num_list"],
-                        metric["conc_qps_list"],
-                        metric["conc_latency_p99_list"],
-                        strict=True,
-                    )
-                },
-            }
-        else:
-            pair["project"] = {}
-            for c in args.clients:
-                run = sides.run_project(ctx, c, args, work / f"project-{repeat}-{c}")
-                qids, ids = run.pop("query_ids"), run.pop("ids")
-                run["recall"] = sides.plain_recall(qids, ids, gt_ids, gt, args.k)
-                run["recall_tie_aware"] = sides.tie_aware_recall(qids, ids, tables, args.k, ctx["metric"])
-                first = dict(zip(qids.tolist(), ids, strict=True))
-                run["first_ids"] = first
-                pair["project"][str(c)] = run
+    for n, c in enumerate(args.clients):
+        order = ["vdbbench", "project"] if (repeat + n) % 2 == 0 else ["project", "vdbbench"]
+        pair["order"][str(c)] = order
+        pair.setdefault("load_average", {})[str(c)] = os.getloadavg()
+        for side in order:
+            where = work / f"{side}-{repeat}-{c}"
+            if side == "vdbbench":
+                pair[side][str(c)] = vdbbench_side(ctx, python, export, tables, args, c, where)
+            else:
+                pair[side][str(c)] = project_side(ctx, tables, args, c, where)
+        vdb_first = pair["vdbbench"][str(c)].pop("first_ids")
+        mine = pair["project"][str(c)].pop("first_ids")
+        pair["project"][str(c)]["same_ids"] = float(
+            np.mean([list(mine[q][: args.k]) == vdb_first[q] for q in vdb_first])
+        )
     if database == "milvus" and sides.milvus_segments(ctx) != segments:
         raise SystemExit(
             f"milvus: the served segments changed during repeat {repeat + 1}: {segments} -> "
             f"{sides.milvus_segments(ctx)}; the two sides did not search the same index"
-        )
-    vdb_first = pair["vdbbench"].pop("first_ids")
-    for c in args.clients:
-        mine = pair["project"][str(c)].pop("first_ids")
-        pair["project"][str(c)]["same_ids"] = float(
-            np.mean([list(mine[q][: args.k]) == vdb_first[q] for q in vdb_first])
         )
     return pair
 
@@ -216,11 +226,12 @@ def run_database(
             pairs.append(pair)
             for c in args.clients:
                 p, v = pair["project"][str(c)], pair["vdbbench"][str(c)]
+                first = " then ".join(pair["order"][str(c)])
                 print(
-                    f"  [{repeat + 1}/{args.repeats}] {c} client(s) ({' then '.join(pair['order'])}): "
+                    f"  [{repeat + 1}/{args.repeats}] {c} client(s) ({first}): "
                     f"project {p['qps']:7.1f} QPS p99 {p['p99_ms']:6.2f} ms | VectorDBBench {v['qps']:7.1f} "
                     f"QPS p99 {v['p99_ms']:6.2f} ms | ratio {p['qps'] / v['qps']:.2f}x  "
-                    f"load {pair['load_average'][0]:.2f}",
+                    f"load {pair['load_average'][str(c)][0]:.2f}",
                     flush=True,
                 )
     finally:
