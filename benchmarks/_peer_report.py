@@ -4,13 +4,15 @@ the printed table, and what differs between the two sides."""
 from __future__ import annotations
 
 import statistics
+from importlib.metadata import version
 from typing import Any
 
 TARGET = 1.0
 RECALL_SLACK = 0.001  # the project's recall may be this much lower (plain recall, same definition) and pass
 DIFFERS = {
     "weaviate": [
-        "client: project weaviate-client 4 over gRPC (collection.query.near_vector, distance only); "
+        f"client: project weaviate-client {version('weaviate-client')} over gRPC "
+        "(collection.query.near_vector, distance only); "
         "VectorDBBench weaviate-client 3.26 over REST: a schema GET (client.schema.exists) then a GraphQL "
         "Get with nearVector returning the 'key' property, per query",
         "collection: its 'key' property (the row id, which VectorDBBench returns) is a number, not "
@@ -19,7 +21,8 @@ DIFFERS = {
         "before every VectorDBBench run (its search-only path sets none: its optimize step would)",
     ],
     "milvus": [
-        "client: project pymilvus 3.0.2 MilvusClient.search (consistency level Bounded, named); "
+        f"client: project pymilvus {version('pymilvus')} MilvusClient.search (consistency level Bounded, "
+        "named); "
         "VectorDBBench pymilvus 2.6.17 MilvusClient.search (no consistency level: the collection's default), "
         "with the 'pk' default patched in (see _peer_venv.py); both gRPC, ids and distances only",
     ],
@@ -28,7 +31,10 @@ DIFFERS = {
         "client processes, after --warmup warm-up queries each; VectorDBBench's processes each cycle the "
         "whole test set from a random offset for --duration s, without warm-up",
         "clock: project QPS = queries / (last answer - first request) from its raw rows; VectorDBBench QPS "
-        "= queries / (start signal -> every process returned); p99 over each side's own requests",
+        "= queries / (start signal -> every process returned); p99 over each side's own requests. "
+        "VectorDBBench's processes start together on a signal and stop on time; the project's clients start "
+        "as the pool hands them their share (tens of ms apart) and the slower one ends the run (each "
+        "client's span is in the JSON)",
         "recall: VectorDBBench's from its serial pass; project's from the first k ids of its rows; both "
         "|returned & exact top-k| / k against the same ground truth (tie-aware recall in the JSON)",
     ],

@@ -88,3 +88,21 @@ def test_plain_recall_is_vectordbbenchs_definition() -> None:
     # query 5: 2 of its top-3 found (a repeat counts once); query 6: all three, in another order
     got = [[1, 1, 3], [6, 4, 5]]
     assert _peer_sides.plain_recall(np.array([5, 6]), got, gt_ids, gt, 3) == pytest.approx((2 / 3 + 1) / 2)
+
+
+def _vdbbench_result(qps: float, queries: int, recall: float) -> dict:
+    """What ``_peer_vdbb_driver.py`` writes for one client count (the fields the check reads)."""
+    metric = {"conc_num_list": [1], "conc_qps_list": [qps], "recall": recall}
+    return {"metric": metric, "concurrent": {"1": {"queries": queries, "seconds": 10.0, "qps": qps}}}
+
+
+def test_vectordbbench_figures_are_checked() -> None:
+    import peer_vectordbbench as peer
+
+    peer.check_vdbbench("milvus", _vdbbench_result(500.0, 5000, 0.9562), 0.95618, [1])  # real: passes
+    with pytest.raises(SystemExit, match=r"QPS 0\.0"):  # every search failed (the 'pk' KeyError)
+        peer.check_vdbbench("milvus", _vdbbench_result(0.0, 0, 0.9562), 0.9562, [1])
+    with pytest.raises(SystemExit, match=r"is not 500\.0 QPS"):
+        peer.check_vdbbench("milvus", _vdbbench_result(500.0, 3000, 0.9562), 0.9562, [1])
+    with pytest.raises(SystemExit, match="recomputed from its returned ids"):
+        peer.check_vdbbench("weaviate", _vdbbench_result(200.0, 2000, 0.3962), 0.9638, [1])
