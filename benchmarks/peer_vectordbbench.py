@@ -7,20 +7,21 @@ first, into the repository's ``store/``), exported to VectorDBBench's custom-dat
 ``_peer_venv.py`` says what is pinned and the one line patched, and why).
 
 Per database (Weaviate, Milvus; the project's deployments with configs/local.yaml's settings) one server is
-started and one collection loaded (``_peer_sides.load_collection``), in the name VectorDBBench uses. Then,
-``--repeats`` times, in alternating order:
+started and one collection loaded (``_peer_sides.load_collection``; Milvus then compacted), in the name
+VectorDBBench uses. Then, ``--repeats`` times, per client count, the two sides back to back (the first one
+alternating):
 
 * **VectorDBBench**: its ``PerformanceCustomDataset`` case, search-only (the collection is loaded:
-  ``--skip-drop-old --skip-load``), k, HNSW ef: concurrent search for ``--duration`` s at each client
+  ``--skip-drop-old --skip-load``), k, HNSW ef: concurrent search for ``--duration`` s at that client
   count (its QPS and p99), then its serial pass over the test set (its recall);
-* **project**: ``apps.query_sweep.query_sweep`` with batch 1, the same k and ef, at each client count,
-  over the same queries cycled to ``--project-queries`` (QPS, p99, recall from its raw Parquet rows).
+* **project**: ``apps.query_sweep.query_sweep`` with batch 1, the same k, ef and client count, over the
+  same queries cycled to ``--project-queries`` (QPS, p99, recall from its raw Parquet rows).
 
 Ratio = median over repeats of project QPS / VectorDBBench QPS. MET when >= 1.0 and the project's recall
 is not lower. VectorDBBench's figures are checked: a QPS of 0, query counts that do not give its QPS, or a
 recall that differs from one recomputed here from the ids its own ``search_embedding`` returns stop the run.
 
-    .venv/bin/python benchmarks/peer_vectordbbench.py                 # both databases, ~10 minutes
+    .venv/bin/python benchmarks/peer_vectordbbench.py                 # both databases, ~8-12 minutes
     .venv/bin/python benchmarks/peer_vectordbbench.py --databases milvus --repeats 1 --duration 5
 """
 
