@@ -27,6 +27,7 @@ from apps.embedding import EmbeddingConfig
 from apps.groundtruth import GroundTruthConfig
 from apps.query_set import QueriesConfig
 from core.errors import PipelineError
+from core.lifetime import record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
 from executors.jobs import BlockJobRecorder
 from executors.labels import DRIVER, WORKERS
@@ -331,11 +332,25 @@ def root_cause(exc: BaseException) -> BaseException:
     return next((e for e in leaves if isinstance(e, PipelineError)), leaves[0] if leaves else exc)
 
 
+def record_interchanges(dfk: Any) -> None:
+    """Record each HTEX interchange this run started, by pid and start time.
+
+    The interchange renames itself (setproctitle), which overwrites what /proc shows of its environment,
+    so the run id it inherited cannot find it: without a record, a driver killed outright leaves it
+    running, and the next run could not tell it from anyone else's.
+    """
+    for executor in dfk.executors.values():
+        proc = getattr(executor, "interchange_proc", None)
+        if proc is not None and proc.pid:
+            record_group(f"parsl interchange {executor.label}", proc.pid, None)
+
+
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
     preflight(plan)
     parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
     dfk = parsl.load(parsl_config)
+    record_interchanges(dfk)
     try:
         with BlockJobRecorder(list(dfk.executors.values())):  # a killed driver's jobs: the next run cancels
             return DagRunner(plan, provenance, console).run()

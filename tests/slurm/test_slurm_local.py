@@ -169,6 +169,13 @@ def server_processes(data_root: str) -> list[str]:
     return found
 
 
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
 def run_id_of(run: Run) -> str:
     for line in run.output().splitlines():
         if line.startswith("run "):
@@ -364,6 +371,13 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
     old_run = run_id_of(first)
     old_data = sorted(p for p in shm.rglob("rank-*") if p.is_dir())
     assert old_data, "the ranks keep their data under the configured memory path"
+    # The interchanges rename themselves, hiding the run id in their environment: find them as children.
+    interchanges = [
+        (c.pid, c.create_time())
+        for c in psutil.Process(first.proc.pid).children(recursive=True)
+        if "interchange" in " ".join(c.cmdline())
+    ]
+    assert interchanges, "the driver should have started Parsl interchanges"
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(timeout=30)
 
@@ -382,6 +396,8 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
     assert code == 0, second.output()[-4000:]
     assert "cancelled" in second.output(), second.output()[:3000]  # it says what it stopped
     assert not run_processes(old_run, ("process_worker_pool", "interchange", "weaviate-server"))
+    alive = [pid for pid, started in interchanges if psutil.pid_exists(pid) and _started(pid) == started]
+    assert not alive, f"interchanges of the killed run still running: {alive}"
     assert testbed.ok("squeue", "-h").strip() == ""
     assert len(ranks_in(workdir, "stopped", earlier)) == 2  # the second run's ranks, stopped on purpose
 
