@@ -9,7 +9,7 @@ WEAVIATE_VERSION := v1.36.0
 WEAVIATE_BIN := .build/bin/weaviate-server
 CONFIG ?= configs/local.yaml
 
-.PHONY: run test setup venv weaviate lint format bench clean slurm-install slurm-testbed slurm-testbed-stop
+.PHONY: run test setup venv weaviate lint format bench clean slurm-install slurm-testbed slurm-testbed-stop slurm-local
 
 run: setup
 	$(BIN)/python -m pipeline run $(CONFIG)
@@ -66,6 +66,12 @@ slurm-testbed: slurm-install  # then: source $(SLURM_TESTBED_DIR)/env.sh; srun -
 
 slurm-testbed-stop:
 	$(SLURM_TESTBED) stop $(SLURM_TESTBED_DIR)
+
+# configs/slurm-local.yaml through the testbed (docs/slurm-local.md): start it, run, always stop it.
+slurm-local: setup slurm-install
+	$(SLURM_TESTBED) start $(SLURM_TESTBED_DIR)
+	. $(SLURM_TESTBED_DIR)/env.sh && $(BIN)/python -m pipeline run configs/slurm-local.yaml; \
+	rc=$$?; $(SLURM_TESTBED) stop $(SLURM_TESTBED_DIR); exit $$rc
 
 clean:
 	@if [ -d .slurm-testbed ]; then $(SLURM_TESTBED) stop $(SLURM_TESTBED_DIR); fi

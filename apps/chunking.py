@@ -206,7 +206,11 @@ def chunk_shard(
     tokenizer_dir: str,
     embedding: EmbeddingConfig | None = None,
 ) -> dict[str, Any]:
-    """Chunk one document shard into ``chunks-NNNNN.parquet``; return its shard record (skips if done)."""
+    """Chunk one document shard into ``chunks-NNNNN.parquet``; return its shard record (skips if done).
+
+    Semantic chunking loads the embedding model on this worker's device (:func:`apps.embedding.get_embedder`),
+    so the DAG runs it on the model's workers, not the CPU block (``pipeline.dag.chunk_label``).
+    """
     out = Path(out_dir)
     name = f"chunks-{shard_index:05d}.parquet"
     if (done := read_shard_record(out, name)) is not None:

@@ -1,10 +1,11 @@
 """The ground-truth stage: exact top-k of every query over all dataset parts, streamed.
 
-Distances come from torch matrix products over blocks of base vectors sized to a memory budget; the
-running top-k is merged block by block, so memory does not depend on the dataset size. Ties are broken by
-(distance, position in the dataset), which is (distance, id) because ids ascend along the dataset. To make
-that exact, each distance is packed with the position into one int64 whose order is (distance, position):
-``topk`` over it never sees two equal keys.
+The base vectors stream through in blocks sized to ``memory_budget_mb``; a running top-k is merged block by
+block, so memory does not depend on the dataset size. Ties are broken by (distance, position in the
+dataset), which is (distance, id) because ids ascend along the dataset. On the CPU the distances and the
+per-block selection are FAISS's brute-force kernels (``apps/groundtruth_faiss.py``, what ``IndexFlat``
+runs); on a GPU (cuda, xpu) torch matrix products (``apps/groundtruth_torch.py``). Both give the same
+neighbours up to ties.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from apps import groundtruth_faiss, groundtruth_torch
 from apps.dataset import arrow_to_vectors, iter_vectors
 from apps.taskinfo import task_context
 from core.config import Strict
@@ -38,33 +40,17 @@ class GroundTruthConfig(Strict):
     )
 
 
-STAGE_VERSION = "1"
+STAGE_VERSION = "2"  # 2: FAISS on the CPU; L2 ranked as reported (not squared)
 log = logging.getLogger(__name__)
-_POSITION_BITS = 32  # positions up to 4.29e9 vectors
-
-
-def _sortable(distances):
-    """float32 tensor -> int64 tensor with the same order (the IEEE-754 sign trick)."""
-    import torch
-
-    bits = distances.contiguous().view(torch.int32).to(torch.int64)
-    return torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-
-
-def _unsortable(keys):
-    """Inverse of :func:`_sortable` for the high half of a packed key -> float32 tensor."""
-    import torch
-
-    bits = torch.where(keys >= 0, keys, keys ^ 0x7FFFFFFF).to(torch.int32)
-    return bits.view(torch.float32)
+Engine = Literal["auto", "faiss", "torch"]
 
 
 def pick_device(preference: str) -> str:
     """``auto`` means the first accelerator torch sees, else the CPU."""
-    import torch
-
     if preference != "auto":
         return preference
+    import torch
+
     if torch.cuda.is_available():
         return "cuda"
     if hasattr(torch, "xpu") and torch.xpu.is_available():
@@ -72,90 +58,74 @@ def pick_device(preference: str) -> str:
     return "cpu"
 
 
-class ExactSearch:
-    """Running exact top-k of a fixed query set over base vectors fed block by block."""
-
-    def __init__(self, queries: np.ndarray, k: int, metric: str, device: str = "cpu") -> None:
-        import torch
-
-        self.torch = torch
-        self.k, self.metric, self.device = k, metric, device
-        q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(device)
-        if metric == "cosine":
-            q = torch.nn.functional.normalize(q, dim=1)
-        self.q = q
-        self.q_sqnorm = (q * q).sum(dim=1, keepdim=True)
-        n = q.shape[0]
-        self.best_keys = torch.full((n, 0), 0, dtype=torch.int64, device=device)
-        self.best_ids = torch.full((n, 0), 0, dtype=torch.int64, device=device)
-        self.position = 0
-
-    def _distances(self, x):
-        torch = self.torch
-        if self.metric == "cosine":
-            x = torch.nn.functional.normalize(x, dim=1)
-            return 1.0 - self.q @ x.T
-        if self.metric == "ip":
-            return -(self.q @ x.T)
-        # Squared L2 ranks like L2; clamp the tiny negatives that cancellation produces.
-        return (self.q_sqnorm - 2.0 * (self.q @ x.T) + (x * x).sum(dim=1)).clamp_(min=0.0)
-
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Fold one block of base vectors (and their ids, ascending along the stream) into the top-k."""
-        torch = self.torch
-        if len(ids) == 0:
-            return
-        x = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
-        block_ids = torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(self.device)
-        distances = self._distances(x).float()
-        positions = torch.arange(
-            self.position, self.position + len(ids), device=self.device, dtype=torch.int64
-        )
-        self.position += len(ids)
-        if self.position >= 1 << _POSITION_BITS:
-            raise ValueError("more than 2**32 base vectors: widen the packed position")
-        keys = (_sortable(distances) << _POSITION_BITS) | positions  # (Q, B), all distinct
-        take = min(self.k, keys.shape[1])
-        block_keys, idx = torch.topk(keys, take, dim=1, largest=False, sorted=False)
-        merged_keys = torch.cat([self.best_keys, block_keys], dim=1)
-        merged_ids = torch.cat([self.best_ids, block_ids[idx]], dim=1)
-        take = min(self.k, merged_keys.shape[1])
-        self.best_keys, order = torch.topk(merged_keys, take, dim=1, largest=False, sorted=True)
-        self.best_ids = torch.gather(merged_ids, 1, order)
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """(neighbour ids (Q, k) int64, distances (Q, k) float32), nearest first.
-
-        Distances are 1 - cosine, -inner product, or L2 (the square root of the ranked squared L2).
-        """
-        distances = _unsortable(self.best_keys >> _POSITION_BITS)
-        if self.metric == "l2":
-            distances = distances.sqrt()
-        return self.best_ids.cpu().numpy(), distances.cpu().numpy()
+def pick_engine(engine: str, device: str) -> str:
+    """``auto``: FAISS on the CPU, torch on an accelerator."""
+    if engine == "auto":
+        return "faiss" if device == "cpu" else "torch"
+    if engine == "faiss" and device != "cpu":
+        raise ValueError(f"the FAISS engine runs on the CPU, not on device {device!r}")
+    return engine
 
 
-def block_rows(n_queries: int, dim: int, memory_budget_mb: int) -> int:
-    """Base rows per block so distances, packed keys and the block itself fit the budget."""
-    per_row = n_queries * (4 + 8 + 8) + dim * 4 * 2  # float dist, int64 key, topk temp; vectors (+normalised)
-    return max(256, int(memory_budget_mb * 2**20 // per_row))
+def block_rows(n_queries: int, dim: int, memory_budget_mb: int, k: int = 100, engine: str = "faiss") -> int:
+    """Base rows per block within ``memory_budget_mb`` for ``engine`` (see its module)."""
+    if engine == "torch":
+        return groundtruth_torch.block_rows(n_queries, dim, memory_budget_mb)
+    return groundtruth_faiss.block_rows(n_queries, dim, k, memory_budget_mb)
+
+
+def _engine_version(engine: str) -> str:
+    """The library whose arithmetic decides the distances (and so the ties)."""
+    if engine == "faiss":
+        import faiss
+
+        return f"faiss {faiss.__version__}"
+    import torch
+
+    return f"torch {torch.__version__}"
 
 
 def rebatch(
     batches: Iterable[tuple[np.ndarray, np.ndarray]], rows: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Regroup (ids, vectors) batches into blocks of about ``rows`` rows, keeping order."""
+) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+    """Regroup (ids, vectors) batches into blocks of at most ``rows`` rows, keeping order.
+
+    Yields (ids, vectors, owned). A lone batch (or a slice of one) passes through uncopied and not owned:
+    not ours to change. Blocks joined from several batches are float32 views of one buffer reused from
+    block to block (fresh memory for every block costs page faults): owned, so the search may change them
+    in place, and valid only until the next block is asked for.
+    """
+    buffer: np.ndarray | None = None
     pending_ids: list[np.ndarray] = []
     pending_vecs: list[np.ndarray] = []
     count = 0
+
+    def join() -> tuple[np.ndarray, np.ndarray, bool]:
+        nonlocal buffer
+        if len(pending_ids) == 1:
+            return pending_ids[0], pending_vecs[0], False
+        dim = pending_vecs[0].shape[1]
+        if buffer is None or len(buffer) < count or buffer.shape[1] != dim:
+            buffer = np.empty((count, dim), dtype=np.float32)  # a full block's rows, or fewer if no more
+        out = buffer[:count]
+        np.concatenate(pending_vecs, out=out, casting="unsafe")
+        return np.concatenate(pending_ids), out, True
+
     for ids, vecs in batches:
-        pending_ids.append(ids)
-        pending_vecs.append(vecs)
-        count += len(ids)
-        if count >= rows:
-            yield np.concatenate(pending_ids), np.concatenate(pending_vecs)
-            pending_ids, pending_vecs, count = [], [], 0
+        if len(ids) != len(vecs):
+            raise ValueError(f"a batch holds {len(ids)} ids but {len(vecs)} vectors")
+        start = 0
+        while start < len(ids):
+            take = min(rows - count, len(ids) - start)
+            pending_ids.append(ids[start : start + take])
+            pending_vecs.append(vecs[start : start + take])
+            count += take
+            start += take
+            if count == rows:
+                yield join()
+                pending_ids, pending_vecs, count = [], [], 0
     if count:
-        yield np.concatenate(pending_ids), np.concatenate(pending_vecs)
+        yield join()
 
 
 def exact_topk(
@@ -165,11 +135,39 @@ def exact_topk(
     metric: str,
     device: str = "cpu",
     memory_budget_mb: int = 512,
+    engine: Engine = "auto",
+    rows: int | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k of ``queries`` over ``base`` batches of (ids, vectors); see :class:`ExactSearch`."""
-    search = ExactSearch(queries, k, metric, pick_device(device))
-    for ids, vecs in rebatch(base, block_rows(len(queries), queries.shape[1], memory_budget_mb)):
-        search.add(ids, vecs)
+    """Exact top-k of ``queries`` over ``base`` batches of (ids, vectors): (ids (Q, k), distances (Q, k)).
+
+    Nearest first, equal distances by position (= id). ``engine``: FAISS (CPU) or torch (any device);
+    ``rows``: base rows per block, by default as many as ``memory_budget_mb`` allows; ``stats``, when
+    given, receives the engine, the block rows and (FAISS) the block searches and how many were repeats.
+    """
+    device = pick_device(device)
+    engine = pick_engine(engine, device)
+    if queries.ndim != 2 or len(queries) == 0:
+        raise ValueError(f"queries must be a non-empty (n, dim) array, not shape {queries.shape}")
+    search: groundtruth_faiss.FaissExactSearch | groundtruth_torch.ExactSearch
+    if engine == "faiss":
+        search = groundtruth_faiss.FaissExactSearch(queries, k, metric, memory_budget_mb)
+    else:
+        search = groundtruth_torch.ExactSearch(queries, k, metric, device)
+    rows = rows or block_rows(len(queries), queries.shape[1], memory_budget_mb, k, engine)
+    try:
+        for ids, vecs, owned in rebatch(base, rows):
+            search.add(ids, vecs, owned)
+    finally:
+        if isinstance(search, groundtruth_faiss.FaissExactSearch):
+            search.close()
+    if isinstance(search, groundtruth_faiss.FaissExactSearch):
+        if search.repeats:
+            log.info("ties at the k-th place: %d of %d searches repeated", search.repeats, search.searches)
+        if stats is not None:
+            stats.update(block_searches=search.searches, repeated_searches=search.repeats)
+    if stats is not None:
+        stats.update(engine=engine, device=device, block_rows=rows)
     return search.result()
 
 
@@ -199,13 +197,20 @@ def compute_groundtruth(
             f"ground truth holds {k} neighbours per query"
         )
         log.warning(warnings[-1])
+    device = pick_device(groundtruth.device)
+    engine = pick_engine("auto", device)
+    rows = block_rows(len(query_vectors), query_vectors.shape[1], groundtruth.memory_budget_mb, k, engine)
+    stats: dict[str, Any] = {}
     ids, distances = exact_topk(
         query_vectors,
-        iter_vectors(Path(dataset_dir)),
+        iter_vectors(Path(dataset_dir), batch_rows=rows),  # Parquet batches of a block: fewer copies
         k,
         groundtruth.metric,
-        groundtruth.device,
+        device,
         groundtruth.memory_budget_mb,
+        engine,
+        rows,
+        stats,
     )
     table = pa.table(
         {
@@ -222,6 +227,8 @@ def compute_groundtruth(
         "k_requested": groundtruth.k,
         "warnings": warnings,
         "metric": groundtruth.metric,
+        **stats,
+        "engine_version": _engine_version(engine),
         "queries": len(query_vectors),
         "base_rows": dataset_manifest["rows"],
         "files": [{"file": "groundtruth.parquet", **written}],

@@ -113,12 +113,22 @@ def combine_parts(parts: list[InsertPart]) -> InsertPart:
 
 
 def insert_partition(
-    target: DatabaseTarget, units: list[Unit], batch_size: int, clients: int, retries: int
+    target: DatabaseTarget,
+    units: list[Unit],
+    batch_size: int,
+    clients: int,
+    retries: int,
+    worker: int = 0,
 ) -> InsertPart:
-    """Parsl task: insert ``units`` with ``clients`` client processes; return the combined record."""
-    with ClientPool(clients, target) as pool:
+    """Parsl task: insert ``units`` with ``clients`` client processes; return the combined record.
+
+    ``worker`` is this task's index among the stage's insert tasks: its clients are numbered from
+    ``worker x clients``, so the stage's clients are spread round-robin over the database's entry ranks.
+    """
+    with ClientPool(clients, target, first_client=worker * clients) as pool:
         futures = [
-            pool.submit(insert_units, units[c :: pool.size], batch_size, retries) for c in range(pool.size)
+            pool.submit(insert_units, units[c :: pool.size], batch_size, retries, client_index=c)
+            for c in range(pool.size)
         ]
         return combine_parts([f.result() for f in futures])
 

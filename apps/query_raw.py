@@ -26,6 +26,7 @@ RAW_QUERY_SCHEMA = pa.schema(
         pa.field("clients", pa.int32(), nullable=False),
         pa.field("k", pa.int32(), nullable=False),
         pa.field("client", pa.int32(), nullable=False),  # index of the client process
+        pa.field("rank", pa.int32(), nullable=True),  # the entry rank that client talked to; null: unknown
         pa.field("request", pa.int32(), nullable=False),  # request (batch) index within the client
         pa.field("query_id", pa.int64(), nullable=False),
         pa.field("ids", pa.list_(pa.int64()), nullable=False),  # returned ids, nearest first; -1 pads
@@ -34,8 +35,9 @@ RAW_QUERY_SCHEMA = pa.schema(
         pa.field("t_end", pa.float64(), nullable=False),  # time.time() when its answer was complete
     ]
 )
-"""One row per query. Every query of one request (batch) shares ``client``, ``request``, ``t_start``
-and ``t_end``. Files may hold several requests and clients; one file per database × setting."""
+"""One row per query. Every query of one request (batch) shares ``client``, ``rank``, ``request``,
+``t_start`` and ``t_end``. Files may hold several requests and clients; one file per database × setting.
+Files written before ``rank`` existed read back with a null ``rank``."""
 
 
 def _list_column(values: Any, value_type: pa.DataType, name: str, n: int) -> pa.Array:
@@ -66,13 +68,15 @@ def raw_query_table(
     t_start: float | Sequence[float] | np.ndarray,
     t_end: float | Sequence[float] | np.ndarray,
     setting: str | None = None,
+    rank: int | Sequence[int] | np.ndarray | None = None,
 ) -> pa.Table:
     """Build a table in :data:`RAW_QUERY_SCHEMA` from Python lists / numpy arrays.
 
     ``query_ids`` gives the number of rows n. ``client``, ``request``, ``t_start`` and ``t_end`` are
-    scalars (one request: every row shares them) or per-row arrays. ``ids`` / ``scores`` are (n, m)
-    arrays (e.g. ``SearchResult.ids`` / ``.scores``) or ragged sequences. ``setting`` defaults to
-    :func:`setting_label`. Concatenate the tables of many requests with :func:`concat_raw`.
+    scalars (one request: every row shares them) or per-row arrays, and so is ``rank`` (None: unknown).
+    ``ids`` / ``scores`` are (n, m) arrays (e.g. ``SearchResult.ids`` / ``.scores``) or ragged
+    sequences. ``setting`` defaults to :func:`setting_label`. Concatenate the tables of many requests
+    with :func:`concat_raw`.
     """
     query_ids = np.asarray(query_ids, dtype=np.int64).reshape(-1)
     n = len(query_ids)
@@ -93,6 +97,7 @@ def raw_query_table(
         "clients": pa.array(per_row(clients, np.int32, "clients")),
         "k": pa.array(per_row(k, np.int32, "k")),
         "client": pa.array(per_row(client, np.int32, "client")),
+        "rank": pa.nulls(n, pa.int32()) if rank is None else pa.array(per_row(rank, np.int32, "rank")),
         "request": pa.array(per_row(request, np.int32, "request")),
         "query_id": pa.array(query_ids),
         "ids": _list_column(ids, pa.int64(), "ids", n),
@@ -109,6 +114,8 @@ def validate_raw(table: pa.Table) -> pa.Table:
     Returns the table cast to the exact schema (column order, nullability); raises ValueError naming
     the problem otherwise.
     """
+    if "rank" not in table.column_names:  # written before clients were spread over ranks
+        table = table.append_column("rank", pa.nulls(table.num_rows, pa.int32()))
     missing = [f.name for f in RAW_QUERY_SCHEMA if f.name not in table.column_names]
     if missing:
         raise ValueError(f"raw query results: missing columns {missing}")

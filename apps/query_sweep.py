@@ -2,7 +2,8 @@
 
 A setting is (ef, batch size, clients, k). The query set is split across the client processes; each sends
 its share in batches of ``batch_size`` and records, per request, the returned ids and scores and the
-request's start and end. Metrics (QPS, latency percentiles, recall) are computed afterwards from these
+request's start and end. Client ``i`` talks to entry rank ``i % ranks`` (``Endpoints.entry``) and its rows
+record that rank. Metrics (QPS, latency percentiles, recall) are computed afterwards from these
 raw Parquet files by :mod:`apps.vdb_metrics`, so a metric can be corrected without re-running a cluster.
 
 A setting that stalls (a request timed out, or took > 20× the setting's median and > 1 s: a frozen or
@@ -66,6 +67,7 @@ def run_share(
     """
     rows: dict[str, list] = {
         "client": [],
+        "rank": [],
         "request": [],
         "query_ids": [],
         "ids": [],
@@ -84,6 +86,7 @@ def run_share(
             t1 = time.time()
             n = len(batch)
             rows["client"] += [index] * n
+            rows["rank"] += [db.rank] * n
             rows["request"] += [request] * n
             rows["query_ids"] += query_ids[start : start + n].tolist()
             rows["ids"] += [list(map(int, r)) for r in result.ids]
@@ -187,6 +190,7 @@ def _measure(
                 setting.batch_size,
                 warmup,
                 i,
+                client_index=i,
             )
             for i, s in enumerate(shares)
         ]

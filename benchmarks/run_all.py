@@ -8,6 +8,9 @@ its defaults; to tune one, run it alone (``--help`` lists its options).
     .venv/bin/python benchmarks/run_all.py                      # what `make bench` runs
     .venv/bin/python benchmarks/run_all.py --only embed memory
     .venv/bin/python benchmarks/run_all.py --skip ingest
+
+``peer_vectordbbench`` installs VectorDBBench into its own venv under ``benchmarks/out/`` on its first run
+(about a minute, from PyPI) and reuses it afterwards.
 """
 
 from __future__ import annotations

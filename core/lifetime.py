@@ -88,6 +88,32 @@ def record_group(name: str, pid: int, pgid: int | None, watchdog_pid: int | None
     return watchdog.write_record(Path(registry), record)
 
 
+def record_job(name: str, job_id: str, cancel: list[str]) -> Path | None:
+    """Record a batch job this run submitted and the command that cancels it (``cancel`` + the id).
+
+    A driver killed outright cannot cancel its jobs; the next run in the workdir does (see
+    :func:`stop_leftovers`), so no worker block or database pilot holds its nodes until walltime.
+    """
+    registry, run = os.environ.get(REGISTRY_VAR), os.environ.get(RUN_VAR)
+    if not (registry and run):
+        return None
+    safe_id = "".join(c if c.isalnum() else "_" for c in job_id)
+    record = {"run": run, "name": name, "pid": f"job-{safe_id}", "job": job_id, "cancel": [*cancel, job_id]}
+    return watchdog.write_record(Path(registry), record | {"host": socket.gethostname()})
+
+
+def _cancel_jobs(records: list[dict[str, Any]]) -> list[str]:
+    """Cancel the batch jobs of a dead run; one line per job (a job already gone is not an error)."""
+    lines = []
+    for rec in records:
+        if not rec.get("cancel"):
+            continue
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(rec["cancel"], capture_output=True, timeout=30, check=False)
+            lines.append(f"{rec['run']}: batch job {rec['job']} ({rec['name']}) cancelled")
+    return lines
+
+
 def forget(record: Path | None) -> None:
     """Remove a process record (its processes have stopped)."""
     if record is not None:
@@ -124,7 +150,7 @@ def _run_processes(runs: set[str], groups: set[int], exact: set[tuple[int, float
 def _exact(records: list[dict[str, Any]]) -> set[tuple[int, float]]:
     pairs = set()
     for rec in records:
-        if rec.get("started") is not None and rec.get("name") != "driver":
+        if rec.get("started") is not None and rec.get("name") != "driver" and not rec.get("job"):
             pairs.add((rec["pid"], rec["started"]))
         if rec.get("watchdog") and rec["watchdog"][1] is not None:
             pairs.add((rec["watchdog"][0], rec["watchdog"][1]))
@@ -146,6 +172,7 @@ def stop_leftovers(workdir: Path, grace: float = 5.0) -> list[str]:
         records = [rec for _, rec in entries]
         if any(r.get("name") == "driver" and is_alive(r["pid"], r.get("started")) for r in records):
             continue
+        stopped += _cancel_jobs(records)
         procs = _run_processes({run}, set(), _exact(records))
         for proc in procs:
             with contextlib.suppress(psutil.Error):
@@ -162,6 +189,7 @@ def stop_run_groups(workdir: Path, run: str, grace: float = 5.0) -> None:
     registry = Path(workdir) / STATE_DIR / "processes"
     entries = [(p, r) for p, r in read_records(registry) if r.get("run") == run and r.get("name") != "driver"]
     records = [r for _, r in entries]
+    _cancel_jobs(records)  # batch jobs whose cancel the run's own teardown did not reach
     groups = {r["pgid"] for r in records if r.get("pgid")}
 
     def members() -> list[psutil.Process]:

@@ -8,11 +8,12 @@ validating a config imports no Parsl and no client library.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from core.config import Strict
+from executors.affinity import STRATEGIES, parse_list, pool_size, reserved_threads, skip_reserved
 from executors.safe import (
     Accelerators,
     Account,
@@ -136,13 +137,14 @@ class GpuWorkers(Strict):
         4,
         description="GPUs a node offers to workers: a count (ids 0..n-1) or explicit ids such as Aurora "
         "tiles '0.0'; Parsl starts one worker per entry and pins it (CUDA_VISIBLE_DEVICES, "
-        "ZE_AFFINITY_MASK).",
+        "ZE_AFFINITY_MASK). 0: a node without GPUs, one worker per node (the local Slurm testbed).",
     )
     cores_per_worker: float = Field(8, gt=0, description="CPU hardware threads per worker.")
     cpu_affinity: CpuAffinity = Field(
         "block-reverse",
         description="Parsl worker CPU pinning: block, block-reverse (Polaris: GPU 0 is near the last "
-        "cores), alternating, or an explicit list:<cores>:<cores>... per worker.",
+        "cores), alternating, or an explicit list:<cores>:<cores>... per worker. On a node with "
+        "reserved_cores a strategy becomes the explicit list that skips them and their hyper-threads.",
     )
     prefetch_capacity: int = Field(
         0, ge=0, description="Tasks prefetched beyond free workers (0: best balance for long tasks)."
@@ -169,7 +171,7 @@ class GpuWorkers(Strict):
 
 
 class CpuWorkers(Strict):
-    """CPU HighThroughputExecutor (label 'cpu'): chunking and database clients, on their own nodes."""
+    """CPU HighThroughputExecutor (label 'cpu'): sharding, chunking without a model, database clients."""
 
     nodes_per_block: int = Field(1, ge=1, description="Nodes per batch job.")
     init_blocks: int = Field(0, ge=0, description="Blocks submitted when the run starts (0: on demand).")
@@ -227,7 +229,9 @@ class _HpcExecutorBase(Strict):
         2, ge=0, description="Retries of a task lost with its worker or node (never of a bad input)."
     )
     checkpoint_mode: CheckpointMode | None = Field(
-        "task_exit", description="Parsl checkpointing of memoized apps (BasicMemoizer); None: off."
+        "task_exit",
+        description="Parsl checkpointing of memoized apps (BasicMemoizer); None: off. No app is memoized "
+        "today, so nothing is checkpointed: resume is by content-keyed stage directories.",
     )
     heartbeat_period: int = Field(30, ge=1, description="Seconds between worker heartbeats.")
     heartbeat_threshold: int = Field(
@@ -248,6 +252,34 @@ class _HpcExecutorBase(Strict):
         default_factory=lambda: ["memory", "ssd", "lustre"],
         description="Storage media the platform offers to database workers.",
     )
+
+    @model_validator(mode="after")
+    def _pin_off_reserved_cores(self) -> Self:
+        """On a node with reserved cores no worker is bound to them (:mod:`executors.affinity`).
+
+        A strategy (block, block-reverse, alternating) becomes the explicit list that skips them and their
+        hyper-threads; an explicit list that binds one is an error naming the block.
+        """
+        if not self.node.reserved_cores:
+            return self
+        reserved = reserved_threads(self.node)
+        for name in ("gpu", "cpu"):
+            block = getattr(self, name)
+            if block is None:
+                continue
+            most = len(block.accelerator_ids) if name == "gpu" else block.workers_per_node
+            if block.cpu_affinity in STRATEGIES:
+                workers = pool_size(self.node, most, block.cores_per_worker)
+                pinned = skip_reserved(self.node, block.cpu_affinity, workers)
+                setattr(self, name, block.model_copy(update={"cpu_affinity": pinned}))  # validated again
+            elif block.cpu_affinity.startswith("list:"):
+                bound = sorted(reserved & {t for share in parse_list(block.cpu_affinity) for t in share})
+                if bound:
+                    raise ValueError(
+                        f"{name}.cpu_affinity binds the reserved cores' threads {bound} "
+                        f"(node.reserved_cores {self.node.reserved_cores})"
+                    )
+        return self
 
 
 class _PbsExecutorBase(_HpcExecutorBase):

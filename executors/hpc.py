@@ -2,12 +2,14 @@
 
 :func:`hpc_config` assembles a platform's ``parsl.Config`` from these, given the platform's provider and
 launcher: the GPU executor (label ``workers``), an optional CPU executor (label ``cpu``), the in-process
-``driver`` threads, a retry handler that retries only tasks whose worker or node was lost, and a memoizer
-that checkpoints finished apps for resume.
+``driver`` threads, a retry handler that retries only tasks whose worker or node was lost, and Parsl's
+memoizer (no app is cached: resume comes from the content-keyed stage directories).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,10 +55,13 @@ def retry_handler(exception: BaseException, task_record: Any) -> float:
 
 
 def memoizer(run_dir: Path, checkpoint_mode: str | None) -> BasicMemoizer:
-    """Parsl 2026 memoization: checkpoints of earlier runs in the same workdir are loaded for resume.
+    """Parsl's BasicMemoizer, with the checkpoint files of earlier runs in the same workdir loaded.
 
-    Apps declared with ``cache=True`` return a checkpointed result instead of running again; the
-    content-keyed stage directories remain the primary resume mechanism.
+    Resume does not rely on it: no app of the pipeline is declared ``cache=True``, so Parsl memoizes
+    nothing and writes no checkpoint entries. A re-run skips work through the content-keyed stage
+    directories instead (a stage whose manifest verifies is not submitted; a finished shard's record
+    returns at once). The memoizer is kept so that an app given ``cache=True`` later resumes from
+    checkpoints without further wiring.
     """
     files: list[str] = []
     if checkpoint_mode is not None:
@@ -75,13 +80,16 @@ def drain_period(walltime: str, margin_s: int | None) -> int | None:
 
 
 def gpu_executor(block: GpuWorkers, provider: Any, address: str | None, run_dir: Path, **common: Any):
-    """The GPU HighThroughputExecutor: one worker per accelerator, pinned cores, no prefetch."""
+    """The GPU HighThroughputExecutor: one worker per accelerator, pinned cores, no prefetch.
+
+    A node without accelerators (``accelerators: 0``, the local Slurm testbed) runs one worker per node.
+    """
     accelerators = block.accelerator_ids
     return HighThroughputExecutor(
         label=WORKERS,
         address=address,
         available_accelerators=accelerators,
-        max_workers_per_node=len(accelerators),
+        max_workers_per_node=len(accelerators) or 1,
         cores_per_worker=block.cores_per_worker,
         cpu_affinity=block.cpu_affinity,
         prefetch_capacity=block.prefetch_capacity,
@@ -136,6 +144,8 @@ def hpc_config(
     ``provider`` submits a block's :class:`JobRequest` to the platform's scheduler; ``launcher`` starts one
     worker manager per node of a block (``mpiexec --ppn 1`` on PBS, ``srun`` on Slurm).
     """
+    # Parsl starts interchange.py from the driver's PATH: this interpreter's environment first.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     address = resolve_address(executor.interface, address)
     init = worker_init(executor.worker_init)
 

@@ -8,6 +8,8 @@ that puts this interpreter's virtual environment first on the workers' PATH.
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -131,3 +133,49 @@ def provider_for(executor: Any, request: JobRequest) -> PBSProProvider | SlurmPr
     if executor.platform == "local":
         return local_provider(request)
     raise ValueError(f"no Parsl provider for platform {executor.platform!r}")
+
+
+def cancel_command(provider: Any) -> list[str] | None:
+    """The command that cancels one of ``provider``'s jobs (the id appended), None for this machine."""
+    if isinstance(provider, SlurmProvider):
+        return ["scancel"]
+    if isinstance(provider, PBSProProvider):
+        return ["qdel"]
+    return None
+
+
+# How Slurm (JobState) and PBS (job_state) name a job that has ended or is ending.
+ENDED_STATES = frozenset(
+    {"CANCELLED", "COMPLETED", "COMPLETING", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED"}
+    | {"OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "F", "E", "X"}
+)
+
+
+def job_ended(description: str) -> bool:
+    """True when a :func:`describe_job` text names an ended (or ending) job."""
+    return description.split(",")[0].strip() in ENDED_STATES
+
+
+def describe_job(provider: Any, job_id: str) -> str | None:
+    """How the scheduler says a job ended ('TIMEOUT', 'CANCELLED', 'F exit 271'), None when it cannot tell.
+
+    Parsl's status falls back to squeue without Slurm accounting and then calls every vanished job
+    COMPLETED; ``scontrol`` (and ``qstat -x`` on PBS) still knows why for a while.
+    """
+    if isinstance(provider, SlurmProvider):
+        command = ["scontrol", "show", "job", "-o", job_id]
+    elif isinstance(provider, PBSProProvider):
+        command = ["qstat", "-x", "-f", job_id]
+    else:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(re.findall(r"(\w+)\s*=\s*(\S+)", done.stdout)) if done.returncode == 0 else {}
+    if "JobState" in fields:
+        reason = fields.get("Reason", "None")
+        return fields["JobState"] + (f", reason {reason}" if reason not in ("None", "(null)") else "")
+    if "job_state" in fields:
+        return fields["job_state"] + (f", exit {fields['Exit_status']}" if "Exit_status" in fields else "")
+    return None

@@ -90,6 +90,8 @@ LauncherOption = Annotated[str, _pattern(r"--?[A-Za-z][A-Za-z0-9_-]*", "one opti
 
 
 def _check_accelerators(value: int | list[str]) -> int | list[str]:
+    if isinstance(value, int) and value < 0:
+        raise ValueError("accelerators must be a count >= 0 (0: a CPU-only node) or a list of ids")
     for item in [] if isinstance(value, int) else value:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", item):
             raise ValueError(f"accelerator id {item!r} must be letters, digits and _ . : - such as 0 or 0.1")

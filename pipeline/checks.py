@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb import cluster_checks
+from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
-from apps.vdb.cluster.layout import absolute
+from apps.vdb.cluster.layout import absolute, node_shape, plan_cluster
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
 
 
@@ -34,7 +35,7 @@ def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tup
             )
     cluster = getattr(vdb, "cluster", None) if vdb else None
     if cluster is not None:
-        for name in dict.fromkeys(db.name for db in vdb.databases):
+        for name in (db.name for db in vdb.pilot_databases()):
             c = cluster.for_database(name)
             yield (
                 cluster.field_path(name, "nodes"),
@@ -122,11 +123,14 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
             )
         )
 
-    field, path = image_for(c, name)
-    if not path:
-        problems.append((("vdb", "cluster", "images", field), f"no Apptainer image for {name}"))
-    elif not check.exists(path):
-        problems.append((("vdb", "cluster", "images", field), f"image {path} does not exist"))
+    if c.runtime == "native":
+        problems += _native_problems(run_config, name, base_dir)
+    else:
+        field, path = image_for(c, name)
+        if not path:
+            problems.append((("vdb", "cluster", "images", field), f"no Apptainer image for {name}"))
+        elif not check.exists(path):
+            problems.append((("vdb", "cluster", "images", field), f"image {path} does not exist"))
 
     storage = c.storage
     if storage.medium not in offered:
@@ -149,6 +153,23 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     return problems
 
 
+def _native_problems(run_config: Any, name: str, base_dir: Path | None) -> list[Problem]:
+    """Runtime native: the executable exists and the database can lay its ranks out without an image."""
+    cluster: DatabaseClusterConfig = run_config.vdb.cluster
+    executable = cluster.executables.get(name)
+    where = ("vdb", "cluster", "executables", name)
+    if executable and not absolute(executable, base_dir).is_file():
+        return [(where, f"executable {executable} does not exist")]
+    settings = next(db for db in run_config.vdb.databases if db.name == name)
+    try:
+        plan_cluster(settings, cluster, node_shape(run_config.executor), Path("/nonexistent"), base_dir)
+    except DatabaseError as exc:
+        field, _, message = str(exc).partition(": ")
+        path = tuple(field.split(".")) if field.startswith("vdb.cluster") else ("vdb", "cluster")
+        return [(path, message if path != ("vdb", "cluster") else str(exc))]
+    return []
+
+
 def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
     vdb, executor = run_config.vdb, run_config.executor
     cluster: DatabaseClusterConfig = vdb.cluster
@@ -159,11 +180,11 @@ def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             (("vdb", "cluster", "launcher"), f"platform {executor.platform} starts ranks with {wanted!r}")
         )
     for i, db in enumerate(vdb.databases):  # the cluster starts the servers: no external ones
-        problems += cluster_checks(db.name).settings_problems(db, i)
+        problems += cluster_checks(db.name).settings_problems(db, i, vdb.collection.shards)
     for name in cluster.overrides:
         if name not in {db.name for db in vdb.databases}:
             problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))
-    for name in dict.fromkeys(db.name for db in vdb.databases):
+    for name in (db.name for db in vdb.pilot_databases()):
         problems += _database_problems(run_config, name, base_dir)
         problems += _walltime_problems(run_config, name)
     return list(dict.fromkeys(problems))

@@ -27,7 +27,9 @@ from apps.embedding import EmbeddingConfig
 from apps.groundtruth import GroundTruthConfig
 from apps.query_set import QueriesConfig
 from core.errors import PipelineError
+from core.lifetime import record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
+from executors.jobs import BlockJobRecorder
 from executors.labels import DRIVER, WORKERS
 from executors.platforms import cpu_label, parsl_config_for
 from pipeline.plan import Plan
@@ -90,6 +92,16 @@ def groundtruth_after_dataset(
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
 
+def chunk_label(config: Any) -> str:
+    """The executor chunking runs on.
+
+    Semantic chunking embeds sentence windows with the embedding model, so it runs where the model runs:
+    the GPU workers, one device each (on the CPU block every worker would load the model onto GPU 0 of its
+    node). Chunking without a model (none, recursive) needs only the tokenizer and runs on the CPU block.
+    """
+    return WORKERS if config.chunking.method == "semantic" else cpu_label(config.executor)
+
+
 class DagRunner:
     """Submits the stages of a plan to Parsl and records them in provenance."""
 
@@ -102,7 +114,7 @@ class DagRunner:
         cpu = cpu_label(cfg.executor)
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
-            "chunk": python_app(chunk_stage.chunk_shard, executors=[cpu]),
+            "chunk": python_app(chunk_stage.chunk_shard, executors=[chunk_label(cfg)]),
             "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
             "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
             "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),
@@ -320,13 +332,28 @@ def root_cause(exc: BaseException) -> BaseException:
     return next((e for e in leaves if isinstance(e, PipelineError)), leaves[0] if leaves else exc)
 
 
+def record_interchanges(dfk: Any) -> None:
+    """Record each HTEX interchange this run started, by pid and start time.
+
+    The interchange renames itself (setproctitle), which overwrites what /proc shows of its environment,
+    so the run id it inherited cannot find it: without a record, a driver killed outright leaves it
+    running, and the next run could not tell it from anyone else's.
+    """
+    for executor in dfk.executors.values():
+        proc = getattr(executor, "interchange_proc", None)
+        if proc is not None and proc.pid:
+            record_group(f"parsl interchange {executor.label}", proc.pid, None)
+
+
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
     preflight(plan)
     parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
     dfk = parsl.load(parsl_config)
+    record_interchanges(dfk)
     try:
-        return DagRunner(plan, provenance, console).run()
+        with BlockJobRecorder(list(dfk.executors.values())):  # a killed driver's jobs: the next run cancels
+            return DagRunner(plan, provenance, console).run()
     except PropagatedException as exc:
         raise root_cause(exc) from None
     finally:

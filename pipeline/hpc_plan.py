@@ -140,7 +140,7 @@ def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
     cfg = loaded.config
     node = node_shape(cfg.executor)
     out: dict[str, str] = {}
-    for settings in cfg.vdb.databases:
+    for settings in cfg.vdb.pilot_databases():
         cluster = cfg.vdb.cluster.for_database(settings.name)
         workdir = vdb_dir / settings.name / "server"
         layout = plan_cluster(settings, cluster, node, workdir, loaded.base_dir)
@@ -182,14 +182,14 @@ def _summary(loaded: LoadedConfig) -> str:
     cfg = loaded.config
     ex = cfg.executor
     lines = [f"platform {ex.platform}: login-node address from interface {ex.interface or '(all)'}"]
-    blocks = [("workers (GPU)", ex.gpu.nodes_per_block, ex.gpu.max_blocks, len(ex.gpu.accelerator_ids))]
+    blocks = [("workers (GPU)", ex.gpu.nodes_per_block, ex.gpu.max_blocks, len(ex.gpu.accelerator_ids) or 1)]
     if ex.cpu:
         blocks.append(("cpu", ex.cpu.nodes_per_block, ex.cpu.max_blocks, ex.cpu.workers_per_node))
     for label, nodes, max_blocks, per_node in blocks:
         lines.append(f"  {label}: {nodes} node(s) x up to {max_blocks} block(s), {per_node} workers per node")
     if cfg.vdb and cfg.vdb.cluster:
         node = node_shape(ex)
-        for settings in cfg.vdb.databases:
+        for settings in cfg.vdb.pilot_databases():
             c = cfg.vdb.cluster.for_database(settings.name)
             lines.append(
                 f"  {settings.name} job: {c.nodes} node(s), {c.workers} rank(s), "

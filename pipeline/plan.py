@@ -27,7 +27,9 @@ from pipeline.config_loader import LoadedConfig
 
 BENCHMARK_VERSION = "1"
 
-# Embedding fields that change the vectors (batching knobs do not).
+# Embedding fields that change the vectors. Batching knobs change them too in reduced precision (bf16
+# kernels round differently per batch shape: up to ~1e-3 in cosine), not in float32 (below 1e-6).
+BATCHING_FIELDS = ("token_budget", "max_batch_size")
 VECTOR_FIELDS = (
     "backend",
     "max_length",
@@ -174,6 +176,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "fingerprint": model_fingerprint(model_dir),
     }
     vector_params = {**{k: embedding[k] for k in VECTOR_FIELDS}, "model": model_identity}
+    if cfg.embedding.dtype != "float32":
+        vector_params["batching"] = {k: embedding[k] for k in BATCHING_FIELDS}
 
     stages: dict[str, StagePlan] = {}
 

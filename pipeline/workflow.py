@@ -42,7 +42,7 @@ def _own_workdir(loaded: LoadedConfig, workdir: Path, console: Console) -> Itera
     try:
         stopped = stop_leftovers(workdir)
         if stopped:
-            console.print(f"stopped {len(stopped)} process(es) left running by an earlier run:")
+            console.print(f"stopped {len(stopped)} leftover(s) of an earlier run (processes, batch jobs):")
             for line in stopped:
                 console.print(f"  {line}", highlight=False)
             log.warning("stopped leftovers of earlier runs: %s", stopped)

@@ -295,3 +295,19 @@ def test_backend_and_precision_change_the_dataset_key(
     assert ov_plan.stage("chunk").key == torch_plan.stage("chunk").key
     assert ov_plan.embedding.export_dir == str(tmp_path / "work" / "cache" / "embed-models")
     assert ov_plan.file_metadata["backend"] == "openvino" and ov_plan.file_metadata["pooling"] == "model"
+
+
+def test_batching_changes_the_dataset_key_only_in_reduced_precision(
+    small_corpus: Path, tmp_path: Path, write_config
+) -> None:
+    """bf16 kernels round differently per batch shape: batching is part of a bf16 dataset's identity."""
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+
+    def key(**embedding) -> str:
+        config = base_config(small_corpus, tmp_path / "work", embedding=embedding, queries=None)
+        return build_plan(load_config(write_config(config))).stage("embed").key
+
+    assert key(token_budget=1024) == key(token_budget=4096)  # float32: batching leaves the vectors alone
+    assert key(dtype="bfloat16", token_budget=1024) != key(dtype="bfloat16", token_budget=4096)
+    assert key(dtype="bfloat16", max_batch_size=8) != key(dtype="bfloat16", max_batch_size=64)

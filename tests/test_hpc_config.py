@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from core.errors import ConfigError
+from executors.affinity import parse_list
 from executors.config import (
     AuroraExecutorConfig,
     NodeShape,
@@ -249,6 +250,25 @@ def test_milvus_distributed_rank_count_must_match_workers(hpc_env: Path) -> None
     assert "set workers: 28" in problems[("vdb", "cluster", "workers")]
 
 
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_milvus_must_accept_the_collection_s_shards(hpc_env: Path, platform: str) -> None:
+    """proxy.maxShardNum (16 by default) below vdb.collection.shards: Milvus would refuse the collection."""
+    data = study(platform)
+    milvus = next(db for db in data["vdb"]["databases"] if db["name"] == "milvus")
+    shards = data["vdb"]["collection"]["shards"]
+    assert milvus["config_overrides"] == {"proxy.maxShardNum": shards}  # the study configs raise it
+    del milvus["config_overrides"]
+    message = problems_of(hpc_env, data)[("vdb", "collection", "shards")]
+    assert f"set config_overrides: {{proxy.maxShardNum: {shards}}}" in message
+    milvus["config_overrides"] = {"proxy.maxShardNum": 20}
+    where = ("vdb", "databases", 1, "config_overrides", "proxy.maxShardNum")
+    assert f"20 is below vdb.collection.shards ({shards})" in problems_of(hpc_env, data)[where]
+    milvus["config_overrides"] = {"proxy.maxShardNum": "lots"}
+    assert "must be a whole number" in problems_of(hpc_env, data)[where]
+    milvus["config_overrides"] = {"proxy.maxShardNum": str(shards)}
+    assert problems_of(hpc_env, data) == {}
+
+
 def test_lustre_directory_must_exist(hpc_env: Path) -> None:
     (hpc_env / "project" / "vdb-data").rmdir()
     problems = problems_of(hpc_env, study("polaris"))
@@ -274,10 +294,14 @@ def test_gpu_indexing_is_rejected_on_aurora(hpc_env: Path) -> None:
     assert "not Intel GPUs" in problems_of(hpc_env, data)[("vdb", "cluster", "gpu_indexing")]
 
 
-def test_qdrant_must_be_in_server_mode_with_a_cluster(hpc_env: Path) -> None:
+def test_qdrant_with_a_cluster_is_a_pilot_or_runs_inside_its_clients(hpc_env: Path) -> None:
     data = study("polaris")
-    data["vdb"]["databases"][0]["mode"] = "edge"
-    assert ("vdb", "databases", 0, "mode") in problems_of(hpc_env, data)
+    data["vdb"]["databases"][0]["url"] = "http://elsewhere:6333"  # an external server: not with a cluster
+    assert ("vdb", "databases", 0, "url") in problems_of(hpc_env, data)
+    data["vdb"]["databases"][0] = {"name": "qdrant", "mode": "edge"}  # in-process: no pilot, no image
+    data["vdb"]["cluster"]["images"].pop("qdrant", None)
+    found = problems_of(hpc_env, data)
+    assert not {k: v for k, v in found.items() if "qdrant" in f"{k} {v}"}, found
 
 
 def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:
@@ -286,6 +310,21 @@ def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(write(hpc_env, data))
     assert "executor.aurora.gpu.gpus" in str(err.value)
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_semantic_chunking_runs_on_the_gpu_workers_beside_the_model(hpc_env: Path, platform: str) -> None:
+    """Semantic chunking loads the embedding model: on the CPU block every worker would take GPU 0."""
+    from pipeline.dag import DagRunner
+    from pipeline.plan import build_plan
+
+    data = study(platform)
+    assert data["chunking"]["method"] == "semantic"
+    runner = DagRunner(build_plan(load_config(write(hpc_env, data))), None, None)
+    assert runner.apps["chunk"].executors == ["workers"] == runner.apps["embed"].executors
+    data["chunking"] = {"method": "recursive", "chunk_size": 256, "chunk_overlap": 32}
+    runner = DagRunner(build_plan(load_config(write(hpc_env, data))), None, None)
+    assert runner.apps["chunk"].executors == ["cpu"]  # only the tokenizer: the CPU block
 
 
 # --- model helpers -----------------------------------------------------------------------------------------
@@ -299,6 +338,31 @@ def test_walltime_and_binding_helpers() -> None:
     assert [(min(c), max(c)) for c in lists] == [(1, 24), (25, 48), (53, 76), (77, 100)]
     assert all(0 not in c and 52 not in c for c in lists)
     assert bind_lists(aurora, 4, 26) is None  # 2 x 26 > 51 usable cores per socket
+
+
+def test_no_aurora_worker_is_bound_to_a_reserved_core(hpc_env: Path) -> None:
+    """Cores 0 and 52 (and their hyper-threads 104 and 156) are Aurora's system cores: no worker gets one.
+
+    Parsl starts min(workers_per_node, 208 threads // cores_per_worker) workers and gives worker i the
+    i-th entry of a ``list:`` affinity; with ``block`` it would divide all 208 threads, 0 and 52 included.
+    """
+    executor = load_config(REPO / "configs" / "aurora.yaml").config.executor
+    assert study("aurora")["executor"]["cpu"]["cpu_affinity"] == "block"  # as written: resolved on load
+    reserved = {0, 52, 104, 156}
+    for block, most in ((executor.cpu, executor.cpu.workers_per_node), (executor.gpu, 12)):
+        workers = min(most, int(208 // block.cores_per_worker))
+        shares = parse_list(block.cpu_affinity)
+        assert len(shares) == workers, "Parsl refuses a list with another number of entries"
+        threads = [t for share in shares for t in share]
+        assert not reserved & set(threads) and len(threads) == len(set(threads)) and max(threads) < 208
+    cpu_shares = parse_list(executor.cpu.cpu_affinity)
+    assert cpu_shares[0] == [1, 2, 105, 106]  # whole cores with their hyper-threads
+    assert all(len({t % 104 // 52 for t in s}) == 1 for s in cpu_shares)  # each inside one socket
+    data = study("aurora")
+    data["executor"]["cpu"]["cpu_affinity"] = "list:" + ":".join(f"{4 * i}-{4 * i + 3}" for i in range(48))
+    binds = r"cpu.cpu_affinity binds the reserved cores' threads \[0, 52, 104, 156\]"
+    with pytest.raises(ConfigError, match=binds):
+        load_config(write(hpc_env, data))
 
 
 def test_platform_defaults_are_machine_facts_only() -> None:

@@ -181,10 +181,14 @@ def test_storage_paths_come_from_the_config(fixed_env: None, platform: str) -> N
         storage = cfg.vdb.cluster.for_database(layout.database).storage
         base = storage.base_dir()
         assert base and layout.data_root.startswith(base.rstrip("/") + "/pes2o-vdb/")
+        memory = storage.memory_path.rstrip("/") + "/pes2o-vdb/"
         for r in layout.ranks:
-            assert r.data_dir.startswith(layout.data_root)
-            for host, _target in r.binds:
-                assert host.startswith((layout.data_root, "${VDB_RANK_DIR}"))
+            # etcd keeps its data in tmpfs whatever the medium (never on Lustre or a DAOS mount)
+            assert r.data_dir.startswith(memory if r.role == "etcd" else layout.data_root)
+            for host, target in r.binds:
+                assert host.startswith((layout.data_root, "${VDB_RANK_DIR}", memory))
+                if "etcd" in target:
+                    assert host.startswith(memory), (layout.database, r.rank, host)
         if layout.database == "milvus":  # distributed: every role shares the Lustre/DAOS directory
             assert layout.shared_data and all(
                 (layout.shared_data, "/var/lib/milvus/shared") in r.binds
@@ -194,6 +198,28 @@ def test_storage_paths_come_from_the_config(fixed_env: None, platform: str) -> N
     polaris_milvus = dict((lay.database, lay) for _, lay in layouts(platform))["milvus"]
     expected = "/projects/MyProject/vdb-data" if platform == "polaris" else "/tmp/MyPool/vdb"
     assert polaris_milvus.data_root.startswith(expected)
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora", "slurm"])
+def test_go_servers_get_as_many_threads_as_they_are_bound_to(fixed_env: None, platform: str) -> None:
+    for cfg, layout in layouts(platform):
+        for r in layout.ranks:
+            if "GOMAXPROCS" in r.env:
+                threads = len(r.cores) * cfg.executor.node.threads_per_core
+                assert r.env["GOMAXPROCS"] == str(threads), (layout.database, r.rank)
+
+
+def test_each_gpu_indexing_rank_gets_its_own_gpu(fixed_env: None) -> None:
+    loaded = load_config(REPO / "configs" / "polaris.yaml")
+    cfg = loaded.config
+    cluster = cfg.vdb.cluster.model_copy(update={"gpu_indexing": True, "images": {"qdrant_gpu": "/q.sif"}})
+    qdrant = next(s for s in cfg.vdb.databases if s.name == "qdrant")
+    layout = plan_cluster(qdrant, cluster, node_shape(cfg.executor), Path("/work/vdb"), loaded.base_dir)
+    for slot in {r.node_slot for r in layout.ranks}:
+        gpus = [r.env["CUDA_VISIBLE_DEVICES"] for r in layout.ranks if r.node_slot == slot]
+        assert len(gpus) == len(set(gpus)) and all(int(g) < cfg.executor.node.gpus for g in gpus)
+    env_file = render_files(layout, cluster)["ranks/001/server.env"]
+    assert 'CUDA_VISIBLE_DEVICES="1"' in env_file  # reaches the server through --env-file (--cleanenv)
 
 
 def test_launcher_lines(fixed_env: None) -> None:
@@ -331,3 +357,50 @@ def test_cluster_deployment_reports_a_failed_rank_with_its_log(tmp_path: Path) -
         deployment.start(tmp_path / "server", timeout=30)
     assert "rank 0 failed to start" in str(err.value) and "FATAL: image is not a SIF" in str(err.value)
     assert re.search(r"rank-000\.log", str(err.value))
+
+
+# --- runtime native (the local Slurm testbed) --------------------------------------------------------------
+
+
+def test_native_ranks_run_the_executable_with_host_paths(fixed_env: None) -> None:
+    loaded = load_config(REPO / "configs" / "slurm-local.yaml")
+    cfg = loaded.config
+    node = node_shape(cfg.executor)
+    weaviate = next(s for s in cfg.vdb.databases if s.name == "weaviate")
+    layout = plan_cluster(weaviate, cfg.vdb.cluster, node, Path("/work/vdb"), loaded.base_dir)
+    files = render_files(layout, cfg.vdb.cluster)
+    for r in layout.ranks:
+        assert r.argv[0] == str((REPO / ".build" / "bin" / "weaviate-server").resolve())
+        assert r.env["PERSISTENCE_DATA_PATH"] == r.data_dir  # the bind became a path rename
+        assert not r.binds and r.data_dir.startswith("/dev/shm/pes2o-vdb/")
+        script = files[f"ranks/rank-{r.rank:03d}.sh"]
+        assert "apptainer" not in script and 'source "$VDB_RANK_DIR/run/server.env"' in script
+    assert 'PERSISTENCE_DATA_PATH="/dev/shm/pes2o-vdb/' in files["ranks/000/server.env"]
+    assert "@VDB_JOB@" in files["ranks/000/server.env"]  # filled in per job by vdb_render
+
+
+def test_native_milvus_runs_the_package_binary_with_planned_ports(fixed_env: None) -> None:
+    loaded = load_config(REPO / "configs" / "slurm-local.yaml")
+    cfg = loaded.config
+    milvus = next(s for s in cfg.vdb.databases if s.name == "milvus")
+    layout = plan_cluster(milvus, cfg.vdb.cluster, node_shape(cfg.executor), Path("/w"), loaded.base_dir)
+    (rank,) = layout.ranks
+    assert rank.argv[:3] == [sys.executable, "-m", "apps.vdb.milvus.native"]
+    ports = json.loads(rank.argv[rank.argv.index("--ports") + 1])
+    assert ports["proxy_port"] == rank.ports["proxy"] and len(set(ports.values())) == len(ports)
+    overrides = json.loads(rank.argv[rank.argv.index("--overrides") + 1])
+    assert overrides["proxy.ip"] == "${VDB_ADDR}" and overrides["proxy.http.enabled"] is False
+
+
+def test_native_needs_an_executable_where_there_is_no_bundled_one(fixed_env: None, tmp_path: Path) -> None:
+    from pipeline.checks import check_platform
+
+    loaded = load_config(REPO / "configs" / "slurm-local.yaml")
+    cfg = loaded.config
+    cfg.vdb.cluster.executables.clear()
+    problems = dict(check_platform(cfg, loaded.base_dir))
+    where = ("vdb", "cluster", "executables", "weaviate")
+    assert "runtime native needs the server executable" in problems[where]
+    cfg.vdb.cluster.executables["weaviate"] = str(tmp_path / "missing")
+    problems = dict(check_platform(cfg, loaded.base_dir))
+    assert "does not exist" in problems[where]

@@ -24,8 +24,12 @@ OURS = {*LAYERS, "benchmarks", "tests"}
 MAX_LINES = 450
 
 
+GENERATED = REPO / "benchmarks" / "out"  # benchmark outputs (gitignored), e.g. the VectorDBBench venv
+
+
 def modules(*packages: str) -> list[Path]:
-    return sorted(p for package in packages for p in (REPO / package).rglob("*.py"))
+    found = (p for package in packages for p in (REPO / package).rglob("*.py"))
+    return sorted(p for p in found if not p.is_relative_to(GENERATED))
 
 
 def imported_packages(path: Path) -> list[tuple[int, str]]:

@@ -188,6 +188,10 @@ def test_report_tables_best_marker_and_figures(tmp_path: Path) -> None:
         for s in summary
     )
     assert any("milvus" in s and "none at recall ≥ 0.95 (highest recall: ef=64" in s for s in summary)
+    header = lines[lines.index("## Summary (best QPS at recall ≥ 0.95)") + 2]
+    assert header.endswith("| index (s) | deploy (s) |")
+    deploy = {s.split("|")[1].strip(): s.rsplit("|", 2)[1].strip() for s in summary if s.startswith("| ")}
+    assert (deploy["qdrant"], deploy["milvus"], deploy["weaviate"]) == ("0.40", "11.20", "—")  # deploy_s
 
     # failures are rows, not crashes; the reason stays on one line and cannot break the table
     weaviate = [line for line in lines if line.startswith("| weaviate |")]

@@ -101,7 +101,9 @@ def test_batches_above_the_request_maximum_are_split_and_recorded(target, datase
     uncapped = insert_partition(target, units, 40, 1, 0)
     assert (uncapped.request_size, uncapped.batches, uncapped.rows) == (40, 4, 100)
 
-    monkeypatch.setattr(DatabaseTarget, "open_client", lambda self: CappedEdge(self.settings, self.endpoints))
+    monkeypatch.setattr(
+        DatabaseTarget, "open_client", lambda self, client_index=0: CappedEdge(self.settings, self.endpoints)
+    )
     CappedEdge.sent.clear()
     prepare_collection(target, True)
     part = insert_partition(target, units, 40, 1, 0)

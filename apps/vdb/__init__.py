@@ -32,7 +32,8 @@ DATABASES = {
 class Adapter:
     """What an adapter module provides: its settings model and the two halves of the interface.
 
-    ``deployment(settings)`` returns a ``Deployment``; ``client(settings, endpoints)`` returns a ``Client``.
+    ``deployment(settings)`` returns a ``Deployment``; ``client(settings, endpoints, client_index=0)`` returns
+    a ``Client`` connected to ``endpoints.entry(client_index)``.
     """
 
     name: str
@@ -75,7 +76,8 @@ def cluster_image_field(name: str, cluster: Any) -> str:
 
 
 def cluster_checks(name: str) -> Any:
-    """Database ``name``'s checks: ``settings_problems(settings, index)``, ``cluster_problems(check)``."""
+    """Database ``name``'s checks: ``settings_problems(settings, index, shards)`` (``shards`` is
+    ``vdb.collection.shards``) and ``cluster_problems(check)``."""
     return _part(name, "checks")
 
 

@@ -57,6 +57,16 @@ class Endpoints(BaseModel):
     # Set for in-process engines (qdrant-edge): clients must run in the deploying process.
     in_process: bool = False
 
+    def entry(self, client_index: int = 0) -> Endpoint:
+        """The node client number ``client_index`` connects to: ``nodes[client_index % len(nodes)]``.
+
+        ``nodes`` are the entry ranks (Qdrant peers, Weaviate nodes, Milvus proxies), each of which serves
+        any request; dealing clients round-robin over them keeps one rank from serving every client.
+        """
+        if not self.nodes:
+            raise DatabaseError(f"{self.database}: the endpoints name no server")
+        return self.nodes[client_index % len(self.nodes)]
+
 
 class CollectionSpec(BaseModel):
     """Database-neutral description of the collection to create."""
@@ -176,10 +186,14 @@ class Client(abc.ABC):
     Every public method (and ``__init__``) of a subclass raises only picklable errors: a client-library
     exception becomes DatabaseError (``RequestTimeout`` when the request timed out) with its type and
     message, inside the client's process, so it crosses pool and Parsl boundaries intact.
-    ``request_timeout`` is the seconds one request may take (None: the library's default).
+    ``request_timeout`` is the seconds one request may take (None: the library's default). ``rank`` is
+    the rank of the entry node the client talks to (``Endpoints.entry``), recorded with its results.
+    Clients connect to their database directly, never through the HTTP proxy of the environment
+    (:mod:`apps.vdb.noproxy`).
     """
 
     request_timeout: float | None = None
+    rank: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -82,3 +82,12 @@ class VdbConfig(Strict):
         description="HPC: run each database as a pilot job of Apptainer servers on its own nodes; "
         "None: start it locally (or attach to the url in its settings).",
     )
+
+    def pilot_databases(self) -> list[DatabaseSettings]:
+        """Databases that run as pilot jobs under ``cluster`` (first entry per name). In-process engines
+        (Qdrant edge) have no server: they run inside their clients, on the client block."""
+        seen: dict[str, DatabaseSettings] = {}
+        for db in self.databases:
+            if not getattr(db, "in_process", False):
+                seen.setdefault(db.name, db)
+        return list(seen.values())

@@ -5,6 +5,11 @@ Each process connects once (pool initializer) and keeps its client in a module g
 engines (qdrant-edge) cannot be opened by two processes at once; for them the "pool" is one thread in
 the calling process.
 
+Client ``c`` of a pool is one process of its own, numbered ``first_client + c`` across the stage (an insert
+task passes ``worker index x clients per worker``); it connects to ``Endpoints.entry`` of that number, so
+clients are spread round-robin over the database's entry ranks, and ``submit`` deals tasks to the
+clients in turn, so the i-th task of a round always runs in client i.
+
 Whatever a pool function raises reaches the caller as a picklable error (:func:`core.errors.portable`):
 an exception that cannot be unpickled would otherwise break the whole pool (``BrokenProcessPool``).
 """
@@ -12,6 +17,7 @@ an exception that cannot be unpickled would otherwise break the whole pool (``Br
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.util
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
@@ -23,17 +29,18 @@ from core.errors import portable
 
 _CLIENT: Client | None = None
 _TARGET: DatabaseTarget | None = None
+_INDEX = 0  # this process's client number: which entry rank it connects to
 
 
-def connect(target: DatabaseTarget) -> None:
+def connect(target: DatabaseTarget, client_index: int = 0) -> None:
     """Pool initializer: remember how to connect; the connection is made on first use.
 
     Connecting lazily keeps a server that is briefly down (a restart) from breaking the whole pool:
     an exception in an initializer kills the pool with a generic BrokenProcessPool, while an exception
     in a task reaches the caller as the real DatabaseError.
     """
-    global _TARGET
-    _TARGET = target
+    global _TARGET, _INDEX
+    _TARGET, _INDEX = target, client_index
 
 
 def client() -> Client:
@@ -42,7 +49,7 @@ def client() -> Client:
     if _CLIENT is None:
         if _TARGET is None:
             raise RuntimeError("no client in this process: run inside a ClientPool")
-        db_client = _TARGET.open_client()
+        db_client = _TARGET.open_client(_INDEX)
         db_client.create_collection(_TARGET.collection)
         _CLIENT = db_client
         # Close the connection when a pool process exits (multiprocessing runs Finalize callbacks with an
@@ -77,34 +84,43 @@ def call(fn, *args: Any) -> Any:
 
 
 class ClientPool:
-    """``size`` connected clients; ``submit`` runs a function of the pool in one of them."""
+    """``size`` connected clients, one process each; ``submit`` runs a pool function in the next client."""
 
-    def __init__(self, size: int, target: DatabaseTarget) -> None:
+    def __init__(self, size: int, target: DatabaseTarget, first_client: int = 0) -> None:
         self.in_process = target.endpoints.in_process
         self.size = 1 if self.in_process else size
-        args = (target,)
-        self.executor: Executor
+        self.first_client = first_client
+        self.executors: list[Executor]
         if self.in_process:
-            self.executor = ThreadPoolExecutor(max_workers=1, initializer=connect, initargs=args)
+            self.executors = [
+                ThreadPoolExecutor(max_workers=1, initializer=connect, initargs=(target, first_client))
+            ]
         else:
-            self.executor = ProcessPoolExecutor(
-                max_workers=self.size,
-                mp_context=multiprocessing.get_context("spawn"),  # no fork after torch/grpc threads
-                initializer=connect,
-                initargs=args,
-            )
+            spawn = multiprocessing.get_context("spawn")  # no fork after torch/grpc threads
+            self.executors = [
+                ProcessPoolExecutor(
+                    max_workers=1, mp_context=spawn, initializer=connect, initargs=(target, first_client + c)
+                )
+                for c in range(self.size)
+            ]
+        self._turn = itertools.count()
 
-    def submit(self, fn, *args: Any):
-        """Run ``fn(*args)`` in a pool client (``fn`` calls :func:`client`)."""
-        return self.executor.submit(call, fn, *args)
+    def submit(self, fn, *args: Any, client_index: int | None = None):
+        """Run ``fn(*args)`` in client ``client_index`` of this pool, else in the next client in turn.
+
+        ``fn`` calls :func:`client`.
+        """
+        c = next(self._turn) if client_index is None else client_index
+        return self.executors[c % self.size].submit(call, fn, *args)
 
     def close(self) -> None:
         """Close clients and stop the pool."""
         try:
             if self.in_process:
-                self.executor.submit(disconnect).result()
+                self.executors[0].submit(disconnect).result()
         finally:  # the engine's thread (and its file lock) goes even when disconnecting failed
-            self.executor.shutdown(wait=True, cancel_futures=True)
+            for executor in self.executors:
+                executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> ClientPool:
         return self

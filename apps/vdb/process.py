@@ -13,12 +13,12 @@ import socket
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from apps.vdb.base import DatabaseError
+from apps.vdb.noproxy import urlopen
 from core.lifetime import forget, record_group, start_watchdog
 
 
@@ -64,17 +64,17 @@ def tail(path: Path, lines: int = 40) -> str:
 
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
-    """True when GET ``url`` answers 2xx."""
+    """True when GET ``url`` answers 2xx (never through an HTTP proxy: the server is ours)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urlopen(url, timeout=timeout) as resp:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:
-    """GET ``url`` and parse the JSON answer (errors propagate: callers decide what a failure means)."""
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    """GET ``url`` (no proxy) and parse the JSON answer (errors propagate: callers decide what it means)."""
+    with urlopen(url, timeout=timeout) as resp:
         return json.load(resp)
 
 

@@ -57,11 +57,11 @@ class DatabaseTarget(Record):
         """The database's registry name (``qdrant``, ``milvus``, ``weaviate``)."""
         return self.settings.name
 
-    def open_client(self) -> Client:
-        """A client in this process, not yet attached to the collection."""
+    def open_client(self, client_index: int = 0) -> Client:
+        """A client in this process on ``endpoints.entry(client_index)``, not attached to the collection."""
         from apps.vdb import get_adapter
 
-        return get_adapter(self.database).client(self.settings, self.endpoints)
+        return get_adapter(self.database).client(self.settings, self.endpoints, client_index)
 
 
 class Deployed(Record):

@@ -171,6 +171,7 @@ def test_a_workdir_under_an_unsafe_current_directory_is_refused(hpc_env: Path) -
 # --- free text that is quoted instead: rendered inert ------------------------------------------------------
 
 STUB_LIB = """\
+VDB_JOB=stub
 vdb_addr() { echo 127.0.0.1; }
 vdb_wait_rank0() { VDB_RANK0_ADDR=127.0.0.2; }
 vdb_render() { :; }

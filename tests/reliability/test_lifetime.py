@@ -295,7 +295,7 @@ def test_next_run_stops_the_leftovers_of_a_killed_run(tmp_path: Path) -> None:
         second = uuid.uuid4().hex
         result = run_marked(config, second, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert "left running by an earlier run" in result.stderr
+        assert "leftover(s) of an earlier run" in result.stderr
         assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in survivors)
         assert wait_until(lambda: not marked(token) and not marked(second), BOUND)
     finally:

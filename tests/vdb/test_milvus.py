@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
 from apps.vdb.milvus.client import MilvusVectorClient
-from apps.vdb.milvus.deploy import MilvusDeployment, _write_config
+from apps.vdb.milvus.deploy import MilvusDeployment, write_config
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import free_ports
 from apps.vecs import read_vecs
@@ -227,7 +227,7 @@ def test_port_already_taken(tmp_path: Path) -> None:
 
 
 def test_rendered_config(tmp_path: Path) -> None:
-    ports = _write_config(tmp_path, {"proxy.ip": "127.0.0.1"}, proxy_port=None)
+    ports = write_config(tmp_path, {"proxy.ip": "127.0.0.1"}, proxy_port=None)
     config = yaml.safe_load((tmp_path / "configs" / "milvus.yaml").read_text())
     etcd = yaml.safe_load((tmp_path / "configs" / "etcd.yaml").read_text())
     assert len(set(ports.values())) == len(ports) == 12  # ten template ports, etcd peer, metrics
@@ -237,7 +237,7 @@ def test_rendered_config(tmp_path: Path) -> None:
     assert etcd["listen-client-urls"] == f"http://127.0.0.1:{ports['etcd_port']}"
     assert etcd["listen-peer-urls"] == f"http://127.0.0.1:{ports['etcd_peer_port']}"
     with pytest.raises(DatabaseError, match=r"'dataCoord\.nope' is not a key"):
-        _write_config(tmp_path, {"dataCoord.nope": 1}, proxy_port=None)
+        write_config(tmp_path, {"dataCoord.nope": 1}, proxy_port=None)
 
 
 def test_settings_reject_unknown_keys() -> None:

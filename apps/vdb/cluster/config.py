@@ -100,7 +100,7 @@ class MilvusClusterConfig(Strict):
     mode: Literal["standalone", "distributed"] = Field(
         "standalone", description="standalone: one process with embedded etcd; distributed: roles below."
     )
-    proxies: int = Field(1, ge=1, description="Proxy processes (clients connect to the first).")
+    proxies: int = Field(1, ge=1, description="Proxy processes (clients are spread over them).")
     streaming_nodes: int = Field(1, ge=1, description="Streaming nodes (ingest, WAL).")
     query_nodes: int = Field(1, ge=1, description="Query nodes (search over sealed segments).")
     data_nodes: int = Field(1, ge=1, description="Data nodes (flush, compaction, index builds).")
@@ -153,6 +153,16 @@ class DatabaseClusterConfig(Strict):
     interface: Interface | None = Field(
         None, description="Interface whose IPv4 address ranks advertise (hsn0); None: hostname -i."
     )
+    runtime: Literal["apptainer", "native"] = Field(
+        "apptainer",
+        description="How a rank runs its server: apptainer (images, as on Polaris and Aurora) or native "
+        "(executables on the nodes' file system; the local Slurm testbed, or a site without Apptainer).",
+    )
+    executables: Annotated[dict[str, SafePath], AfterValidator(_known_databases)] = Field(
+        default_factory=dict,
+        description="runtime native: server executable by database (weaviate: weaviate-server). Milvus "
+        "standalone runs the binary bundled with the `milvus` Python package and needs none.",
+    )
     launcher: Literal["mpiexec", "srun", "local"] = Field(
         "mpiexec", description="How ranks start on the job's nodes; local: one node, no MPI (tests)."
     )
@@ -181,6 +191,12 @@ class DatabaseClusterConfig(Strict):
         default_factory=lambda: ["module load apptainer"],
         description="Shell lines run on the database job before the ranks start. Shell by design: copied "
         "verbatim into the job script, neither checked nor quoted.",
+    )
+    driver_lease_s: float = Field(
+        300,
+        ge=0,
+        description="Ranks stop when the driver has not renewed its lease (registry/LEASE) for this long, "
+        "so a driver that died does not leave them running until walltime; 0: no lease.",
     )
     startup_timeout_s: float = Field(
         900, gt=0, description="Seconds a rank waits for its server (and for rank 0) to be healthy."

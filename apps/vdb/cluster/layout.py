@@ -9,54 +9,21 @@ their own address at run time (the configured interface), so the only cross-rank
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apps.vdb import cluster_ranks
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+from apps.vdb.cluster.native import native_spec
+from apps.vdb.cluster.spec import RankSpec
 from executors.config import NodeShape, bind_lists
 
 REGISTRY = "registry"
 STOP_FILE = "STOP"
+LEASE_FILE = "LEASE"  # renewed by the driver; ranks stop when it goes stale
 CLUSTER_DIR = "cluster"
-
-
-@dataclass
-class RankSpec:
-    """One server process of a cluster, fully decided at plan time except for run-time addresses.
-
-    Strings may reference ``${VDB_ADDR}`` (this rank's address) and ``${VDB_RANK0_ADDR}`` (rank 0's,
-    read from the registry): the rank script substitutes both before starting the container.
-    """
-
-    rank: int
-    role: str
-    ports: dict[str, int]
-    client_port: str  # the ports key clients connect to
-    image: str
-    argv: list[str]
-    env: dict[str, str]
-    binds: list[tuple[str, str]]  # (host path, container path)
-    data_dir: str
-    ready_url: str  # polled until it answers 2xx: 127.0.0.1 or ${VDB_ADDR}, wherever the server listens
-    up_port: str | None = None  # a port whose opening lets others join before ready (Weaviate gossip)
-    waits_for_rank0: bool = False
-    node_slot: int = 0
-    local_index: int = 0
-    cores: list[int] = field(default_factory=list)
-    files: dict[str, str] = field(default_factory=dict)  # config files (name -> text) bound into it
-    apptainer_flags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RankPlan:
-    """What a database's ``ranks`` module plans: its ranks, those clients connect to, a shared directory."""
-
-    ranks: list[RankSpec]
-    entry_ranks: list[int]  # preferred first
-    shared_data: str | None = None  # Milvus distributed: the directory every rank shares
 
 
 @dataclass
@@ -110,9 +77,20 @@ def rank_ports(cluster: DatabaseClusterConfig, rank: int, names: list[str]) -> d
 
 
 def common_env(cluster: DatabaseClusterConfig) -> dict[str, str]:
-    """Environment every Go server rank gets (Weaviate, Milvus)."""
-    # Go servers do not follow CPU affinity; the study capped them with GOMAXPROCS = cores per worker.
+    """Environment every Go server rank gets (Weaviate, Milvus).
+
+    Go servers do not follow CPU affinity; GOMAXPROCS caps them (set to the hardware threads each rank is
+    bound to by :func:`plan_cluster`, once cores are bound).
+    """
     return {"GOMAXPROCS": str(cluster.cores_per_worker)}
+
+
+def in_memory(cluster: DatabaseClusterConfig, path: str) -> str:
+    """``path`` (under the storage medium's directory) moved to the memory medium: etcd's small, fsync-heavy
+    data lives in tmpfs whatever the medium, never on Lustre or a DAOS dfuse mount."""
+    base = (cluster.storage.base_dir() or "").rstrip("/")
+    relative = path[len(base) :] if base and path.startswith(base) else "/" + path.lstrip("/")
+    return cluster.storage.memory_path.rstrip("/") + relative
 
 
 def node_shape(executor: Any) -> NodeShape:
@@ -136,18 +114,36 @@ def plan_cluster(
         raise DatabaseError(
             f"vdb.cluster.storage: medium {cluster.storage.medium} has no directory configured"
         )
-    data = f"{storage_base.rstrip('/')}/pes2o-vdb/{cid}"
-    _, image = image_for(cluster, database)
-    if not image:
-        raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
-    image = str(absolute(image, base_dir))
+    # One data directory per scheduler job (lib.sh sets VDB_JOB): a retry never sees stale state.
+    data = f"{storage_base.rstrip('/')}/pes2o-vdb/{cid}/job-${{VDB_JOB}}"
+    directory = Path(workdir) / CLUSTER_DIR
+    native = cluster.runtime == "native"
+    if native:
+        executable = cluster.executables.get(database)
+        image = str(absolute(executable, base_dir)) if executable else ""
+    else:
+        _, image = image_for(cluster, database)
+        if not image:
+            raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
+        image = str(absolute(image, base_dir))
     planned = cluster_ranks(database)(settings, cluster, image, data, base_dir)
     ranks = planned.ranks
+    if native and not planned.native:
+        if not image:
+            raise DatabaseError(
+                f"vdb.cluster.executables.{database}: runtime native needs the server executable"
+            )
+        ranks = [native_spec(spec, image, directory) for spec in ranks]
     cores = bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) or []
     for spec in ranks:
         spec.node_slot, spec.local_index = divmod(spec.rank, cluster.workers_per_node)
         spec.cores = cores[spec.local_index] if spec.local_index < len(cores) else []
-    directory = Path(workdir) / CLUSTER_DIR
+        if "GOMAXPROCS" in spec.env:  # Go ignores CPU affinity: as many threads as it is bound to
+            threads = len(hw_threads(spec.cores, node)) or cluster.cores_per_worker * node.threads_per_core
+            spec.env["GOMAXPROCS"] = str(threads)
+        if cluster.gpu_indexing and node.gpus:
+            # One GPU per rank; the env file reaches the server through apptainer --cleanenv.
+            spec.env["CUDA_VISIBLE_DEVICES"] = str(spec.local_index % node.gpus)
     return ClusterLayout(database, cid, directory, data, ranks, planned.entry_ranks, planned.shared_data)
 
 

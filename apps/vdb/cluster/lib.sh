@@ -2,6 +2,10 @@
 # A rank: finds its address, waits for rank 0 when it joins one, starts its container, waits until it is
 # healthy, records every state in registry/rank-NNN.json, and stops its server when registry/STOP appears.
 
+# This attempt's id: the scheduler's job id, so a retry never starts on a stale data directory.
+VDB_JOB=${SLURM_JOB_ID:-${PBS_JOBID:-local-$PPID}}
+VDB_JOB=${VDB_JOB//[^A-Za-z0-9._-]/_}
+
 vdb_addr() {  # IPv4 address of interface $1, else the host's first address
   local a=""
   if [ -n "$1" ]; then
@@ -11,10 +15,11 @@ vdb_addr() {  # IPv4 address of interface $1, else the host's first address
   echo "${a:-127.0.0.1}"
 }
 
-vdb_register() {  # state: starting | up | ready | failed | stopped
+vdb_register() {  # state: starting | up | ready | failed | stopped | orphaned
   local f="$VDB_REGISTRY/rank-$VDB_RANK_ID.json"
-  printf '{"rank": %d, "database": "%s", "role": "%s", "host": "%s", "hostname": "%s", ' \
-    "$VDB_RANK" "$VDB_DATABASE" "$VDB_ROLE" "$VDB_ADDR" "$(hostname)" > "$f.tmp.$$"
+  printf '{"rank": %d, "database": "%s", "role": "%s", "host": "%s", "hostname": "%s", "node": "%s", ' \
+    "$VDB_RANK" "$VDB_DATABASE" "$VDB_ROLE" "$VDB_ADDR" "$(hostname)" \
+    "${SLURMD_NODENAME:-${PBS_NODENUM:-$(hostname)}}" > "$f.tmp.$$"
   printf '"ports": %s, "state": "%s", "pid": %s, "log": "%s", "time": %s}\n' \
     "$VDB_PORTS" "$1" "${VDB_PID:-null}" "$VDB_LOG" "$(date +%s)" >> "$f.tmp.$$"
   mv -f "$f.tmp.$$" "$f"  # atomic: readers never see half a file
@@ -35,8 +40,20 @@ vdb_wait_rank0() {  # sets VDB_RANK0_ADDR once rank 0 is up (or ready)
   VDB_RANK0_ADDR=$(sed -n 's/.*"host": "\([^"]*\)".*/\1/p' "$f")
 }
 
-vdb_render() {  # template -> file, with this rank's and rank 0's addresses filled in
-  sed -e "s|@VDB_ADDR@|$VDB_ADDR|g" -e "s|@VDB_RANK0_ADDR@|${VDB_RANK0_ADDR:-}|g" "$1" > "$2"
+vdb_render() {  # template -> file, with this rank's and rank 0's addresses and the job id filled in
+  sed -e "s|@VDB_ADDR@|$VDB_ADDR|g" -e "s|@VDB_RANK0_ADDR@|${VDB_RANK0_ADDR:-}|g" -e "s|@VDB_JOB@|$VDB_JOB|g" \
+    "$1" > "$2"
+}
+
+vdb_orphaned() {  # true when the driver stopped renewing registry/LEASE (it died): stop, do not serve on
+  local f="$VDB_REGISTRY/LEASE" age
+  [ "${VDB_LEASE_S:-0}" -gt 0 ] && [ -f "$f" ] || return 1
+  age=$(( $(date +%s) - $(stat -c %Y "$f" 2>/dev/null || date +%s) ))
+  if [ "$age" -gt "$VDB_LEASE_S" ]; then
+    echo "rank $VDB_RANK: the driver's lease is ${age}s old (limit ${VDB_LEASE_S}s); stopping" >&2
+    return 0
+  fi
+  return 1
 }
 
 vdb_stop() {
@@ -47,7 +64,11 @@ vdb_stop() {
     kill -KILL "$VDB_PID" 2>/dev/null
   fi
   vdb_register "${1:-stopped}"
-  if [ "$VDB_CLEANUP" = 1 ]; then rm -rf "$VDB_DATA"; fi
+  if [ "$VDB_CLEANUP" = 1 ]; then  # the rank's data, then the job, cluster and pes2o-vdb dirs once empty
+    rm -rf "$VDB_DATA"
+    local d="$VDB_DATA"
+    for _ in 1 2 3; do d=$(dirname "$d"); rmdir "$d" 2>/dev/null || break; done
+  fi
   exit "${2:-0}"
 }
 
@@ -66,11 +87,15 @@ vdb_serve() {  # start "$@" in the background, wait until healthy, then until ST
       echo "rank $VDB_RANK: not healthy after ${VDB_TIMEOUT}s" >&2; vdb_stop failed 1
     fi
     [ -f "$VDB_REGISTRY/STOP" ] && vdb_stop stopped 0
+    vdb_orphaned && vdb_stop orphaned 1
     if [ $up = 0 ] && [ -n "$VDB_UP_PORT" ] && vdb_port_open "$VDB_UP_PORT"; then up=1; vdb_register up; fi
     sleep 1
   done
   vdb_register ready
-  while kill -0 "$VDB_PID" 2>/dev/null && [ ! -f "$VDB_REGISTRY/STOP" ]; do sleep 2; done
+  while kill -0 "$VDB_PID" 2>/dev/null && [ ! -f "$VDB_REGISTRY/STOP" ]; do
+    vdb_orphaned && vdb_stop orphaned 1
+    sleep 2
+  done
   if [ -f "$VDB_REGISTRY/STOP" ]; then vdb_stop stopped 0; fi
   echo "rank $VDB_RANK: server exited unexpectedly" >&2
   vdb_stop failed 1

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import STOP_FILE, ClusterLayout, node_shape, plan_cluster
+from apps.vdb.cluster.layout import LEASE_FILE, STOP_FILE, ClusterLayout, node_shape, plan_cluster
 from apps.vdb.cluster.provider import cluster_provider
 from apps.vdb.cluster.render import launcher_command, write_files
 from apps.vdb.process import tail
+from core.lifetime import record_job
+from executors.providers import cancel_command, describe_job, job_ended
 
 
 def read_registry(registry: Path) -> dict[int, dict[str, Any]]:
@@ -51,9 +54,41 @@ def endpoints_from_registry(layout: ClusterLayout, entries: dict[int, dict[str, 
         database=layout.database,
         nodes=nodes,
         data_dir=layout.shared_data or "",
-        server_version=f"{layout.database} ({Path(layout.ranks[0].image).name if layout.ranks else '?'})",
+        server_version=f"{layout.database} ({_image_name(layout.ranks[0].image) if layout.ranks else '?'})",
         log_paths=logs,
     )
+
+
+def _image_name(image: str) -> str:
+    """An image or executable path as its file name; a description (Milvus native) as it is."""
+    return Path(image).name if image.startswith("/") else image
+
+
+class DriverLease:
+    """A driver thread that renews ``path`` (its mtime) while the deployment lives; the ranks stop when it
+    is older than ``lease_s`` (lib.sh ``vdb_orphaned``). ``lease_s`` 0: no lease at all."""
+
+    def __init__(self, path: Path, lease_s: float) -> None:
+        self.path, self.lease_s = path, lease_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if lease_s > 0:
+            self.renew()
+            self._thread = threading.Thread(target=self._loop, name=f"lease {path}", daemon=True)
+            self._thread.start()
+
+    def renew(self) -> None:
+        """Touch the lease file now."""
+        with contextlib.suppress(OSError):  # a transient file-system error: the next renewal retries
+            self.path.touch()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(1.0, self.lease_s / 6)):
+            self.renew()
+
+    def stop(self) -> None:
+        """Stop renewing (the ranks are being stopped on purpose, or never started)."""
+        self._stop.set()
 
 
 class ClusterDeployment(Deployment):
@@ -78,6 +113,7 @@ class ClusterDeployment(Deployment):
         self.queue_timeout_s = queue_timeout_s
         self.layout: ClusterLayout | None = None
         self.job_id: str | None = None
+        self._lease: DriverLease | None = None
 
     def plan(self, workdir: Path) -> ClusterLayout:
         """The layout this deployment would start under ``workdir`` (no side effects)."""
@@ -98,9 +134,14 @@ class ClusterDeployment(Deployment):
         provider.script_dir = str(layout.directory / "jobs")
         Path(provider.script_dir).mkdir(parents=True, exist_ok=True)
         command = launcher_command(layout, self.cluster, node_shape(self.executor))
+        self._lease = DriverLease(layout.registry / LEASE_FILE, self.cluster.driver_lease_s)
         self.job_id = provider.submit(command, 1, f"pes2o-vdb.{layout.cluster_id}")
         if not self.job_id:
+            self._lease.stop()
             raise DatabaseError(f"{self.name}: the scheduler did not accept the database job")
+        cancel = cancel_command(provider)
+        if cancel:  # a driver killed outright cannot cancel it: the next run in this workdir does
+            record_job(f"{self.name} database pilot", str(self.job_id), cancel)
         health_limit = max(timeout, self.cluster.startup_timeout_s)
         queued_since, running_since = time.monotonic(), None
         # The registry is a file read; the scheduler is asked only at its provider's polling interval.
@@ -120,9 +161,8 @@ class ClusterDeployment(Deployment):
                 if status is None or now - status_at >= status_every:
                     status, status_at = provider.status([self.job_id])[0], now
                 if status.terminal:
-                    raise DatabaseError(
-                        self._failure(f"database job {self.job_id} ended ({status.state.name})")
-                    )
+                    state = describe_job(provider, str(self.job_id)) or status.state.name
+                    raise DatabaseError(self._failure(f"database job {self.job_id} ended ({state})"))
                 if running_since is None and (entries or status.state.name == "RUNNING"):
                     running_since = now
                 if (
@@ -146,6 +186,35 @@ class ClusterDeployment(Deployment):
             self.stop()
             raise
 
+    def lost(self, settle_s: float = 30.0) -> str | None:
+        """Why the running cluster is gone (its job ended, a rank stopped), or None while it serves.
+
+        Asked after a stage failed, so the error names the job and the database rather than a refused
+        connection. A server can die seconds before its job's state or its rank's registry entry says
+        so (the ranks are still stopping on the scheduler's SIGTERM): both are watched for ``settle_s``.
+        """
+        if self.layout is None or self.job_id is None:
+            return None
+        job = str(self.job_id)
+        deadline = time.monotonic() + settle_s
+        while True:
+            ended = describe_job(self.provider, job)  # the scheduler's own word: CANCELLED, TIMEOUT, ...
+            if ended is not None and job_ended(ended):
+                return self._failure(f"database job {job} ended ({ended}) during the stage")
+            if ended is None:  # no such command here: Parsl's view (squeue calls a vanished job COMPLETED)
+                with contextlib.suppress(Exception):
+                    status = self.provider.status([job])[0]
+                    if status.terminal:
+                        ended = status.state.name
+                        return self._failure(f"database job {job} ended ({ended}) during the stage")
+            entries = read_registry(self.layout.registry)
+            gone = [e for e in entries.values() if e.get("state") in ("failed", "orphaned", "stopped")]
+            if time.monotonic() >= deadline:
+                if gone:
+                    return self._failure(f"rank {gone[0]['rank']} is {gone[0]['state']} (job {job})", gone[0])
+                return None
+            time.sleep(2.0)
+
     def _failure(self, what: str, entry: dict[str, Any] | None = None) -> str:
         """An error message with the tail of the failing rank's log (or of the job's output)."""
         assert self.layout is not None
@@ -164,11 +233,13 @@ class ClusterDeployment(Deployment):
             return
         layout, job_id = self.layout, self.job_id
         self.job_id = None
+        if self._lease is not None:
+            self._lease.stop()
         (layout.registry / STOP_FILE).touch()
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             entries = read_registry(layout.registry)
-            if all(e.get("state") in ("stopped", "failed") for e in entries.values()):
+            if all(e.get("state") in ("stopped", "failed", "orphaned") for e in entries.values()):
                 break
             time.sleep(min(self.poll_s, 2.0))
         with contextlib.suppress(Exception):  # the job may be gone already; teardown must not raise

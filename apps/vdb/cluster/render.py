@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import ClusterLayout, RankSpec, core_ranges, hw_threads
+from apps.vdb.cluster.layout import ClusterLayout, core_ranges, hw_threads
+from apps.vdb.cluster.spec import RankSpec
 from executors.config import NodeShape
 
 LIB_SH = (Path(__file__).parent / "lib.sh").read_text()
@@ -45,9 +46,16 @@ def _env_file(spec: RankSpec) -> str:
     """
     lines = []
     for key, value in spec.env.items():
-        value = value.replace("${VDB_ADDR}", "@VDB_ADDR@").replace("${VDB_RANK0_ADDR}", "@VDB_RANK0_ADDR@")
+        value = _at_placeholders(value)
         lines.append(f"{key}={_dq(value, expand=False)}")
     return "\n".join(lines) + "\n"
+
+
+def _at_placeholders(text: str) -> str:
+    """``${VDB_X}`` -> ``@VDB_X@``: the form ``vdb_render`` fills in (env and config files are not shell)."""
+    for name in ("VDB_ADDR", "VDB_RANK0_ADDR", "VDB_JOB"):
+        text = text.replace("${" + name + "}", f"@{name}@")
+    return text
 
 
 def _escape(text: str) -> str:
@@ -70,7 +78,10 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
     """The bash script of one rank: variables, directories, config files, then the container."""
     d = layout.directory
     rank_id = f"{spec.rank:03d}"
-    medium_local = cluster.storage.medium in ("memory", "ssd")
+    # Node-local data is removed when the rank stops: the medium's, and etcd's tmpfs data on any medium.
+    medium_local = cluster.storage.medium in ("memory", "ssd") or spec.data_dir.startswith(
+        cluster.storage.memory_path.rstrip("/") + "/"
+    )
     lines = [
         "#!/bin/bash",
         f"# {layout.database} rank {spec.rank} ({spec.role}), node slot {spec.node_slot}, "
@@ -86,6 +97,7 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
         f"VDB_UP_PORT={spec.ports[spec.up_port] if spec.up_port else ''}",
         f"VDB_TIMEOUT={int(cluster.startup_timeout_s)}",
         f"VDB_CLEANUP={1 if cluster.storage.cleanup and medium_local else 0}",
+        f"VDB_LEASE_S={int(cluster.driver_lease_s)}",
         f"VDB_ADDR=$(vdb_addr {shlex.quote(cluster.interface or '')})",
         f"VDB_READY_URL={_word(spec.ready_url)}",  # after VDB_ADDR: the URL may name this rank's address
     ]
@@ -98,6 +110,10 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
     for name in spec.files:
         lines.append(f'vdb_render "$VDB_RANK_DIR/{name}" "$VDB_RANK_DIR/run/{name}"')
 
+    if cluster.runtime == "native":  # no --env-file: the rank's shell exports the same file
+        lines.append('set -a; source "$VDB_RANK_DIR/run/server.env"; set +a')
+        if spec.workdir:
+            lines.append(f"cd {_dq(spec.workdir)}")
     body = " \\\n  ".join(" ".join(_word(a) for a in g) for g in command_groups(spec, cluster))
     lines.append(f"vdb_serve \\\n  {body}")
     return "\n".join(lines) + "\n"
@@ -109,7 +125,10 @@ def _word(a: str) -> str:
 
 
 def command_groups(spec: RankSpec, cluster: DatabaseClusterConfig) -> list[list[str]]:
-    """The rank's container command, one group per option and its value (one line each in scripts)."""
+    """The rank's command, one group per option and its value (one line each in scripts): the container,
+    or under runtime native the server itself."""
+    if cluster.runtime == "native":
+        return _argv_groups(list(spec.argv))
     groups: list[list[str]] = [[cluster.apptainer, "exec", "--cleanenv"]]
     flags = [*spec.apptainer_flags, *cluster.apptainer_args]
     while flags:
@@ -120,7 +139,12 @@ def command_groups(spec: RankSpec, cluster: DatabaseClusterConfig) -> list[list[
         groups.append(["--bind", f"{host.replace('${VDB_RANK_DIR}', '${VDB_RANK_DIR}/run')}:{target}"])
     groups.append(["--env-file", "${VDB_RANK_DIR}/run/server.env"])
     groups.append([spec.image])
-    argv = list(spec.argv)
+    return groups + _argv_groups(list(spec.argv))
+
+
+def _argv_groups(argv: list[str]) -> list[list[str]]:
+    """The server's command and subcommands, then one group per option and its value."""
+    groups: list[list[str]] = []
     command = [argv.pop(0)]
     while argv and not argv[0].startswith("-"):
         command.append(argv.pop(0))
@@ -165,7 +189,7 @@ def render_files(layout: ClusterLayout, cluster: DatabaseClusterConfig) -> dict[
         files[f"ranks/rank-{rank_id}.sh"] = rank_script(layout, spec, cluster)
         files[f"ranks/{rank_id}/server.env"] = _env_file(spec)
         for name, text in spec.files.items():
-            files[f"ranks/{rank_id}/{name}"] = text
+            files[f"ranks/{rank_id}/{name}"] = _at_placeholders(text)
     return files
 
 

@@ -19,6 +19,7 @@ from pymilvus import DataType, MilvusClient, MilvusException
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
 from apps.vdb.milvus.settings import MilvusSettings
+from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
 from apps.vdb.process import directory_bytes
 
 METRICS = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
@@ -39,15 +40,22 @@ def _errors(what: str) -> Iterator[None]:
 class MilvusVectorClient(Client):
     """pymilvus client for one collection; ``create_collection`` also attaches to an existing one."""
 
-    def __init__(self, settings: MilvusSettings, endpoints: Endpoints) -> None:
-        node = endpoints.nodes[0]
+    def __init__(self, settings: MilvusSettings, endpoints: Endpoints, client_index: int = 0) -> None:
+        node = endpoints.entry(client_index)  # one of the proxies, dealt round-robin
         self.settings = settings
+        self.rank = node.rank
         self.uri = settings.uri or f"http://{node.host}:{node.port}"
         self.data_dir = endpoints.data_dir
         self.spec: CollectionSpec | None = None
         self.request_timeout = settings.request_timeout
+        bypass_proxy([self.uri])
         with _errors(f"connect to {self.uri}"):
-            self.client = MilvusClient(uri=self.uri, token=settings.token, timeout=settings.request_timeout)
+            self.client = MilvusClient(
+                uri=self.uri,
+                token=settings.token,
+                timeout=settings.request_timeout,
+                grpc_options=dict(GRPC_NO_PROXY),
+            )
 
     def _spec(self) -> CollectionSpec:
         if self.spec is None:

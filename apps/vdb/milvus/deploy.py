@@ -40,7 +40,7 @@ from apps.vdb.process import ServerProcess, free_ports, http_ok, port_in_use
 IP_SECTIONS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 
 
-def _binary(settings: MilvusSettings) -> tuple[Path, Path]:
+def server_binary(settings: MilvusSettings) -> tuple[Path, Path]:
     """The Milvus executable and the directory of its bundled shared libraries."""
     if settings.binary:
         exe = Path(settings.binary)
@@ -66,15 +66,21 @@ def _binary(settings: MilvusSettings) -> tuple[Path, Path]:
     return cache / "bin" / "milvus", cache / "bin"
 
 
-def _write_config(base: Path, overrides: dict[str, Any], proxy_port: int | None) -> dict[str, int]:
-    """Render the package's milvus.yaml template under ``base`` with free ports; return the ports."""
+def write_config(
+    base: Path, overrides: dict[str, Any], proxy_port: int | None, fixed: dict[str, int] | None = None
+) -> dict[str, int]:
+    """Render the package's milvus.yaml template under ``base`` with free ports (or the ``fixed`` ones an
+    HPC rank was planned with, by template key); return the ports."""
     try:
         from milvus import MilvusServerConfig
     except ImportError as exc:
         raise DatabaseError("milvus: `pip install milvus==2.3.5` (its config template is used)") from exc
     cfg = MilvusServerConfig(data_dir=str(base))
     keys = [key for key in cfg.configurable_items if key.endswith("_port")]
-    ports = dict(zip([*keys, "etcd_peer_port", "metrics_port"], free_ports(len(keys) + 2), strict=True))
+    if fixed is not None:
+        ports = dict(fixed)
+    else:
+        ports = dict(zip([*keys, "etcd_peer_port", "metrics_port"], free_ports(len(keys) + 2), strict=True))
     if proxy_port is not None:
         ports["proxy_port"] = proxy_port
     cfg.update(**{key: ports[key] for key in keys})
@@ -103,6 +109,17 @@ def _write_config(base: Path, overrides: dict[str, Any], proxy_port: int | None)
         if node != value:
             raise DatabaseError(f"milvus: config_overrides key {key!r} is not a key of milvus.yaml 2.3")
     return ports
+
+
+def server_overrides(settings: MilvusSettings, host: str) -> dict[str, Any]:
+    """The milvus.yaml keys every 2.3 standalone server gets (the user's ``config_overrides`` win)."""
+    return {
+        "common.gracefulStopTimeout": 5,  # else the query node's graceful stop may wait 1800 s
+        "proxy.http.enabled": False,  # the client port listens on every interface: no REST API there
+        "indexCoord.segment.minSegmentNumRowsToEnableIndex": settings.min_segment_rows_to_index,
+        **{f"{section}.ip": host for section in IP_SECTIONS},
+        **settings.config_overrides,
+    }
 
 
 def _server_version(uri: str, token: str, timeout: float) -> str:
@@ -144,17 +161,11 @@ class MilvusDeployment(Deployment):
             raise DatabaseError(
                 f"milvus: port {s.port} on 127.0.0.1 is already in use; choose another or unset it"
             )
-        exe, libdir = _binary(s)
+        exe, libdir = server_binary(s)
         base = Path(workdir).resolve() / "milvus"
         log = base / "logs" / "server.log"
         deadline = time.monotonic() + timeout
-        overrides = {
-            "common.gracefulStopTimeout": 5,  # else the query node's graceful stop may wait 1800 s
-            "proxy.http.enabled": False,  # the client port listens on every interface: no REST API there
-            "indexCoord.segment.minSegmentNumRowsToEnableIndex": s.min_segment_rows_to_index,
-            **{f"{section}.ip": s.host for section in IP_SECTIONS},
-            **s.config_overrides,
-        }
+        overrides = server_overrides(s, s.host)
         paths = {
             "MILVUSCONF": str(base / "configs"),
             "MILVUS_RUN_DIR": str(base / "run"),
@@ -164,7 +175,7 @@ class MilvusDeployment(Deployment):
         for attempt in range(s.start_attempts):
             self.proc = ServerProcess("milvus", [str(exe), "run", "standalone"], log, env=env, cwd=base)
             try:
-                ports = _write_config(base, overrides, s.port)
+                ports = write_config(base, overrides, s.port)
                 self.proc.env["METRICS_PORT"] = str(ports["metrics_port"])  # also serves /healthz
                 self.proc.start()
                 health = f"http://127.0.0.1:{ports['metrics_port']}/healthz"

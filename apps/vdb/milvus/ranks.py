@@ -14,7 +14,8 @@ from typing import Any
 
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import RankPlan, RankSpec, absolute, common_env, rank_ports
+from apps.vdb.cluster.layout import absolute, common_env, in_memory, rank_ports
+from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.milvus.env import server_env
 
 
@@ -36,8 +37,8 @@ def _milvus_standalone(
         "localStorage": {"path": "/var/lib/milvus/data"},
         "mq": {"type": "woodpecker"},
         "woodpecker": {"storage": {"type": "local", "rootPath": "/var/lib/milvus/woodpecker"}},
-        **_overrides(settings),
     }
+    _merge(user, _overrides(settings))
     embed_etcd = {
         "listen-client-urls": f"http://127.0.0.1:{ports['etcd']}",  # only the server in this rank uses it
         "advertise-client-urls": f"http://127.0.0.1:{ports['etcd']}",
@@ -50,7 +51,7 @@ def _milvus_standalone(
     }
     etcd = {
         "ETCD_USE_EMBED": "true",
-        "ETCD_DATA_DIR": "/var/lib/milvus/etcd",
+        "ETCD_DATA_DIR": "/var/lib/etcd",  # bound to tmpfs below, whatever the medium
         "ETCD_CONFIG_PATH": "/milvus/configs/embedEtcd.yaml",
         "COMMON_STORAGETYPE": "local",
     }
@@ -66,6 +67,7 @@ def _milvus_standalone(
             env=env,
             binds=[
                 (rank_dir, "/var/lib/milvus"),
+                (in_memory(cluster, f"{rank_dir}/etcd"), "/var/lib/etcd"),
                 ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
                 ("${VDB_RANK_DIR}/embedEtcd.yaml", "/milvus/configs/embedEtcd.yaml"),
             ],
@@ -87,6 +89,15 @@ def _overrides(settings: Any) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[leaf] = value
     return nested
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Merge nested ``overrides`` into ``base`` key by key (an override of proxy.x keeps proxy's ports)."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 # Milvus role -> (milvus.yaml section holding ip/port, `milvus run` argument)
@@ -140,8 +151,8 @@ def _milvus_distributed(
                     image=etcd_image,
                     argv=argv,
                     env={},
-                    binds=[(rank_dir, "/etcd-data")],
-                    data_dir=rank_dir,
+                    binds=[(in_memory(cluster, rank_dir), "/etcd-data")],  # tmpfs, never Lustre or DAOS
+                    data_dir=in_memory(cluster, rank_dir),
                     ready_url=f"http://127.0.0.1:{p['client']}/health",
                 )
             )
@@ -162,7 +173,7 @@ def _milvus_distributed(
             user[section] = {"ip": "@VDB_ADDR@", "port": p["grpc"]}
             if role == "proxy":
                 user[section]["internalPort"] = p["internal"]
-        user.update(_overrides(settings))
+        _merge(user, _overrides(settings))
         storage = {"COMMON_STORAGETYPE": "local"}
         env = {**common_env(cluster), **server_env(settings, "CLUSTER", storage, p["metrics"])}
         ranks.append(
@@ -197,7 +208,14 @@ def image_field(cluster: DatabaseClusterConfig) -> str:
 def plan_ranks(
     settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
 ) -> RankPlan:
-    """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``."""
+    """Standalone: one rank. Distributed: clients connect to the proxies, which share ``data/shared``.
+
+    Runtime native: the standalone server of the ``milvus`` package (or ``image``, an executable).
+    """
+    if cluster.runtime == "native":
+        from apps.vdb.milvus.native import plan_native_standalone
+
+        return plan_native_standalone(settings, cluster, data, image or None)
     if cluster.milvus.mode == "standalone":
         return RankPlan(_milvus_standalone(settings, cluster, image, data), [0])
     if not cluster.images.get("etcd"):

@@ -14,8 +14,11 @@ from apps.vdb.qdrant.server import ServerClient
 from apps.vdb.qdrant.settings import QdrantSettings
 
 
-def _client(settings: QdrantSettings, endpoints: Endpoints) -> Client:
-    return EdgeClient(settings, endpoints) if settings.mode == "edge" else ServerClient(settings, endpoints)
+def _client(settings: QdrantSettings, endpoints: Endpoints, client_index: int = 0) -> Client:
+    """Edge (in-process: one engine, any index) or a server client on peer ``client_index % peers``."""
+    if settings.mode == "edge":
+        return EdgeClient(settings, endpoints)
+    return ServerClient(settings, endpoints, client_index)
 
 
 ADAPTER = Adapter(name="qdrant", settings=QdrantSettings, deployment=QdrantDeployment, client=_client)

@@ -7,10 +7,18 @@ from typing import Any
 from apps.vdb.cluster.checks import ClusterCheck, Problem, needs_mmap, shards_per_worker
 
 
-def settings_problems(settings: Any, index: int) -> list[Problem]:
-    """With ``vdb.cluster`` the pilot starts the servers: no embedded engine, no external server."""
-    if settings.mode != "server" or settings.url:
-        return [(("vdb", "databases", index, "mode"), "with vdb.cluster, qdrant needs mode: server, no url")]
+def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
+    """With ``vdb.cluster`` the pilot starts the servers (no external server), or ``mode: edge`` runs the
+    engine inside the clients on the client block (no pilot job). ``shards`` is checked against the layout
+    in :func:`cluster_problems`."""
+    if settings.mode == "server" and (settings.url or settings.local_path):
+        return [
+            (
+                ("vdb", "databases", index, "url" if settings.url else "local_path"),
+                "with vdb.cluster, qdrant runs as a pilot (mode: server, no url or local_path) or "
+                "inside its clients (mode: edge)",
+            )
+        ]
     return []
 
 

@@ -11,11 +11,11 @@ import importlib.metadata
 import json
 import os
 import shutil
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
+from apps.vdb.noproxy import urlopen
 from apps.vdb.process import ServerProcess, free_ports, http_ok
 from apps.vdb.qdrant.env import server_env
 from apps.vdb.qdrant.handles import EDGE, LOCAL
@@ -120,7 +120,7 @@ class QdrantDeployment(Deployment):
 def _version(url: str) -> str:
     """The server's version from ``GET /`` (provenance)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=5) as resp:
+        with urlopen(url.rstrip("/") + "/", timeout=5) as resp:
             return "qdrant " + str(json.load(resp).get("version", "?"))
     except (OSError, ValueError):
         return "qdrant (version unknown)"

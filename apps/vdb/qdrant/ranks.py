@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import RankPlan, RankSpec, rank_ports
+from apps.vdb.cluster.layout import rank_ports
+from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.qdrant.env import server_env
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
+from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
 from apps.vdb.process import directory_bytes
 from apps.vdb.qdrant.client import DISTANCE, QdrantClientBase, knob
 from apps.vdb.qdrant.handles import LOCAL
@@ -24,12 +25,13 @@ from apps.vdb.qdrant.settings import QdrantSettings
 class ServerClient(QdrantClientBase):
     """qdrant-client against a server, or against qdrant-client's local mode (see module docstring)."""
 
-    def __init__(self, settings: QdrantSettings, endpoints: Endpoints) -> None:
+    def __init__(self, settings: QdrantSettings, endpoints: Endpoints, client_index: int = 0) -> None:
         from qdrant_client import QdrantClient
 
         super().__init__(settings, endpoints)
         self.request_timeout = float(settings.timeout_s)
-        node = endpoints.nodes[0] if endpoints.nodes else None
+        node = endpoints.entry(client_index) if endpoints.nodes else None  # peers, dealt round-robin
+        self.rank = node.rank if node else 0
         self.location = str(node.extra["location"]) if node and "location" in node.extra else None
         if self.location is not None:
             # Local mode warns on every query that search params are ignored: that is expected here.
@@ -40,12 +42,16 @@ class ServerClient(QdrantClientBase):
             )
         elif node is not None:
             api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+            url = str(node.extra.get("url", f"http://{node.host}:{node.port}"))
+            bypass_proxy([url])
             self.qc = QdrantClient(
-                url=str(node.extra.get("url", f"http://{node.host}:{node.port}")),
+                url=url,
                 grpc_port=node.grpc_port or settings.grpc_port,
                 prefer_grpc=settings.prefer_grpc,
                 api_key=api_key,
                 timeout=settings.timeout_s,
+                grpc_options=dict(GRPC_NO_PROXY),
+                trust_env=False,  # httpx (REST): no proxy from the environment
             )
         else:
             raise DatabaseError("qdrant server mode: endpoints name no server")

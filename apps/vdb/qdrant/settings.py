@@ -36,6 +36,11 @@ class QdrantSettings(BaseModel):
     poll_s: float = Field(0.5, gt=0, description="server: status polling interval, seconds")
     settle_polls: int = Field(2, ge=1, description="server: consecutive idle polls that mean steady state")
 
+    @property
+    def in_process(self) -> bool:
+        """True when the engine runs inside the client process (edge): there is no server to deploy."""
+        return self.mode == "edge"
+
 
 SETTINGS = QdrantSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).

@@ -7,8 +7,11 @@ from typing import Any
 from apps.vdb.cluster.checks import ClusterCheck, Problem, needs_mmap, no_gpu_indexing, shards_per_worker
 
 
-def settings_problems(settings: Any, index: int) -> list[Problem]:
-    """With ``vdb.cluster`` the pilot starts the nodes: no external server."""
+def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
+    """With ``vdb.cluster`` the pilot starts the nodes: no external server.
+
+    ``shards`` (``vdb.collection.shards``) is checked against the layout in :func:`cluster_problems`.
+    """
     if settings.url:
         return [(("vdb", "databases", index, "url"), "with vdb.cluster, weaviate must not set url")]
     return []

@@ -1,4 +1,4 @@
-"""Weaviate's client: weaviate-client v4 over gRPC, connected to node 0.
+"""Weaviate's client: weaviate-client v4 over gRPC, connected to one node (``Endpoints.entry``).
 
 Quirks kept here:
 
@@ -36,6 +36,7 @@ from apps.vdb.base import (
     SearchResult,
     StorageStats,
 )
+from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy, urlopen
 from apps.vdb.process import directory_bytes, get_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
@@ -50,16 +51,18 @@ def class_name(name: str) -> str:
 
 
 class WeaviateClient(Client):
-    """weaviate-client v4 over gRPC, connected to node 0."""
+    """weaviate-client v4 over gRPC to node ``client_index % nodes``; REST calls reach every node."""
 
-    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints) -> None:
+    def __init__(self, settings: WeaviateSettings, endpoints: Endpoints, client_index: int = 0) -> None:
         import weaviate
-        from weaviate.classes.init import AdditionalConfig, Timeout
+        from weaviate.classes.init import AdditionalConfig, GrpcConfig, Timeout
 
         self.settings = settings
         self.endpoints = endpoints
         self.request_timeout = settings.request_timeout
-        node = endpoints.nodes[0]
+        node = endpoints.entry(client_index)
+        self.rank = node.rank
+        bypass_proxy(n.host for n in endpoints.nodes)  # the REST calls below reach every node
         timeout = Timeout(
             init=min(30.0, settings.request_timeout),
             query=settings.request_timeout,
@@ -73,7 +76,11 @@ class WeaviateClient(Client):
                 grpc_host=node.host,
                 grpc_port=node.grpc_port or settings.grpc_port,
                 grpc_secure=False,
-                additional_config=AdditionalConfig(timeout=timeout),
+                additional_config=AdditionalConfig(
+                    timeout=timeout,
+                    trust_env=False,  # httpx: no proxy from the environment
+                    grpc_config=GrpcConfig(channel_options=list(GRPC_NO_PROXY.items())),
+                ),
             )
         except Exception as exc:  # no cause chain: weaviate's errors cannot always be unpickled
             # A frozen server times out: a stall the query stage retries, not a dead server.
@@ -226,13 +233,24 @@ class WeaviateClient(Client):
         every shard is READY again."""
         from weaviate.classes.config import Reconfigure
 
-        self._ready_shards()
-        if self._node_efs() != [ef] * len(self.endpoints.nodes):  # another client may have set it already
-            hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
-            index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
-            self._collection.config.update(
-                vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
-            )
+        hnsw = Reconfigure.VectorIndex.hnsw(ef=ef)
+        index = Reconfigure.VectorIndex.dynamic(hnsw=hnsw) if self._spec.index_type == "dynamic" else hnsw
+        for attempt in range(5):
+            self._ready_shards()
+            if self._node_efs() == [ef] * len(self.endpoints.nodes):  # another client may have set it
+                break
+            try:
+                self._collection.config.update(
+                    vector_config=Reconfigure.Vectors.update(name="default", vector_index_config=index)
+                )
+                break
+            except Exception as exc:
+                # Another client's update (or a node still applying one) holds a shard READONLY: the
+                # update is refused with 422 "store is read-only"; wait for READY and try again.
+                if "read-only" not in str(exc) or attempt == 4:
+                    raise
+                log.info("Weaviate ef update refused while a shard is read-only; retrying: %s", exc)
+                time.sleep(0.5 * (attempt + 1))
 
         def applied() -> tuple[bool, str]:
             seen = self._node_efs()
@@ -249,7 +267,7 @@ class WeaviateClient(Client):
             return get_json(url, timeout=self.request_timeout)
         data = json.dumps(body).encode()
         request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="PUT")
-        with urllib.request.urlopen(request, timeout=self.request_timeout) as resp:
+        with urlopen(request, timeout=self.request_timeout) as resp:
             return json.load(resp)
 
     def _node_efs(self) -> list[int | None]:

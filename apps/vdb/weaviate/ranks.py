@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.cluster.layout import RankPlan, RankSpec, common_env, rank_ports
+from apps.vdb.cluster.layout import common_env, rank_ports
+from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.weaviate.env import server_env
 
 SCHEME = ["--scheme", "http"]

@@ -6,18 +6,19 @@ VDB_RANK=0 VDB_RANK_ID=000 VDB_ROLE=etcd VDB_DATABASE=milvus
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/ranks/000'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/logs/rank-000.log'
-VDB_DATA="/tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/rank-000"
+VDB_DATA="/dev/shm/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-000"
 VDB_PORTS='{"client": 20000, "peer": 20001, "metrics": 20002}'
 VDB_UP_PORT=
 VDB_TIMEOUT=900
-VDB_CLEANUP=0
+VDB_CLEANUP=1
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL=http://127.0.0.1:20000/health
-mkdir -p "/tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/rank-000" "$VDB_RANK_DIR/run"
+mkdir -p "/dev/shm/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-000" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
-  --bind /tmp/MyPool/vdb/pes2o-vdb/milvus-6bd3aed1/rank-000:/etcd-data \
+  --bind "/dev/shm/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-000:/etcd-data" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/etcd_v3.5.18.sif \
   etcd \

@@ -6,21 +6,22 @@ VDB_RANK=0 VDB_RANK_ID=000 VDB_ROLE=peer VDB_DATABASE=qdrant
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/ranks/000'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/logs/rank-000.log'
-VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000"
+VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000"
 VDB_PORTS='{"http": 20000, "grpc": 20001, "p2p": 20002}'
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20000/readyz"
-mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/storage" "$VDB_RANK_DIR/run"
+mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000/storage" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
   --writable-tmpfs \
   --pwd /qdrant \
-  --bind /dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/storage:/qdrant/storage \
-  --bind /dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-000/snapshots:/qdrant/snapshots \
+  --bind "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000/storage:/qdrant/storage" \
+  --bind "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-000/snapshots:/qdrant/snapshots" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/qdrant_v1.16.2.sif \
   /qdrant/qdrant \

@@ -6,19 +6,20 @@ VDB_RANK=1 VDB_RANK_ID=001 VDB_ROLE=node VDB_DATABASE=weaviate
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/ranks/001'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/logs/rank-001.log'
-VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-001"
+VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-001"
 VDB_PORTS='{"http": 20010, "grpc": 20011, "gossip": 20012, "data": 20013, "raft": 20014, "raft_rpc": 20015}'
 VDB_UP_PORT=20012
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20010/v1/.well-known/ready"
 vdb_wait_rank0
-mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-001" "$VDB_RANK_DIR/run"
+mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-001" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
-  --bind /dev/shm/pes2o-vdb/weaviate-f581bf05/rank-001:/var/lib/weaviate \
+  --bind "/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-001:/var/lib/weaviate" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/weaviate_1.36.0.sif \
   /bin/weaviate \

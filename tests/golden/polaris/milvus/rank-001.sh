@@ -6,22 +6,23 @@ VDB_RANK=1 VDB_RANK_ID=001 VDB_ROLE=mixcoord VDB_DATABASE=milvus
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/ranks/001'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/logs/rank-001.log'
-VDB_DATA="/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/rank-001"
+VDB_DATA="/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-001"
 VDB_PORTS='{"grpc": 20010, "metrics": 20011, "internal": 20012}'
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=0
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL=http://127.0.0.1:20011/healthz
 vdb_wait_rank0
-mkdir -p "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/rank-001" "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/shared" "$VDB_RANK_DIR/run"
+mkdir -p "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-001" "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/shared" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_render "$VDB_RANK_DIR/user.yaml" "$VDB_RANK_DIR/run/user.yaml"
 vdb_serve \
   apptainer exec --cleanenv \
   --pwd /milvus \
-  --bind /projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/rank-001:/var/lib/milvus \
-  --bind /projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/shared:/var/lib/milvus/shared \
+  --bind "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/rank-001:/var/lib/milvus" \
+  --bind "/projects/MyProject/vdb-data/pes2o-vdb/milvus-6bd3aed1/job-${VDB_JOB}/shared:/var/lib/milvus/shared" \
   --bind "${VDB_RANK_DIR}/run/user.yaml:/milvus/configs/user.yaml" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/milvus_v2.6.6.sif \

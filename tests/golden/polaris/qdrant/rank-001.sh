@@ -6,23 +6,24 @@ VDB_RANK=1 VDB_RANK_ID=001 VDB_ROLE=peer VDB_DATABASE=qdrant
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/ranks/001'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/qdrant/server/cluster/logs/rank-001.log'
-VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001"
+VDB_DATA="/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001"
 VDB_PORTS='{"http": 20010, "grpc": 20011, "p2p": 20012}'
 VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20010/readyz"
 vdb_wait_rank0
-mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/storage" "$VDB_RANK_DIR/run"
+mkdir -p "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001/snapshots" "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001/storage" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
   --writable-tmpfs \
   --pwd /qdrant \
   --nv \
-  --bind /dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/storage:/qdrant/storage \
-  --bind /dev/shm/pes2o-vdb/qdrant-7c518d8c/rank-001/snapshots:/qdrant/snapshots \
+  --bind "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001/storage:/qdrant/storage" \
+  --bind "/dev/shm/pes2o-vdb/qdrant-7c518d8c/job-${VDB_JOB}/rank-001/snapshots:/qdrant/snapshots" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/qdrant_v1.16.2-gpu-nvidia.sif \
   /qdrant/qdrant \

@@ -6,18 +6,19 @@ VDB_RANK=0 VDB_RANK_ID=000 VDB_ROLE=node VDB_DATABASE=weaviate
 VDB_REGISTRY='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/registry'
 VDB_RANK_DIR='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/ranks/000'
 VDB_LOG='/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/logs/rank-000.log'
-VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-000"
+VDB_DATA="/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-000"
 VDB_PORTS='{"http": 20000, "grpc": 20001, "gossip": 20002, "data": 20003, "raft": 20004, "raft_rpc": 20005}'
 VDB_UP_PORT=20002
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
+VDB_LEASE_S=300
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20000/v1/.well-known/ready"
-mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/rank-000" "$VDB_RANK_DIR/run"
+mkdir -p "/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-000" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
-  --bind /dev/shm/pes2o-vdb/weaviate-f581bf05/rank-000:/var/lib/weaviate \
+  --bind "/dev/shm/pes2o-vdb/weaviate-f581bf05/job-${VDB_JOB}/rank-000:/var/lib/weaviate" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/weaviate_1.36.0.sif \
   /bin/weaviate \
