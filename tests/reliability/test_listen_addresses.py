@@ -3,13 +3,19 @@
 The slow tests start each local database as a run does and list the listening TCP sockets of the server
 processes (and their children) with psutil. Every listener must be on 127.0.0.1, except the ones the
 server versions we run open on every interface with no setting to change it (``EVERY_INTERFACE``, see
-apps/vdb/weaviate/deploy.py and apps/vdb/milvus/deploy.py); those must be closed to strangers as far as
-the server allows. The fast test reads the rendered HPC rank scripts: no wildcard address in any of them.
+apps/vdb/milvus/deploy.py); those must be closed to strangers as far as the server allows. Weaviate has no
+such exception: the project builds it with scripts/weaviate/listen-host.patch, which adds the settings
+upstream lacks. The fast tests read the rendered HPC rank scripts (no wildcard address in any of them) and
+check that the Weaviate build script rebuilds exactly when the patch changed.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import os
+import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -30,10 +36,10 @@ from tests.test_hpc_render import artifacts, fixed_env, two_local_ranks  # noqa:
 
 WILDCARDS = {"0.0.0.0", "::", "*", ""}
 LOOPBACK = {"127.0.0.1", "::1"}
-# Listeners that the server opens with net.Listen(":<port>") whatever its configuration (Weaviate v1.36.0,
-# Milvus 2.3.5): the only ones allowed on a wildcard address.
-EVERY_INTERFACE = {
-    "weaviate": {"grpc", "data"},
+# Listeners that the server opens with net.Listen(":<port>") whatever its configuration (Milvus 2.3.5):
+# the only ones allowed on a wildcard address. Weaviate's two such listeners (gRPC, cluster data) follow
+# GRPC_BIND_HOST and CLUSTER_DATA_BIND_HOST in our patched build, so it has none.
+EVERY_INTERFACE: dict[str, set[str]] = {
     "milvus": {
         "proxy",
         "proxy_internal",
@@ -46,6 +52,10 @@ EVERY_INTERFACE = {
         "metrics",
     },
 }
+
+
+# Said when Weaviate's gRPC or data port is on a wildcard address: most likely an unpatched server.
+HINT = " (is weaviate-server the patched build? `make weaviate` rebuilds it: scripts/weaviate/)"
 
 
 def listeners(pids: list[int]) -> list[tuple[int, str, int]]:
@@ -96,7 +106,7 @@ def check_addresses(database: str, socks: list[tuple[int, str, int]], roles: dic
     unknown = [(addr, port) for _, addr, port in socks if port not in roles]
     assert not unknown, f"{database}: listeners nobody configured: {unknown}"
     wild = sorted({roles[port] for _, addr, port in socks if addr in WILDCARDS})
-    assert set(wild) <= EVERY_INTERFACE[database], f"{database}: on every interface: {wild}"
+    assert set(wild) <= EVERY_INTERFACE.get(database, set()), f"{database}: on every interface: {wild}{HINT}"
     other = [(roles[port], addr) for _, addr, port in socks if addr not in WILDCARDS and addr not in LOOPBACK]
     assert not other, f"{database}: listeners on a non-loopback address: {other}"
 
@@ -131,8 +141,11 @@ def test_weaviate_listens_on_loopback_only(nodes: int, tmp_path: Path, started: 
     endpoints = deployment.start(tmp_path, timeout=180)
     pids = [p.proc.pid for p in deployment.procs if p.proc is not None]
     roles = {port: role for pid in pids for port, role in weaviate_roles(pid).items()}
-    check_addresses("weaviate", listeners(pids), roles)
-    # The cluster API listens on every interface in v1.36: it must refuse requests without the node secret.
+    socks = listeners(pids)
+    check_addresses("weaviate", socks, roles)
+    assert {roles[port] for _, _, port in socks} >= {"http", "grpc", "data", "gossip", "raft"}
+    # Defence in depth (other local users reach loopback too): the cluster API refuses requests without
+    # the nodes' secret.
     for node in endpoints.nodes:
         request = urllib.request.Request(f"http://127.0.0.1:{node.extra['data_port']}/nodes/status")
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -235,8 +248,10 @@ def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
         assert len(pids) == 2
         roles = {port: role for pid in pids for port, role in weaviate_roles(pid).items()}
         socks = listeners(pids)
-        assert {roles[port] for _, addr, port in socks if addr in WILDCARDS} <= EVERY_INTERFACE["weaviate"]
-        assert {addr for _, addr, port in socks if addr not in WILDCARDS} == {address}
+        wild = sorted({roles[port] for _, addr, port in socks if addr in WILDCARDS})
+        assert not wild, f"weaviate ranks on every interface: {wild}{HINT}"
+        assert {addr for _, addr, port in socks} == {address}
+        assert {roles[port] for _, addr, port in socks} >= {"http", "grpc", "data", "gossip", "raft"}
     finally:
         deployment.stop(grace=30)
     gone = psutil.wait_procs([psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)], timeout=10)[1]
@@ -273,3 +288,85 @@ def test_hpc_rank_scripts_name_no_wildcard_address(platform: str, tmp_path: Path
     for name, text in texts.items():
         for wildcard in ("0.0.0.0", "[::]", "://:"):
             assert wildcard not in text, f"{platform}: {name} names the wildcard address {wildcard!r}"
+
+
+def test_weaviate_env_binds_every_listener_it_can_name() -> None:
+    """The one bind address reaches gossip/raft and the two listeners only the patched build can place."""
+    from apps.vdb.weaviate.env import server_env
+    from apps.vdb.weaviate.settings import WeaviateSettings
+
+    ports = dict.fromkeys(("gossip", "data", "raft", "raft_rpc", "grpc"), 1)
+    where = {"node": "n", "data_path": "/d", "advertise": "A", "raft_join": "", "expect": 1}
+    env = server_env(WeaviateSettings(), ports=ports, bind="B", **where)
+    assert {key: env[key] for key in env if key.endswith(("BIND_ADDR", "BIND_HOST"))} == {
+        "CLUSTER_BIND_ADDR": "B",
+        "GRPC_BIND_HOST": "B",
+        "CLUSTER_DATA_BIND_HOST": "B",
+    }
+    # ... and the patch reads exactly those names
+    patch = (REPO / "scripts/weaviate/listen-host.patch").read_text()
+    assert 'os.Getenv("GRPC_BIND_HOST")' in patch
+    assert patch.count('os.Getenv("CLUSTER_DATA_BIND_HOST")') == 2  # the cluster API's HTTP and gRPC servers
+
+
+FAKE_GO = r"""#!/bin/sh
+# Stands in for go: names the fake module source, "builds" by checking the patch is applied.
+echo "$*" >>"$(dirname "$0")/calls"
+case "$1" in
+mod) printf '{\n\t"Dir": "%s",\n}\n' "$FAKE_SRC" ;;
+build)
+  grep -q 'os.Getenv("GRPC_BIND_HOST")' adapters/handlers/grpc/server.go || exit 1
+  while [ "$1" != -o ]; do shift; done; printf '#!/bin/sh\n' >"$2"; chmod +x "$2" ;;
+esac
+"""
+
+
+def unpatched_source(patch: str, root: Path) -> None:
+    """The files ``patch`` changes, made of its hunks' old lines only (patch applies them at an offset)."""
+    old: dict[str, list[str]] = {}
+    name = ""
+    for line in patch.splitlines(keepends=True):
+        if line.startswith("--- a/"):
+            name = line[len("--- a/") :].strip()
+            old[name] = []
+        elif name and line[:1] in (" ", "-") and not line.startswith("--- "):
+            old[name].append(line[1:])
+    for name, lines in old.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("".join(lines))
+
+
+def test_weaviate_build_runs_again_only_when_the_patch_or_version_changed(tmp_path: Path) -> None:
+    """scripts/weaviate/build.sh with a stand-in go: it builds the patched source, records what it built,
+    does nothing while that record matches, and builds again when the patch or the version changed."""
+    repo, fakebin, src = tmp_path / "repo", tmp_path / "fakebin", tmp_path / "src"
+    (repo / "scripts/weaviate").mkdir(parents=True)
+    for name in ("build.sh", "listen-host.patch"):
+        shutil.copy2(REPO / "scripts/weaviate" / name, repo / "scripts/weaviate" / name)
+    patch_file = repo / "scripts/weaviate/listen-host.patch"
+    unpatched_source(patch_file.read_text(), src)
+    fakebin.mkdir()
+    (fakebin / "go").write_text(FAKE_GO)
+    (fakebin / "go").chmod(0o755)
+    out, calls = tmp_path / "bin/weaviate-server", fakebin / "calls"
+
+    def build(version: str = "v1.36.0", path: str = f"{fakebin}:/usr/bin:/bin") -> str:
+        env = {**os.environ, "PATH": path, "FAKE_SRC": str(src)}
+        env.pop("CGO_ENABLED", None)
+        argv = [str(repo / "scripts/weaviate/build.sh"), version, str(out)]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+
+    def builds() -> int:
+        return calls.read_text().count("build -buildvcs=false -o") if calls.exists() else 0
+
+    assert "built" in build() and builds() == 1
+    sha = hashlib.sha256(patch_file.read_bytes()).hexdigest()
+    assert f"v1.36.0 patch-sha256 {sha} " in Path(f"{out}.build").read_text()
+    assert os.access(out, os.X_OK) and not (repo / ".build/weaviate-src").exists()
+    assert build() == "" and builds() == 1  # up to date: nothing to do
+    patch_file.write_text("A changed header.\n" + patch_file.read_text())
+    assert "built" in build() and builds() == 2  # the patch changed
+    assert "built" in build("v1.36.1") and builds() == 3  # another version
+    assert build("v1.36.1") == "" and builds() == 3
+    if not any(Path(d, "go").exists() for d in ("/usr/bin", "/bin")):  # without Go: a note, no failure
+        assert "Go not found" in build("v1.36.0", "/usr/bin:/bin")

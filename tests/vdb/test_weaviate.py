@@ -1,7 +1,7 @@
 """The Weaviate adapter against the real weaviate-server v1.36 (one node and a 2-node loopback cluster).
 
-The server binary comes from `make weaviate` (go install); without it these tests fail with the message
-that says how to build it.
+The server binary comes from `make weaviate` (scripts/weaviate/build.sh); without it these tests fail with
+the message that says how to build it.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_missing_binary_says_how_to_build(tmp_path, monkeypatch):
     with pytest.raises(DatabaseError, match="does not exist") as err:
         WeaviateDeployment(WeaviateSettings(binary=str(tmp_path / "nope"))).start(tmp_path)
     assert "make weaviate" in str(err.value)
-    assert "go install github.com/weaviate/weaviate/cmd/weaviate-server@v1.36.0" in str(err.value)
+    assert "scripts/weaviate/build.sh v1.36.0" in str(err.value)
     # Nothing anywhere and no Go: the message says Go is needed.
     monkeypatch.delenv("WEAVIATE_BIN", raising=False)
     monkeypatch.setattr("apps.vdb.weaviate.deploy.REPO_ROOT", tmp_path)

@@ -2,13 +2,15 @@
 
 * N nodes on one host need ``CLUSTER_IN_LOCALHOST=true`` (see :mod:`apps.vdb.weaviate.env`).
 * A joining node exits at once when node 0's gossip port is not listening yet, so node 0 starts first.
-* Every listener that v1.36 lets us place is on 127.0.0.1 (REST ``--host``, gossip and raft through
-  ``CLUSTER_BIND_ADDR``). Two cannot be: the public gRPC port (``GRPC_PORT``) and the internal cluster API
-  (``CLUSTER_DATA_BIND_PORT``) are opened with ``net.Listen("tcp", ":<port>")`` in v1.36.0
-  (adapters/handlers/grpc/server.go ``StartAndListen``, adapters/handlers/rest/clusterapi/serve.go
-  ``NewServer``), i.e. on every interface, and no setting changes that. The cluster API is therefore
-  closed to strangers with a per-deployment basic-auth secret (``CLUSTER_BASIC_AUTH_*``); the gRPC port
-  stays anonymous like the REST port (its clients would need an API key).
+* Every listener is on 127.0.0.1: REST through ``--host``, gossip and raft through ``CLUSTER_BIND_ADDR``,
+  the public gRPC port and the internal cluster API through ``GRPC_BIND_HOST`` and
+  ``CLUSTER_DATA_BIND_HOST``. Upstream v1.36.0 has no setting for those two (it opens them with
+  ``net.Listen("tcp", ":<port>")``, adapters/handlers/grpc/server.go ``StartAndListen`` and
+  adapters/handlers/rest/clusterapi/serve.go ``NewServer``, i.e. on every interface): ``make weaviate``
+  builds the server with scripts/weaviate/listen-host.patch, which adds them. A server built without the
+  patch ignores them and listens on every interface; the cluster API is closed to strangers all the same
+  (and to other local users) with a per-deployment basic-auth secret (``CLUSTER_BASIC_AUTH_*``); the gRPC
+  port stays anonymous like the REST port (its clients would need an API key).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from apps.vdb.weaviate.settings import WeaviateSettings
 REPO_ROOT = Path(__file__).resolve().parents[3]
 WEAVIATE_VERSION = "v1.36.0"
 BUILD_HINT = (
-    f"build it with `make weaviate`, or `GOBIN={REPO_ROOT}/.build/bin go install "
-    f"github.com/weaviate/weaviate/cmd/weaviate-server@{WEAVIATE_VERSION}` (needs Go >= 1.25 and about 4 "
-    "minutes), or set WEAVIATE_BIN / the `binary` setting to an existing weaviate-server"
+    f"build it with `make weaviate` (or `{REPO_ROOT}/scripts/weaviate/build.sh {WEAVIATE_VERSION}`: needs "
+    "Go >= 1.25 and about 4 minutes), or set WEAVIATE_BIN / the `binary` setting to an existing "
+    "weaviate-server"
 )
 
 
@@ -101,8 +103,8 @@ class WeaviateDeployment(Deployment):
         ports = _node_ports(n)
         join = ",".join(f"node{i}:{p['raft']}" for i, p in enumerate(ports))
         deadline = time.monotonic() + timeout
-        # The cluster API listens on every interface (see the module doc): one secret shared by the nodes,
-        # kept in memory only (Endpoints may be written to the workdir).
+        # The cluster API is closed to anyone without the secret (see the module doc): one secret shared by
+        # the nodes, kept in memory only (Endpoints may be written to the workdir).
         self.cluster_auth = ("pes2o-vdb", secrets.token_urlsafe(24))
         cluster_auth = {
             "CLUSTER_BASIC_AUTH_USERNAME": self.cluster_auth[0],

@@ -20,9 +20,10 @@ def server_env(
 
     ``CLUSTER_IN_LOCALHOST`` lets several nodes share a host with their own raft ports: Weaviate then
     reads the node -> raft port map from ``RAFT_JOIN`` (``node:port``) and expects each node's internal
-    RPC at the port given here. ``bind`` (``CLUSTER_BIND_ADDR``) pins gossip, raft and raft RPC to one
-    address (loopback locally, the interface on HPC); v1.36 has no setting for the gRPC and cluster data
-    ports, which listen on every interface (see :mod:`apps.vdb.weaviate.deploy`).
+    RPC at the port given here. ``bind`` pins every listener but REST (``--host``) to one address
+    (loopback locally, the interface on HPC): gossip, raft and raft RPC through ``CLUSTER_BIND_ADDR``, the
+    gRPC and cluster data ports through ``GRPC_BIND_HOST`` and ``CLUSTER_DATA_BIND_HOST``, which only our
+    patched build reads (scripts/weaviate/listen-host.patch; see :mod:`apps.vdb.weaviate.deploy`).
     """
     env = {
         "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
@@ -33,6 +34,8 @@ def server_env(
     }
     if bind is not None:
         env["CLUSTER_BIND_ADDR"] = bind
+        env["GRPC_BIND_HOST"] = bind
+        env["CLUSTER_DATA_BIND_HOST"] = bind
     env.update(
         {
             "CLUSTER_GOSSIP_BIND_PORT": str(ports["gossip"]),

@@ -24,8 +24,10 @@ def plan_ranks(
 ) -> RankPlan:
     """One node per worker; clients may connect to any of them.
 
-    REST, gossip and raft listen on the rank's interface address (``${VDB_ADDR}``); gRPC and the cluster
-    data port listen on every interface whatever the config in v1.36 (see :mod:`apps.vdb.weaviate.deploy`).
+    Every listener is on the rank's interface address (``${VDB_ADDR}``): REST through ``--host``, the
+    others through the bind variables of :func:`apps.vdb.weaviate.env.server_env`. gRPC and the cluster
+    data port follow theirs only in a server built with scripts/weaviate/listen-host.patch; the vendor's
+    image listens there on every interface (see :mod:`apps.vdb.weaviate.deploy`, docs/reliability.md).
     """
     names = ["http", "grpc", "gossip", "data", "raft", "raft_rpc"]
     all_ports = [rank_ports(cluster, r, names) for r in range(cluster.workers)]
@@ -44,7 +46,7 @@ def plan_ranks(
                 ports=ports,
                 raft_join=raft_join,
                 expect=cluster.workers,
-                bind="${VDB_ADDR}",  # gossip and raft on the configured interface only
+                bind="${VDB_ADDR}",  # gossip, raft, gRPC and cluster data on the configured interface only
             ),
             **settings.env,
         }
