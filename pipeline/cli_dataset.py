@@ -36,7 +36,8 @@ def import_(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="base, queries and ground-truth files in that order, or one folder (one .hdf5 file)"
+            metavar="PATHS...",
+            help="base, queries and ground-truth files in that order, or one folder (one .hdf5 file)",
         ),
     ],
     name: Annotated[str, typer.Option(help="Dataset name (store/datasets/<name>-<key>/)")],
@@ -89,11 +90,13 @@ def import_(
 
 @app.command("export")
 def export(
-    dataset_dir: Annotated[Path, typer.Argument(help="A dataset folder (store/datasets/...)")],
+    dataset_dir: Annotated[
+        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+    ],
     fmt: Annotated[
         str, typer.Argument(metavar="FORMAT", help="fvecs, bvecs, fbin, u8bin, i8bin, npy, hdf5 or vdbbench")
     ],
-    out_dir: Annotated[Path, typer.Argument(help="New or empty output folder")],
+    out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="New or empty output folder")],
     queries: Annotated[
         Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
     ] = None,
