@@ -275,3 +275,40 @@ def test_interrupted_import_leaves_no_dataset(shared_data: Path, tmp_path: Path,
         import_dataset("vecs", [shared_data / "ann" / "fmnist1k"], "fm", tmp_path)
     assert list((tmp_path / "datasets").iterdir()) == []
     shutil.rmtree(tmp_path / "datasets")
+
+
+@pytest.mark.slow
+def test_vdb_stages_run_on_an_imported_dataset(bigann, tmp_path: Path) -> None:
+    """Insert, index, query sweep and recall (Qdrant's embedded engine) on imported bigann10k."""
+    from apps.index import build_index
+    from apps.insert import insert_partition, prepare_collection, work_units
+    from apps.query_sweep import query_sweep
+    from apps.recall import fetch_vectors, needed_base_ids, read_groundtruth, read_query_vectors, recall_at_k
+    from apps.vdb.base import CollectionSpec
+    from apps.vdb.config import QuerySweepConfig
+    from apps.vdb.qdrant.deploy import QdrantDeployment
+    from apps.vdb.qdrant.settings import QdrantSettings
+    from apps.vdb.records import DatabaseTarget
+
+    imported, _ = bigann
+    directory = imported.directory
+    settings = QdrantSettings(name="qdrant", mode="edge", indexing_threshold_kb=1, full_scan_threshold_kb=1)
+    deployment = QdrantDeployment(settings)
+    endpoints = deployment.start(tmp_path / "qdrant")
+    try:
+        spec = CollectionSpec(name="bigann", dim=128, metric=imported.manifest["metric"], index_type="hnsw")
+        target = DatabaseTarget(settings=settings, endpoints=endpoints, collection=spec)
+        prepare_collection(target, False)
+        insert_partition(target, work_units(str(directory)), 1000, 1, 0)
+        index = build_index(target, 10_000, 300, None)
+        sweep = QuerySweepConfig(ef=[128], batch_size=[10], clients=[1], k=[10], warmup_queries=0)
+        (record,) = query_sweep(
+            target, str(directory / "queries.parquet"), sweep, str(tmp_path / "out"), index
+        )
+    finally:
+        deployment.stop()
+    raw = pq.read_table(record.file)
+    groundtruth = read_groundtruth(directory / "groundtruth.parquet")
+    base = fetch_vectors(directory, needed_base_ids(raw, groundtruth, 10))
+    recall, _ = recall_at_k(raw, groundtruth, read_query_vectors(directory / "queries.parquet"), base, "l2")
+    assert raw.num_rows == 100 and recall >= 0.9, recall
