@@ -14,6 +14,7 @@ relative tolerance ``TIE_RTOL``): the lists may differ only among neighbours at 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from apps.ann_formats import Source, canonical_format, open_source
-from apps.dataset import METADATA_KEY, vectors_to_arrow
+from apps.dataset import METADATA_KEY, iter_vectors, vectors_to_arrow
 from apps.groundtruth import exact_topk
 from apps.recall import distances as exact_distances
 from apps.recall import fetch_vectors
@@ -57,14 +58,13 @@ class Imported:
 
     @property
     def check(self) -> dict[str, Any]:
+        """The ground-truth check recorded in the manifest."""
         return self.manifest["import"]["groundtruth_check"]
 
 
 def file_identity(path: Path) -> dict[str, Any]:
     """Size, mtime-free identity of a (possibly huge) file: its size and the sha256 of its first and last
     MiB. Enough to tell datasets apart without reading 100 GB."""
-    import hashlib
-
     size = path.stat().st_size
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -137,7 +137,7 @@ def compare_groundtruth(
     started = time.time()
     stats: dict[str, Any] = {}
     exact_ids, exact_dist = exact_topk(
-        queries, _iter_parts(dataset_dir), k, metric, "cpu", memory_budget_mb, stats=stats
+        queries, iter_vectors(dataset_dir), k, metric, "cpu", memory_budget_mb, stats=stats
     )
     differ = np.flatnonzero((exact_ids != published).any(axis=1))
     out_distances = exact_dist.astype(np.float32)
@@ -181,12 +181,6 @@ def compare_groundtruth(
         "seconds": round(time.time() - started, 3),
     }
     return check, out_distances
-
-
-def _iter_parts(dataset_dir: Path):
-    from apps.dataset import iter_vectors
-
-    return iter_vectors(dataset_dir)
 
 
 def warning_line(check: dict[str, Any], groundtruth_file: Path | str) -> str | None:
