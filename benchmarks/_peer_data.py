@@ -139,18 +139,12 @@ def read_groundtruth(groundtruth_file: Path) -> tuple[np.ndarray, np.ndarray]:
     return table.column("query_id").to_numpy(), flat.reshape(len(column), k).astype(np.int64)
 
 
-def _vector_column(vectors: np.ndarray) -> pa.ListArray:
-    """(n, d) float32 -> list<float32> (VectorDBBench reads ``emb`` as a list column)."""
-    n, d = vectors.shape
-    offsets = pa.array(np.arange(n + 1, dtype=np.int32) * d, pa.int32())
-    return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(vectors, np.float32).ravel()))
-
-
 def export_vdbbench(data: LocalDataset, out_dir: Path) -> dict[str, Any]:
     """Write ``train.parquet``, ``test.parquet`` and ``neighbors.parquet`` into ``out_dir`` (once: skipped
     when all three exist); return the custom-dataset description VectorDBBench needs."""
+    from apps.ann_export import write_vdbbench
+    from apps.dataset import iter_vectors
     from apps.query_sweep import read_queries
-    from core.store import write_parquet_atomic
 
     query_ids, query_vectors = read_queries(str(data.queries_file), None)
     gt_ids, neighbors = read_groundtruth(data.groundtruth_file)
@@ -160,19 +154,7 @@ def export_vdbbench(data: LocalDataset, out_dir: Path) -> dict[str, Any]:
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     if not all((out_dir / name).exists() for name in EXPORT_FILES):
-        ids, vectors = read_base(data.dataset_dir)
-        write_parquet_atomic(
-            pa.table({"id": pa.array(ids, pa.int64()), "emb": _vector_column(vectors)}),
-            out_dir / "train.parquet",
-        )
-        test = pa.table({"id": pa.array(query_ids, pa.int64()), "emb": _vector_column(query_vectors)})
-        write_parquet_atomic(test, out_dir / "test.parquet")
-        offsets = pa.array(np.arange(len(neighbors) + 1, dtype=np.int32) * neighbors.shape[1], pa.int32())
-        lists = pa.ListArray.from_arrays(offsets, pa.array(neighbors.ravel(), pa.int64()))
-        write_parquet_atomic(
-            pa.table({"id": pa.array(gt_ids, pa.int64()), "neighbors_id": lists}),
-            out_dir / "neighbors.parquet",
-        )
+        write_vdbbench(out_dir, iter_vectors(data.dataset_dir), query_ids, query_vectors, gt_ids, neighbors)
     rows = pq.read_metadata(out_dir / "train.parquet").num_rows
     return {
         "dir": str(out_dir),

@@ -1,4 +1,4 @@
-"""``python -m pipeline validate|plan|run|status``."""
+"""``python -m pipeline validate|plan|run|status|submit|dataset``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.errors import PipelineError
+from pipeline.cli_dataset import app as dataset_app
 from pipeline.config_loader import LoadedConfig, load_config
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Pes2o-VE pipeline: corpus -> embedding dataset -> vector-database benchmarks, with provenance.",
 )
+app.add_typer(dataset_app, name="dataset")
 console = Console(stderr=True)
 out = Console()
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]

@@ -1,0 +1,124 @@
+"""``python -m pipeline dataset import|export``: ANN datasets in and out of the project's layout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal, NoReturn
+
+import typer
+from rich.console import Console
+
+from core.errors import PipelineError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Import an ANN benchmark dataset (with its queries and ground truth) or export one.",
+)
+console = Console(stderr=True)
+out = Console()
+
+
+def _error(message: str, code: int) -> NoReturn:
+    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
+    raise typer.Exit(code)
+
+
+@app.command("import")
+def import_(
+    fmt: Annotated[
+        str,
+        typer.Argument(
+            metavar="FORMAT", help="hdf5, vecs (fvecs/bvecs), bin (fbin/u8bin/i8bin), npy or vdbbench"
+        ),
+    ],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="PATHS...",
+            help="base, queries and ground-truth files in that order, or one folder (one .hdf5 file)",
+        ),
+    ],
+    name: Annotated[str, typer.Option(help="Dataset name (store/datasets/<name>-<key>/)")],
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None,
+        typer.Option(help="Distance of the ground truth (default: the file's, else l2)"),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Root of store/ (default: $PIPELINE_WORKDIR or the current folder)")
+    ] = None,
+    rows_per_part: Annotated[int, typer.Option(min=1, help="Base rows per part file")] = 1_000_000,
+) -> None:
+    """Import a dataset and check its published ground truth against exact search."""
+    import re
+
+    from apps.ann_import import import_dataset, warning_line
+
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
+    root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    try:
+        result = import_dataset(
+            fmt, paths, name, root.expanduser().resolve() / "store", metric, rows_per_part
+        )
+    except PipelineError as exc:
+        _error(str(exc), exc.exit_code)
+    except OSError as exc:
+        _error(str(exc), 1)
+    manifest, check = result.manifest, result.check
+    state = "already imported" if result.cached else "imported"
+    out.print(
+        f"{state}: {result.directory}\n"
+        f"  {manifest['rows']:,} vectors x {manifest['dimension']} ({manifest['import']['source_dtype']}), "
+        f"{manifest['queries']['count']:,} queries, top-{manifest['groundtruth']['k']} ground truth, "
+        f"metric {manifest['metric']}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    line = warning_line(check, manifest["import"]["paths"]["groundtruth"])
+    if line:
+        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    else:
+        out.print(
+            f"  ground truth agrees with exact search up to ties: "
+            f"{check['agree_up_to_ties']}/{check['queries']} queries ({check['identical']} identical lists)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@app.command("export")
+def export(
+    dataset_dir: Annotated[
+        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+    ],
+    fmt: Annotated[
+        str, typer.Argument(metavar="FORMAT", help="fvecs, bvecs, fbin, u8bin, i8bin, npy, hdf5 or vdbbench")
+    ],
+    out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="New or empty output folder")],
+    queries: Annotated[
+        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    groundtruth: Annotated[
+        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None, typer.Option(help="Override the ground truth's metric")
+    ] = None,
+) -> None:
+    """Export a dataset with its queries and ground truth so other tools can run on it."""
+    from apps.ann_export import export_dataset, locate
+
+    try:
+        written = export_dataset(locate(dataset_dir, queries, groundtruth, metric), fmt, out_dir)
+    except PipelineError as exc:
+        _error(str(exc), exc.exit_code)
+    except OSError as exc:
+        _error(str(exc), 1)
+    out.print(
+        f"exported {written['rows']:,} vectors x {written['dim']}, {written['queries']:,} queries, "
+        f"top-{written['k']} ({written['metric']}) as {fmt}: {written['dir']}: {', '.join(written['files'])}",
+        highlight=False,
+        soft_wrap=True,
+    )
