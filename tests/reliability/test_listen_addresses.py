@@ -30,11 +30,11 @@ from apps.vdb.base import Deployment
 from apps.vdb.cluster.layout import node_shape, plan_cluster
 from apps.vdb.cluster.render import render_files
 from apps.vdb.process import http_ok
+from apps.vdb.server_facts import WILDCARDS, listeners
 from pipeline.config_loader import load_config
 from tests.conftest import REPO
 from tests.test_hpc_render import artifacts, fixed_env, two_local_ranks  # noqa: F401  (fixed_env: a fixture used below)
 
-WILDCARDS = {"0.0.0.0", "::", "*", ""}
 LOOPBACK = {"127.0.0.1", "::1"}
 # Listeners that the server opens with net.Listen(":<port>") whatever its configuration (Milvus 2.3.5):
 # the only ones allowed on a wildcard address. Weaviate's two such listeners (gRPC, cluster data) follow
@@ -56,18 +56,6 @@ EVERY_INTERFACE: dict[str, set[str]] = {
 
 # Said when Weaviate's gRPC or data port is on a wildcard address: most likely an unpatched server.
 HINT = " (is weaviate-server the patched build? `make weaviate` rebuilds it: scripts/weaviate/)"
-
-
-def listeners(pids: list[int]) -> list[tuple[int, str, int]]:
-    """(pid, address, port) of every listening TCP socket of ``pids`` and their descendants."""
-    found = []
-    for pid in pids:
-        root = psutil.Process(pid)
-        for proc in [root, *root.children(recursive=True)]:
-            for conn in proc.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.append((proc.pid, conn.laddr.ip, conn.laddr.port))
-    return found
 
 
 def weaviate_roles(pid: int) -> dict[int, str]:
