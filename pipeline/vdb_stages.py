@@ -34,6 +34,7 @@ from apps.vdb.records import (
     InsertRecord,
     Searchable,
 )
+from apps.vdb.server_facts import observe_servers
 from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
@@ -49,7 +50,9 @@ def deploy(deployment: Deployment, workdir: str, timeout: float) -> Deployed:
     """Driver-side task: start the servers and time it; the Deployment stays in the driver for teardown."""
     started = time.time()
     endpoints = deployment.start(Path(workdir), timeout)  # returns once every endpoint is healthy
-    return Deployed(endpoints=endpoints, deploy_s=time.time() - started)
+    deploy_s = time.time() - started
+    servers = observe_servers(deployment.name, deployment.server_pids(), deployment.wildcard_reason)
+    return Deployed(endpoints=endpoints, deploy_s=deploy_s, servers=servers)
 
 
 def client_node() -> str:
@@ -148,7 +151,11 @@ class VdbStages:
             ).result()
             endpoints = deployed.endpoints.model_dump()
             atomic_write_json(db_dir / "endpoints.json", endpoints)
-            fields.update(server_version=deployed.endpoints.server_version, deploy_s=deployed.deploy_s)
+            fields.update(
+                server_version=deployed.endpoints.server_version,
+                deploy_s=deployed.deploy_s,
+                servers=deployed.servers,
+            )
             target = DatabaseTarget(
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )

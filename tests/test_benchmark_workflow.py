@@ -105,6 +105,13 @@ def test_report_covers_every_database_with_recall(full_run) -> None:
     assert tasks["weaviate"]["server_version"].startswith("1.36")
     assert tasks["milvus"]["settings"]["min_segment_rows_to_index"] == 0
     assert tasks["qdrant"]["collection"]["ef_construction"] == 64
+    # what the kernel gave each local server, read back from the running process
+    for database in ("milvus", "weaviate"):
+        (server,) = tasks[database]["servers"]
+        assert server["pid"] > 0 and server["cpus_allowed"] and server["threads"] > 1, server
+        assert any(a.startswith("127.0.0.1:") for a in server["listeners"]), server
+    assert tasks["weaviate"]["servers"][0]["wildcard"] == []  # the patched build: loopback only
+    assert tasks["milvus"]["servers"][0]["wildcard"]  # 2.3.5 cannot do otherwise (docs/reliability.md)
     # raw results kept for re-evaluation; server logs kept; servers gone
     vdb_dir = Path(prov["outputs"]["vdb"])
     assert list((vdb_dir / "weaviate" / "raw").glob("*.parquet"))

@@ -162,6 +162,9 @@ class Deployment(abc.ABC):
     """Starts and stops the servers of one database (or attaches to existing ones)."""
 
     name: str
+    # Why this server version opens listeners on every interface, when it can do nothing else ("": it must
+    # not, and a run that sees one warns that it is reachable from other machines).
+    wildcard_reason: str = ""
 
     @abc.abstractmethod
     def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
@@ -173,6 +176,11 @@ class Deployment(abc.ABC):
     @abc.abstractmethod
     def stop(self) -> None:
         """Stop every process started by ``start``; safe to call twice or after a failed start."""
+
+    def server_pids(self) -> dict[str, int]:
+        """Name -> pid of each server process ``start`` launched on this machine (none when attached,
+        in process, or running as a batch job elsewhere)."""
+        return {}
 
 
 class Client(abc.ABC):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.config import DatabaseSettings
+from apps.vdb.server_facts import ServerFacts
 
 if TYPE_CHECKING:
     from apps.vdb.base import Client
@@ -69,6 +70,7 @@ class Deployed(Record):
 
     endpoints: Endpoints
     deploy_s: float  # deploy start -> every endpoint healthy
+    servers: list[ServerFacts] = Field(default_factory=list)  # local server processes as the kernel saw them
 
 
 class InsertPart(Record):
@@ -148,6 +150,7 @@ class DatabaseOutcome(Record):
     collection: CollectionSpec
     server_version: str = ""
     deploy_s: float | None = None  # deploy start -> every endpoint healthy
+    servers: list[ServerFacts] = Field(default_factory=list)  # affinity, threads, listeners read back
     insert: list[InsertRecord] = Field(default_factory=list)
     index: IndexRecord | None = None
     queries: list[QueryRecord] = Field(default_factory=list)

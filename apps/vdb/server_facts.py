@@ -27,7 +27,7 @@ class ServerFacts(BaseModel):
     pid: int
     cpus_allowed: list[int]  # Cpus_allowed_list of the server process
     threads: int  # threads of the process and its children
-    listeners: list[str]  # "address:port" of every listening TCP socket, sorted
+    listeners: list[str]  # "address:port" of every listening TCP socket, sorted (UDP is not listed)
     wildcard: list[str]  # the listeners on an every-interface address
 
 
@@ -37,10 +37,21 @@ def listeners(pids: list[int]) -> list[tuple[int, str, int]]:
     for pid in pids:
         root = psutil.Process(pid)
         for proc in [root, *root.children(recursive=True)]:
-            for conn in proc.net_connections(kind="inet"):
-                if conn.status == psutil.CONN_LISTEN:
-                    found.append((proc.pid, conn.laddr.ip, conn.laddr.port))
+            try:
+                conns = proc.net_connections(kind="inet")
+            except psutil.NoSuchProcess:
+                if proc is root:
+                    raise
+                continue  # a child that exited meanwhile has no sockets left
+            found += [(proc.pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN]
     return found
+
+
+def _threads(proc: psutil.Process) -> int:
+    try:
+        return proc.num_threads()
+    except psutil.NoSuchProcess:
+        return 0
 
 
 def _address(ip: str, port: int) -> str:
@@ -52,7 +63,7 @@ def read_server_facts(name: str, pid: int) -> ServerFacts:
     proc = psutil.Process(pid)
     with proc.oneshot():
         cpus = sorted(proc.cpu_affinity() or [])
-        threads = proc.num_threads() + sum(c.num_threads() for c in proc.children(recursive=True))
+        threads = proc.num_threads() + sum(_threads(c) for c in proc.children(recursive=True))
     socks = sorted({(ip, port) for _, ip, port in listeners([pid])}, key=lambda s: (s[1], s[0]))
     return ServerFacts(
         name=name,

@@ -105,6 +105,10 @@ class QdrantDeployment(Deployment):
             )
         raise AssertionError("unreachable")
 
+    def server_pids(self) -> dict[str, int]:
+        """Name -> pid of the server process, when this deployment started one."""
+        return {self.proc.name: self.proc.proc.pid} if self.proc is not None and self.proc.proc else {}
+
     def stop(self) -> None:
         """Stop the started server, or close the in-process shards/local clients of this deployment."""
         if self.proc is not None:

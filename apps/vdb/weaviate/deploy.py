@@ -189,6 +189,10 @@ class WeaviateDeployment(Deployment):
         node = Endpoint(host=host, port=port, grpc_port=self.settings.grpc_port)
         return Endpoints(database="weaviate", nodes=[node], data_dir="", server_version=str(meta["version"]))
 
+    def server_pids(self) -> dict[str, int]:
+        """Name -> pid of each node's server process."""
+        return {p.name: p.proc.pid for p in self.procs if p.proc is not None}
+
     def stop(self) -> None:
         """Stop every node started (also after a failed start); later nodes first."""
         for proc in reversed(self.procs):
