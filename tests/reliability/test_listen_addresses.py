@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 
 import psutil
 import pytest
@@ -338,11 +339,17 @@ def test_weaviate_build_runs_again_only_when_the_patch_or_version_changed(tmp_pa
     (fakebin / "go").chmod(0o755)
     out, calls = tmp_path / "bin/weaviate-server", fakebin / "calls"
 
-    def build(version: str = "v1.36.0", path: str = f"{fakebin}:/usr/bin:/bin") -> str:
+    def start(version: str, path: str, target: Path | str) -> subprocess.Popen:
         env = {**os.environ, "PATH": path, "FAKE_SRC": str(src)}
         env.pop("CGO_ENABLED", None)
-        argv = [str(repo / "scripts/weaviate/build.sh"), version, str(out)]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+        argv = [str(repo / "scripts/weaviate/build.sh"), version, str(target)]
+        return subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=PIPE, stderr=PIPE, text=True)
+
+    def build(version: str = "v1.36.0", path: str = f"{fakebin}:/usr/bin:/bin", target=out) -> str:
+        proc = start(version, path, target)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        return stdout + stderr
 
     def builds() -> int:
         return calls.read_text().count("build -buildvcs=false -o") if calls.exists() else 0
@@ -350,11 +357,19 @@ def test_weaviate_build_runs_again_only_when_the_patch_or_version_changed(tmp_pa
     assert "built" in build() and builds() == 1
     sha = hashlib.sha256(patch_file.read_bytes()).hexdigest()
     assert f"v1.36.0 patch-sha256 {sha} " in Path(f"{out}.build").read_text()
-    assert os.access(out, os.X_OK) and not (repo / ".build/weaviate-src").exists()
+    assert os.access(out, os.X_OK) and not list((repo / ".build").glob("weaviate-src*"))
     assert build() == "" and builds() == 1  # up to date: nothing to do
     patch_file.write_text("A changed header.\n" + patch_file.read_text())
     assert "built" in build() and builds() == 2  # the patch changed
     assert "built" in build("v1.36.1") and builds() == 3  # another version
     assert build("v1.36.1") == "" and builds() == 3
-    if not any(Path(d, "go").exists() for d in ("/usr/bin", "/bin")):  # without Go: a note, no failure
+    # two builds at once (make -j): one builds, the other waits for it and finds it done
+    (fakebin / "go").write_text(FAKE_GO.replace("build)\n", "build)\n  sleep 1\n"))
+    both = [start("v1.36.2", f"{fakebin}:/usr/bin:/bin", out) for _ in range(2)]
+    assert [p.wait(timeout=60) for p in both] == [0, 0] and builds() == 4
+    # a relative OUT is taken from the caller's directory, not the build's
+    assert "built" in build(target="rel/weaviate-server") and (tmp_path / "rel/weaviate-server").is_file()
+    if not any(Path(d, "go").exists() for d in ("/usr/bin", "/bin")):  # without Go: no failure, but say so
+        assert "is not the patched build of v1.36.0" in build("v1.36.0", "/usr/bin:/bin")  # a stale binary
+        out.unlink()
         assert "Go not found" in build("v1.36.0", "/usr/bin:/bin")
