@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import yaml
 
 LOCAL_CONFIG = _common.REPO / "configs" / "local.yaml"
-FMNIST = Path("/work/shared/data/ann/fmnist1k/fmnist1k_base.fvecs")
 COLLECTION = "ingest_bench"
 
 
@@ -67,12 +66,40 @@ def write_dataset(directory: Path, ids: np.ndarray, vectors: np.ndarray, sizes: 
     return directory
 
 
-def bench_dataset(rows: int | None) -> dict[str, Any]:
-    """The dataset both sides load: the project's (or its first ``rows``), else fmnist1k in 4 parts."""
+def random_dataset(rows: int, dim: int = 384) -> dict[str, Any]:
+    """``rows`` seeded random unit vectors of ``dim`` (MiniLM's) in the pipeline's dataset layout.
+
+    Parts of 1,024 rows, one row group each (configs/local.yaml's shards of 250 documents give parts of
+    about 1,000 chunks), so the insert stage gets as many work units as a real dataset of this size would
+    give it, and two clients get equal shares. Random vectors are fine for a
+    speed figure (the output says so); cached under ``benchmarks/out/work/``.
+    """
+    directory = _common.OUT / "work" / f"ingest-random-{dim}-{rows}-1024"
+    rng = np.random.default_rng(12)
+    vectors = rng.standard_normal((rows, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(rows, dtype=np.int64)
+    if not (directory / "manifest.json").exists():
+        sizes = [min(1024, rows - start) for start in range(0, rows, 1024)]
+        write_dataset(directory, ids, vectors, sizes, 1024)
+    return {
+        "dir": directory,
+        "label": f"random unit vectors ({rows} x {dim}, seed 12)",
+        "metric": "cosine",
+        "ids": ids,
+        "vectors": vectors,
+    }
+
+
+def bench_dataset(rows: int | None, default_rows: int) -> dict[str, Any]:
+    """The dataset both sides load: the project's (its first ``rows``) when one was built, else
+    ``rows or default_rows`` random unit vectors of 384 dims (:func:`random_dataset`)."""
     source = project_dataset()
-    if source is not None:
+    if source is None:
+        data = random_dataset(rows or default_rows)
+    else:
         ids, vectors = read_dataset(source)
-        label, metric, directory = f"store/datasets/{source.name}", "cosine", source
+        label, directory = f"store/datasets/{source.name}", source
         if rows and rows < len(ids):  # the first rows, with the source's part boundaries
             from core.store import read_manifest
 
@@ -85,29 +112,12 @@ def bench_dataset(rows: int | None) -> dict[str, Any]:
             ids, vectors = ids[:rows], vectors[:rows]
             directory = _common.OUT / "work" / f"ingest-{source.name}-{rows}"
             if not (directory / "manifest.json").exists():
-                write_dataset(directory, ids, vectors, sizes, 8192)
+                write_dataset(directory, ids, vectors, sizes, 4096)
             label += f" (first {rows} rows)"
-    else:
-        from apps.vecs import read_vecs
-
-        base = read_vecs(FMNIST)[: rows or None]
-        ids, vectors = np.arange(len(base), dtype=np.int64), base
-        directory = _common.OUT / "work" / f"ingest-fmnist1k-{len(base)}"
-        if not (directory / "manifest.json").exists():
-            quarter = -(-len(base) // 4)
-            sizes = [min(quarter, len(base) - i * quarter) for i in range(4)]
-            write_dataset(directory, ids, vectors, [s for s in sizes if s > 0], 100)
-        label, metric = f"fmnist1k ({FMNIST})", "l2"
+        data = {"dir": directory, "label": label, "metric": "cosine", "ids": ids, "vectors": vectors}
     from apps.insert import work_units
 
-    return {
-        "dir": directory,
-        "label": label,
-        "metric": metric,
-        "ids": ids,
-        "vectors": vectors,
-        "units": work_units(str(directory)),
-    }
+    return {**data, "units": work_units(str(data["dir"]))}
 
 
 # --- configuration: the settings of configs/local.yaml -----------------------------------------------------
@@ -132,33 +142,49 @@ def settings_for(database: str, cfg: Any) -> Any:
 
 
 class CpuMeter:
-    """CPU seconds since creation: this process, its reaped children (pool clients), the server tree."""
+    """CPU seconds since creation: this process with its client processes (live ones, as the insert
+    stage keeps its pool between uploads, and reaped ones), and the server's process tree."""
 
     def __init__(self, server_pids: list[int]) -> None:
         self.server_pids = server_pids
         self.start = self._snapshot()
 
-    def _snapshot(self) -> tuple[float, float, float]:
+    @staticmethod
+    def _tree(roots: list[Any]) -> dict[int, float]:
+        import psutil
+
+        seen: dict[int, float] = {}
+        for root in roots:
+            with contextlib.suppress(psutil.Error):
+                for proc in [root, *root.children(recursive=True)]:
+                    with contextlib.suppress(psutil.Error):
+                        t = proc.cpu_times()
+                        seen[proc.pid] = t.user + t.system
+        return seen
+
+    def _snapshot(self) -> tuple[float, float, dict[int, float], float]:
         import resource
 
         import psutil
 
         own = resource.getrusage(resource.RUSAGE_SELF)
-        kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # pool processes, once joined
-        server = 0.0
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # client processes that exited
+        roots = []
         for pid in self.server_pids:
             with contextlib.suppress(psutil.Error):
-                root = psutil.Process(pid)
-                for proc in [root, *root.children(recursive=True)]:
-                    with contextlib.suppress(psutil.Error):
-                        t = proc.cpu_times()
-                        server += t.user + t.system
-        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, server
+                roots.append(psutil.Process(pid))
+        server = self._tree(roots)
+        me = psutil.Process()
+        live = {
+            pid: cpu for pid, cpu in self._tree(me.children(recursive=False)).items() if pid not in server
+        }
+        return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, live, sum(server.values())
 
     def read(self) -> dict[str, float]:
         end = self._snapshot()
-        own, kids, server = (b - a for a, b in zip(self.start, end, strict=True))
-        return {"client_cpu_s": own + kids, "server_cpu_s": server}
+        live = sum(cpu - self.start[2].get(pid, 0.0) for pid, cpu in end[2].items())
+        client = end[0] - self.start[0] + end[1] - self.start[1] + live
+        return {"client_cpu_s": client, "server_cpu_s": end[3] - self.start[3]}
 
 
 def target_of(ctx: dict[str, Any], settings: Any | None = None) -> Any:

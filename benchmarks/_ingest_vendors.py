@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,27 @@ from _ingest_data import CpuMeter, target_of
 def _batches(ids: np.ndarray, vectors: np.ndarray, size: int):
     for start in range(0, len(ids), size):
         yield ids[start : start + size], vectors[start : start + size]
+
+
+def source(ctx: dict[str, Any], parquet: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The batches a vendor arm sends: read from the dataset's Parquet work units as it goes (with the
+    insert stage's own reader, batches within a unit as the stage makes them; the first unit is read
+    before the clock, as the stage's clock also starts at its first request), or sliced from the
+    vectors already in memory."""
+    size = ctx["batch_size"]
+    if not parquet:
+        return _batches(ctx["data"]["ids"], ctx["data"]["vectors"], size)
+    from apps.insert import read_unit
+
+    units = ctx["data"]["units"]
+    first = read_unit(*units[0])
+
+    def batches() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for n, unit in enumerate(units):
+            ids, vectors = first if n == 0 else read_unit(*unit)
+            yield from _batches(ids, vectors, size)
+
+    return batches()
 
 
 def _poll(check: Callable[[], int], expected: int, timeout: float, what: str, interval: float = 0.05) -> int:
@@ -35,14 +56,15 @@ class WeaviateVendor:
     def __init__(self, ctx: dict[str, Any]) -> None:
         self.client, self.name = _common.weaviate_connect(ctx)
 
-    def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
-        ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
+    def upload(self, ctx: dict[str, Any], mode: str, batches: Iterator) -> dict[str, Any]:
+        ids, size = ctx["data"]["ids"], ctx["batch_size"]
         collection = self.client.collections.use(self.name)
         started = time.time()
         batcher = collection.batch.dynamic() if mode == "dynamic" else collection.batch.fixed_size(size)
         with batcher as batch:
-            for i, vector in zip(ids.tolist(), vectors, strict=True):
-                batch.add_object(properties={}, uuid=uuid.UUID(int=i), vector=vector)
+            for batch_ids, batch_vectors in batches:
+                for i, vector in zip(batch_ids.tolist(), batch_vectors, strict=True):
+                    batch.add_object(properties={}, uuid=uuid.UUID(int=i), vector=vector)
         sent = time.time()
         failed = collection.batch.failed_objects
         if failed:
@@ -69,12 +91,12 @@ class MilvusVendor:
         self.client = MilvusClient(uri=f"http://{node.host}:{node.port}", timeout=settings.request_timeout)
         self.name = ctx["spec"]["name"]
 
-    def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
+    def upload(self, ctx: dict[str, Any], mode: str, batches: Iterator) -> dict[str, Any]:
         from apps.vdb.milvus.client import ID_FIELD, VECTOR_FIELD
 
-        ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
+        ids = ctx["data"]["ids"]
         started = time.time()
-        for batch_ids, batch_vectors in _batches(ids, vectors, size):
+        for batch_ids, batch_vectors in batches:
             rows = [
                 {ID_FIELD: i, VECTOR_FIELD: v}
                 for i, v in zip(batch_ids.tolist(), batch_vectors.tolist(), strict=True)
@@ -102,14 +124,14 @@ class EdgeVendor:
     def __init__(self, ctx: dict[str, Any]) -> None:
         self.path = Path(ctx["endpoints_model"].data_dir) / ctx["spec"]["name"]
 
-    def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
+    def upload(self, ctx: dict[str, Any], mode: str, batches: Iterator) -> dict[str, Any]:
         from qdrant_edge import CountRequest, EdgeShard, Point, UpdateOperation
 
-        ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
+        ids = ctx["data"]["ids"]
         shard = EdgeShard.load(str(self.path))  # made by prepare_collection: same config as the harness
         try:
             started = time.time()
-            for batch_ids, batch_vectors in _batches(ids, vectors, size):
+            for batch_ids, batch_vectors in batches:
                 points = [
                     Point(i, v) for i, v in zip(batch_ids.tolist(), batch_vectors.tolist(), strict=True)
                 ]
@@ -131,16 +153,18 @@ class LocalModeVendor:
         self.location = ctx["settings"].local_path
         self.name = ctx["spec"]["name"]
 
-    def upload(self, ctx: dict[str, Any], mode: str) -> dict[str, Any]:
+    def upload(self, ctx: dict[str, Any], mode: str, batches: Iterator) -> dict[str, Any]:
         from qdrant_client import QdrantClient
         from qdrant_client import models as m
 
-        ids, vectors, size = ctx["data"]["ids"], ctx["data"]["vectors"], ctx["batch_size"]
+        ids, size = ctx["data"]["ids"], ctx["batch_size"]
         client = QdrantClient(path=self.location)  # one opener at a time: closed before the harness runs
         try:
             started = time.time()
             points = (
-                m.PointStruct(id=i, vector=v) for i, v in zip(ids.tolist(), vectors.tolist(), strict=True)
+                m.PointStruct(id=i, vector=v)
+                for batch_ids, batch_vectors in batches
+                for i, v in zip(batch_ids.tolist(), batch_vectors.tolist(), strict=True)
             )
             client.upload_points(self.name, points=points, batch_size=size, wait=True)
             sent = time.time()
@@ -179,9 +203,11 @@ VENDOR_LABELS = {
 }
 
 
-def vendor_upload(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, Any]:
+def vendor_upload(ctx: dict[str, Any], vendor: Any, mode: str, parquet: bool = True) -> dict[str, Any]:
+    """A fresh collection, then the vendor's bulk path fed from the Parquet units or from memory."""
     from apps.insert import prepare_collection
 
     prepare_collection(target_of(ctx), True)
+    batches = source(ctx, parquet)  # the first unit is read here, before the clock
     cpu = CpuMeter(ctx["server_pids"])
-    return {**vendor.upload(ctx, mode), **cpu.read()}
+    return {**vendor.upload(ctx, mode, batches), **cpu.read()}

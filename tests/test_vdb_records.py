@@ -14,7 +14,7 @@ import pytest
 
 from apps.dataset import finalize_dataset, vectors_to_arrow
 from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
-from apps.vdb.base import CollectionSpec, Endpoints
+from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
 from apps.vdb.qdrant.deploy import QdrantDeployment
 from apps.vdb.qdrant.edge import EdgeClient
 from apps.vdb.qdrant.settings import QdrantSettings
@@ -92,6 +92,17 @@ class CappedEdge(EdgeClient):
             raise AssertionError(f"{len(ids)} points in one request; the maximum is {self.max_request_size}")
         CappedEdge.sent.append(len(ids))
         super().insert(ids, vectors)
+
+
+def test_an_in_process_upload_is_searchable_when_its_last_request_was_counted(target, dataset) -> None:
+    target, _ = target
+    prepare_collection(target, False)
+    part = insert_partition(target, work_units(str(dataset)), 40, 2, 0)
+    assert part.visible_at is not None and part.last_end <= part.visible_at
+    visible = wait_searchable(target, 100, 60, part)
+    assert (visible.searchable_at, visible.count) == (part.visible_at, 100)
+    with pytest.raises(DatabaseError, match="1 of 101 rows missing after upload"):
+        wait_searchable(target, 101, 60, part.model_copy(update={"rows": 101}))
 
 
 def test_batches_above_the_request_maximum_are_split_and_recorded(target, dataset, monkeypatch) -> None:

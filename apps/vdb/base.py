@@ -118,7 +118,8 @@ class RequestTimeout(DatabaseError):
 
 
 # Client methods whose errors are converted (see Client.__init_subclass__).
-_CONVERTED = ("__init__", "create_collection", "insert", "wait_searchable", "build_index", "search")
+_CONVERTED = ("__init__", "create_collection", "insert", "insert_new", "wait_searchable", "build_index")
+_CONVERTED += ("search",)
 _CONVERTED += ("count", "describe", "close")
 _TIMEOUT_WORDS = ("timed out", "timeout", "deadline")
 _REQUESTS = ("__init__", "create_collection", "search", "count")  # single requests, bounded by the timeout
@@ -202,6 +203,12 @@ class Client(abc.ABC):
 
     request_timeout: float | None = None
     rank: int = 0
+    # Requests the insert stage keeps in flight from one client process (> 1: building the next request
+    # overlaps with the server's work on the previous one; the client must be thread-safe).
+    insert_concurrency: int = 1
+    # True when an inserted row is visible to search as soon as ``insert`` returns (an in-process engine):
+    # the insert stage then times searchability from its own last request and a count.
+    visible_on_return: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -234,6 +241,13 @@ class Client(abc.ABC):
 
         A batch larger than ``max_request_size`` raises DatabaseError (it is never split here).
         """
+
+    def insert_new(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Insert rows known to be absent from the collection (the first attempt into an empty one).
+
+        The default is :meth:`insert`; a database whose upsert costs more than a plain insert overrides it.
+        """
+        self.insert(ids, vectors)
 
     @abc.abstractmethod
     def wait_searchable(self, expected: int, timeout: float) -> None:

@@ -12,14 +12,23 @@ clients in turn, so the i-th task of a round always runs in client i.
 
 Whatever a pool function raises reaches the caller as a picklable error (:func:`core.errors.portable`):
 an exception that cannot be unpickled would otherwise break the whole pool (``BrokenProcessPool``).
+
+:func:`shared_pool` keeps a pool of server clients alive in this process for the next call with the same
+target (the insert stage's next batch size): a client process costs a second or more of start-up and
+imports, which would otherwise be paid again, and the processes of a fresh pool would still be importing
+while the first ones send. Shared pools are kept for one target at a time; they close at exit or when a
+pool for another target is asked for. In-process engines are never shared: their file lock must be free for
+the next task, which may run in another process.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import multiprocessing
 import multiprocessing.util
+import threading
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +39,8 @@ from core.errors import portable
 _CLIENT: Client | None = None
 _TARGET: DatabaseTarget | None = None
 _INDEX = 0  # this process's client number: which entry rank it connects to
+_LOCK = threading.RLock()
+_FINALIZING: list[bool] = []  # the exit hook is registered once per process
 
 
 def connect(target: DatabaseTarget, client_index: int = 0) -> None:
@@ -44,27 +55,38 @@ def connect(target: DatabaseTarget, client_index: int = 0) -> None:
 
 
 def client() -> Client:
-    """The client of the current pool process (connected and attached to the collection)."""
+    """The client of the current pool process (connected and attached to the collection).
+
+    Thread-safe: the insert stage keeps several requests in flight from one process's client.
+    """
     global _CLIENT
-    if _CLIENT is None:
-        if _TARGET is None:
-            raise RuntimeError("no client in this process: run inside a ClientPool")
-        db_client = _TARGET.open_client(_INDEX)
-        db_client.create_collection(_TARGET.collection)
-        _CLIENT = db_client
-        # Close the connection when a pool process exits (multiprocessing runs Finalize callbacks with an
-        # exit priority; atexit hooks do not run in its children), so no channel is left half-open.
-        multiprocessing.util.Finalize(None, disconnect, exitpriority=10)
-    return _CLIENT
+    with _LOCK:
+        if _CLIENT is None:
+            if _TARGET is None:
+                raise RuntimeError("no client in this process: run inside a ClientPool")
+            db_client = _TARGET.open_client(_INDEX)
+            db_client.create_collection(_TARGET.collection)
+            if _CLIENT is None and not _FINALIZING:
+                # Close the connection when a pool process exits (multiprocessing runs Finalize
+                # callbacks with an exit priority; atexit hooks do not run in its children), so no
+                # channel is left half-open.
+                multiprocessing.util.Finalize(None, disconnect, exitpriority=10)
+                _FINALIZING.append(True)
+            _CLIENT = db_client
+        return _CLIENT
 
 
-def reset_client() -> None:
-    """Drop this process's connection (after a failure); the next :func:`client` call reconnects."""
+def reset_client(failed: Client | None = None) -> None:
+    """Drop this process's connection (after a failure); the next :func:`client` call reconnects.
+
+    ``failed``: the client a request failed on; when another thread already replaced it, nothing is done.
+    """
     global _CLIENT
-    if _CLIENT is not None:
-        with contextlib.suppress(Exception):
-            _CLIENT.close()
-        _CLIENT = None
+    with _LOCK:
+        if _CLIENT is not None and (failed is None or failed is _CLIENT):
+            with contextlib.suppress(Exception):
+                _CLIENT.close()
+            _CLIENT = None
 
 
 def disconnect() -> None:
@@ -73,6 +95,16 @@ def disconnect() -> None:
     if _CLIENT is not None:
         _CLIENT.close()
         _CLIENT = None
+
+
+def attach() -> int:
+    """Pool function: connect afresh and attach to the collection; return its row count.
+
+    A fresh connection for every upload: the collection may have been recreated since the last one, and
+    client libraries cache a collection's schema by name.
+    """
+    reset_client()
+    return client().count()
 
 
 def call(fn, *args: Any) -> Any:
@@ -113,6 +145,11 @@ class ClientPool:
         c = next(self._turn) if client_index is None else client_index
         return self.executors[c % self.size].submit(call, fn, *args)
 
+    def warm(self) -> list[int]:
+        """Start every client process, connect and attach it (before any timed work); the row counts."""
+        futures = [self.submit(attach, client_index=c) for c in range(self.size)]
+        return [f.result() for f in futures]
+
     def close(self) -> None:
         """Close clients and stop the pool."""
         try:
@@ -127,3 +164,41 @@ class ClientPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_SHARED: dict[tuple[str, int, int], ClientPool] = {}  # (target, size, first client) -> pool
+
+
+def shared_pool(size: int, target: DatabaseTarget, first_client: int = 0) -> ClientPool:
+    """A pool kept open for later calls with the same arguments (see the module docstring).
+
+    The caller must not close it; an in-process target gets a new pool, which the caller closes. Asking
+    for another target's pool closes those of every other target.
+    """
+    if target.endpoints.in_process:
+        return ClientPool(size, target, first_client)
+    name = target.model_dump_json()
+    key = (name, size, first_client)
+    pool = _SHARED.get(key)
+    if pool is not None and any(getattr(e, "_broken", False) for e in pool.executors):
+        _close(key)  # a client process died (BrokenProcessPool): start new ones
+        pool = None
+    if pool is None:
+        for other in [k for k in _SHARED if k[0] != name]:  # an earlier database's clients
+            _close(other)
+        pool = _SHARED[key] = ClientPool(size, target, first_client)
+    return pool
+
+
+def _close(key: tuple[str, int, int]) -> None:
+    with contextlib.suppress(Exception):  # a broken pool must not keep the others open
+        _SHARED.pop(key).close()
+
+
+def close_shared_pools() -> None:
+    """Close every pool :func:`shared_pool` keeps (also run at exit)."""
+    for key in list(_SHARED):
+        _close(key)
+
+
+atexit.register(close_shared_pools)

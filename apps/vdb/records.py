@@ -83,6 +83,9 @@ class InsertPart(Record):
     retried: int  # requests that needed a retry
     clients: int
     request_size: int  # vectors per request actually sent: min(batch size, the client's maximum)
+    # When every row sent was visible to search, for clients whose inserts are visible on return (an
+    # in-process engine: counted after the last request); None: wait_searchable polls the database.
+    visible_at: float | None = None
 
 
 class Searchable(Record):

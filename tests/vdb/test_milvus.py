@@ -128,6 +128,26 @@ def test_retried_batch_does_not_duplicate(client, fmnist) -> None:
 
 
 @pytest.mark.slow
+def test_plain_inserts_store_the_vectors_exactly_and_retries_do_not_duplicate(client, fmnist) -> None:
+    base = fmnist[0][:300]
+    client.create_collection(CollectionSpec(name="fm_new", dim=784, metric="l2"), recreate=True)
+    ids = np.arange(300, dtype=np.int64)
+    client.insert_new(ids[:256], base[:256])
+    assert client._template not in (None, False)  # the packed request was built and sent
+    client._template = False  # a pymilvus without those internals: MilvusClient.insert
+    client.insert_new(ids[256:], base[256:])
+    client.insert(ids[250:260], base[250:260])  # a retry upserts
+    client.wait_searchable(300, timeout=60)
+    assert client.count() == 300
+    rows = client.client.query(
+        "fm_new", filter="id in [0, 255, 299]", output_fields=["id", "vector"], consistency_level="Strong"
+    )
+    assert sorted(r["id"] for r in rows) == [0, 255, 299]
+    for row in rows:
+        np.testing.assert_array_equal(np.asarray(row["vector"], np.float32), base[row["id"]])
+
+
+@pytest.mark.slow
 def test_dimension_mismatch(server, client, fmnist) -> None:
     client.create_collection(CollectionSpec(name="fm_dim", dim=784), recreate=True)
     other = ADAPTER.client(*server)  # another worker attaching with a dataset of another dimension

@@ -112,6 +112,18 @@ def test_edge_retry_is_idempotent_and_survives_reopen(deploy, fmnist) -> None:
     reopened.close()
 
 
+def test_edge_insert_stores_the_vectors_exactly(deploy, fmnist) -> None:
+    base = fmnist[0][:100]
+    _deployment, _endpoints, client = deploy(QdrantSettings())
+    client.create_collection(spec())
+    client.insert(np.arange(100, dtype=np.int64), base)  # rows passed as memoryviews of the array
+    records = client.handle.shard.retrieve([0, 57, 99], False, True)
+    assert sorted(r.id for r in records) == [0, 57, 99]
+    for record in records:
+        np.testing.assert_array_equal(np.asarray(record.vector, np.float32), base[record.id])
+    client.close()
+
+
 def test_edge_dimension_mismatch(deploy, fmnist) -> None:
     base, _, _ = fmnist
     _, _, client = deploy(QdrantSettings())

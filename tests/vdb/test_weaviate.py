@@ -179,6 +179,21 @@ def test_retried_batch_does_not_duplicate(client, fmnist):
 
 
 @pytest.mark.slow
+def test_inserted_vectors_are_exact_and_searchable_once_wait_searchable_returns(client, fmnist):
+    base = fmnist[0][:300]
+    client.create_collection(CollectionSpec(name="fm_bytes", dim=784, metric="l2"), recreate=True)
+    client.insert(np.arange(256), base[:256])  # the request built from the vectors' bytes
+    client._pb2 = None  # a client library without those messages: insert_many
+    client.insert(np.arange(256, 300), base[256:])
+    client.wait_searchable(300, timeout=60)
+    # Right away every row finds itself (a shard still INDEXING reports an empty queue, yet misses rows).
+    found = client.search(base, k=1, ef=None).ids[:, 0]
+    assert (found == np.arange(300)).mean() >= 0.95
+    for obj in client._collection.query.fetch_objects(limit=300, include_vector=True).objects:
+        np.testing.assert_array_equal(np.asarray(obj.vector["default"], np.float32), base[obj.uuid.int])
+
+
+@pytest.mark.slow
 def test_batch_is_one_request_up_to_insert_request_size(single, fmnist):
     # Issue 7: insert used to re-split batches into insert_request_size requests; now the caller splits.
     cfg, endpoints = single

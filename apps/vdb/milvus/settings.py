@@ -48,7 +48,9 @@ class MilvusSettings(BaseModel):
         "files: $ is literal).",
     )
     insert_mode: Literal["upsert", "insert"] = Field(
-        "upsert", description="'upsert' makes retried batches idempotent; 'insert' may duplicate them."
+        "upsert",
+        description="'upsert' makes retried batches idempotent; 'insert' may duplicate them. Into an empty "
+        "collection the first attempt of each batch is a plain insert either way.",
     )
     consistency_level: Literal["Strong", "Bounded", "Session", "Eventually"] = Field(
         "Bounded", description="Consistency level of searches (counts are always Strong)."
