@@ -216,10 +216,11 @@ def exclusive_lock(path: Path) -> Iterator[bool]:
     with path.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:
-            yield False
-            return
+            locked = True
+        except OSError:  # ENOLCK / EOPNOTSUPP: the block's errors must not chain onto this one
+            locked = False
         try:
-            yield True
+            yield locked
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)

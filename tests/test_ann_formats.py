@@ -220,6 +220,14 @@ def test_pipeline_built_dataset_exports_with_its_ids(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         vecs.read_vecs(tmp_path / "fvecs" / "base.fvecs"), np.concatenate(all_vectors)
     )
+    with pytest.raises(InputDataError, match="computed with metric l2; --metric ip would relabel it"):
+        locate(dataset, queries, tmp_path / "gt", metric="ip")  # the groundtruth stage recorded l2
+    loose = tmp_path / "loose" / "groundtruth.parquet"  # no manifest beside it, none in the dataset
+    loose.parent.mkdir()
+    shutil.copy(tmp_path / "gt" / "groundtruth.parquet", loose)
+    with pytest.raises(InputDataError, match="its metric is unknown"):
+        locate(dataset, queries, loose)
+    assert locate(dataset, queries, loose, metric="ip").metric == "ip"  # unknown: --metric names it
     export_dataset(locate(dataset, queries, tmp_path / "gt"), "vdbbench", tmp_path / "vdb")
     again = import_dataset("vdbbench", [tmp_path / "vdb"], "toy-vdb", tmp_path / "store")
     assert again.check["disagree"] == 0 and not again.manifest["import"]["ids_are_rows"]
