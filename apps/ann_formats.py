@@ -217,7 +217,7 @@ def find_files(fmt: str, paths: list[Path]) -> dict[str, Path]:
         wanted = {"base": vector_suffixes, "queries": vector_suffixes, "groundtruth": gt_suffixes}
         raise InputDataError(
             f"{folder}: no {' and no '.join(missing)} file "
-            f"({'/'.join(s for r in missing for s in wanted[r])} with "
+            f"({'/'.join(dict.fromkeys(s for r in missing for s in wanted[r]))} with "
             f"{' / '.join('|'.join(_ROLE_WORDS[r]) for r in missing)} in the name); found {have}"
         )
     return found

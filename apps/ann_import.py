@@ -237,9 +237,12 @@ def _cached(final: Path) -> dict[str, Any] | None:
     """
     if not final.exists():
         return None
-    manifest = read_manifest(final)
-    if manifest is None:
-        problems = [f"{final / MANIFEST}: missing"]
+    try:
+        manifest = read_manifest(final)
+    except ValueError:  # not JSON
+        manifest = None
+    if not isinstance(manifest, dict):
+        problems = [f"{final / MANIFEST}: missing or not readable JSON"]
     else:
         extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
         problems = verify_files(final, manifest.get("files", [])) + verify_files(final, extra, checksums=True)

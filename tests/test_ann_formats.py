@@ -366,6 +366,9 @@ def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Pat
     code, output = _cli("dataset", "export", str(directory), "npy", str(tmp_path / "out"))
     _one_line(code, output, 4, f"{directory}: damaged dataset")
     assert not (tmp_path / "out").exists()
+    (directory / "manifest.json").write_text("{")  # a manifest that is not JSON: damaged as well
+    code, output = _cli(*args)
+    _one_line(code, output, 4, "manifest.json: missing or not readable JSON")
 
 
 def test_export_refuses_unreadable_queries_and_groundtruth(bigann, tmp_path: Path) -> None:
