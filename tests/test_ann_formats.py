@@ -411,7 +411,13 @@ def test_concurrent_imports_of_the_same_files_make_one_dataset(shared_data: Path
         subprocess.Popen(command, env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for _ in range(2)
     ]
-    outputs = [run.communicate(timeout=300)[0].decode() for run in runs]
+    try:
+        outputs = [run.communicate(timeout=300)[0].decode() for run in runs]
+    finally:
+        for run in runs:  # none may outlive the test
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     assert [run.returncode for run in runs] == [0, 0], outputs
     assert sorted(o.split(":")[0] for o in outputs) == ["already imported", "imported"], outputs
     (directory,) = _leftovers(tmp_path / "store")
