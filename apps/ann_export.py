@@ -16,9 +16,8 @@ vectors that are not integers in range. The folder is written beside the target 
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +28,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from apps import vecs
-from apps.dataset import arrow_to_vectors, iter_vectors
-from core.errors import ArtifactError, InputDataError
-from core.store import read_manifest
+from apps.ann_formats import HDF5_DISTANCE, list_matrix, parquet_file
+from apps.dataset import iter_vectors
+from core.errors import ArtifactError, ConfigError, InputDataError
+from core.store import (
+    MANIFEST,
+    ensure_writable_dir,
+    os_error_reason,
+    read_manifest,
+    staged_directory,
+    verify_files,
+)
 
 EXPORT_FORMATS = ("fvecs", "bvecs", "fbin", "u8bin", "i8bin", "npy", "hdf5", "vdbbench")
-VDBBENCH_FILES = ("train.parquet", "test.parquet", "neighbors.parquet")
-HDF5_DISTANCE = {"l2": "euclidean", "cosine": "angular", "ip": "dot"}
 
 
 @dataclass
@@ -49,14 +54,32 @@ class ProjectDataset:
     name: str
 
 
+def _manifest(directory: Path) -> dict[str, Any] | None:
+    """``directory``'s manifest; None when absent, InputDataError when it is not JSON."""
+    try:
+        return read_manifest(directory)
+    except ValueError as exc:
+        raise InputDataError(f"{directory / MANIFEST}: not a readable manifest ({exc})") from None
+
+
 def locate(
     dataset_dir: Path, queries: Path | None = None, groundtruth: Path | None = None, metric: str | None = None
 ) -> ProjectDataset:
     """The queries and ground truth of ``dataset_dir``: its own (an imported dataset) or the given files
-    (a pipeline-built dataset: ``store/queries/<key>/``, ``store/groundtruth/<key>/``)."""
-    manifest = read_manifest(dataset_dir)
+    (a pipeline-built dataset: ``store/queries/<key>/``, ``store/groundtruth/<key>/``).
+
+    ``metric`` names the ground truth's metric only when nothing recorded it: contradicting the record
+    would relabel neighbours computed with another distance (InputDataError).
+    """
+    manifest = _manifest(dataset_dir)
     if manifest is None or manifest.get("stage") != "embed":
         raise InputDataError(f"{dataset_dir}: not a complete dataset (no dataset manifest.json)")
+    own = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+    problems = verify_files(dataset_dir, manifest.get("files", [])) + verify_files(
+        dataset_dir, own, checksums=True
+    )
+    if problems:
+        raise ArtifactError(f"{dataset_dir}: damaged dataset ({problems[0]}); import or build it again")
 
     def resolve(given: Path | None, role: str, file_name: str) -> Path:
         if given is not None:
@@ -74,28 +97,69 @@ def locate(
 
     queries_file = resolve(queries, "queries", "queries.parquet")
     gt_file = resolve(groundtruth, "groundtruth", "groundtruth.parquet")
-    gt_manifest = read_manifest(gt_file.parent) or {}
-    found = metric or manifest.get("metric") or gt_manifest.get("metric")
+    # The ground truth's recorded metric (its own record, or the groundtruth stage's manifest beside a
+    # given file), else the dataset's.
+    if groundtruth is None:
+        recorded = manifest["groundtruth"].get("metric") or manifest.get("metric")
+    else:
+        recorded = (_manifest(gt_file.parent) or {}).get("metric") or manifest.get("metric")
+    if metric and recorded and metric != recorded:
+        raise InputDataError(
+            f"{gt_file}: the ground truth was computed with metric {recorded}; --metric {metric} would "
+            "relabel it (give --metric only when the metric is not recorded)"
+        )
+    found = recorded or metric
     if found not in HDF5_DISTANCE:
         raise InputDataError(f"{gt_file}: its metric is unknown; give --metric l2, ip or cosine")
     name = (manifest.get("metadata") or {}).get("dataset_name") or dataset_dir.name
     return ProjectDataset(dataset_dir, queries_file, gt_file, found, name)
 
 
+def _read(path: Path, columns: list[str], optional: tuple[str, ...] = ()) -> pa.Table:
+    """``columns`` (and those of ``optional`` present) of a Parquet file; InputDataError naming it."""
+    parquet = parquet_file(path, columns)
+    wanted = columns + [c for c in optional if c in parquet.schema_arrow.names]
+    try:
+        return parquet.read(columns=wanted)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputDataError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
+def read_queries(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, (Q, dim) float32 vectors) of a queries.parquet."""
+    table = _read(path, ["id", "embedding"])
+    return table.column("id").to_numpy(), list_matrix(
+        table.column("embedding"), path, "embedding", np.float32
+    )
+
+
 def read_groundtruth(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(query ids, neighbour ids (Q, k) int64, distances (Q, k) float32 or None) of a groundtruth.parquet."""
-    table = pq.read_table(path)
-    out = []
-    for name in ("neighbors", "distances"):
-        if name not in table.column_names:
-            out.append(None)
-            continue
-        column = table.column(name).combine_chunks()
-        flat = column.flatten().to_numpy(zero_copy_only=False)
-        out.append(flat.reshape(len(column), len(flat) // max(len(column), 1)))
-    if out[0] is None:
-        raise InputDataError(f"{path}: no 'neighbors' column")
-    return table.column("query_id").to_numpy(), out[0].astype(np.int64), out[1]
+    table = _read(path, ["query_id", "neighbors"], optional=("distances",))
+    neighbors = list_matrix(table.column("neighbors"), path, "neighbors", np.int64)
+    distances = None
+    if "distances" in table.column_names:
+        distances = list_matrix(table.column("distances"), path, "distances", np.float32)
+        if distances.shape != neighbors.shape:
+            raise InputDataError(
+                f"{path}: distances {distances.shape} and neighbors {neighbors.shape} differ"
+            )
+    return table.column("query_id").to_numpy(), neighbors, distances
+
+
+def _refuse_inside(out_dir: Path, dataset: ProjectDataset) -> None:
+    """ArtifactError when ``out_dir`` lies inside the dataset, its store or a stage folder it reads."""
+    out = out_dir.resolve()
+    data = dataset.dataset_dir.resolve()
+    guarded = [(data, "the dataset")]
+    if data.parent.name == "datasets":  # store/datasets/<name>-<key>: the whole store is content-keyed
+        guarded.append((data.parent.parent, "the dataset's store"))
+    for file in (dataset.queries_file, dataset.groundtruth_file):
+        if (file.parent / MANIFEST).is_file():  # a stage's content-keyed folder
+            guarded.append((file.parent.resolve(), "a stage folder"))
+    for folder, what in guarded:
+        if out == folder or folder in out.parents:
+            raise ArtifactError(f"{out_dir}: inside {what} ({folder}); export outside it")
 
 
 def _list_column(vectors: np.ndarray) -> pa.ListArray:
@@ -172,12 +236,11 @@ def export_dataset(dataset: ProjectDataset, fmt: str, out_dir: Path) -> dict[str
     """Write ``dataset`` in ``fmt`` into ``out_dir`` (new or empty); return what was written."""
     if fmt not in EXPORT_FORMATS:
         raise InputDataError(f"unknown export format {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}")
+    _refuse_inside(out_dir, dataset)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ArtifactError(f"{out_dir}: exists and is not an empty folder; choose a new one")
-    manifest = read_manifest(dataset.dataset_dir) or {}
-    queries = pq.read_table(dataset.queries_file, columns=["id", "embedding"])
-    query_ids = queries.column("id").to_numpy()
-    query_vectors = arrow_to_vectors(queries.column("embedding"))
+    manifest = _manifest(dataset.dataset_dir) or {}
+    query_ids, query_vectors = read_queries(dataset.queries_file)
     gt_query_ids, neighbors, distances = read_groundtruth(dataset.groundtruth_file)
     if not np.array_equal(query_ids, gt_query_ids):
         raise InputDataError(
@@ -187,22 +250,28 @@ def export_dataset(dataset: ProjectDataset, fmt: str, out_dir: Path) -> dict[str
         raise InputDataError(
             f"{dataset.queries_file}: dimension {query_vectors.shape[1]}, dataset {manifest.get('dimension')}"
         )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        os.chmod(tmp, 0o755)
-        if fmt == "vdbbench":
-            base = iter_vectors(dataset.dataset_dir, 65536)
-            write_vdbbench(tmp, base, query_ids, query_vectors, gt_query_ids, neighbors)
-        else:
-            _write_rows_format(dataset, fmt, tmp, manifest, query_vectors, neighbors, distances)
-        if out_dir.exists():
-            out_dir.rmdir()  # empty (checked above)
-        os.rename(tmp, out_dir)
-    except ValueError as exc:  # a writer's message names the file inside the temp folder
-        raise InputDataError(str(exc).replace(str(tmp), str(out_dir))) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        ensure_writable_dir(out_dir.parent)
+    except OSError as exc:
+        parent = out_dir.parent
+        reason = (
+            f"{parent} is a file" if parent.exists() and not parent.is_dir() else os_error_reason(exc, parent)
+        )
+        raise ConfigError(f"cannot create the output folder: {reason}", file=str(out_dir)) from None
+    try:
+        with staged_directory(out_dir) as tmp:
+            try:
+                if fmt == "vdbbench":
+                    base = iter_vectors(dataset.dataset_dir, 65536)
+                    write_vdbbench(tmp, base, query_ids, query_vectors, gt_query_ids, neighbors)
+                else:
+                    _write_rows_format(dataset, fmt, tmp, manifest, query_vectors, neighbors, distances)
+            except ValueError as exc:  # a writer's message names the file inside the temp folder
+                raise InputDataError(str(exc).replace(str(tmp), str(out_dir))) from None
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise ArtifactError(f"{out_dir}: written by someone else meanwhile; choose a new one") from None
+        raise
     return {
         "dir": str(out_dir),
         "format": fmt,

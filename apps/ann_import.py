@@ -14,11 +14,11 @@ relative tolerance ``TIE_RTOL``): the lists may differ only among neighbours at 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
-import os
+import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +34,22 @@ from apps.recall import distances as exact_distances
 from apps.recall import fetch_vectors
 from core.errors import ArtifactError, InputDataError
 from core.store import (
+    MANIFEST,
     atomic_write_json,
     atomic_write_text,
-    complete_manifest,
     content_key,
+    exclusive_lock,
+    read_manifest,
     sha256_file,
+    staged_directory,
+    verify_files,
     write_parquet_atomic,
 )
 
 STAGE_VERSION = "1"
 TIE_RTOL = 1e-5  # float32 inputs: equal distances recomputed in float64 agree far closer than this
 SHOWN = 5  # disagreeing queries named in the warning and the manifest
+STALE_SECONDS = 3600.0  # without a lock, a temporary folder untouched this long is a killed import's
 log = logging.getLogger(__name__)
 
 
@@ -224,6 +229,51 @@ Ids: {"the source's `id` column" if not imp["ids_are_rows"] else "0-based row nu
 """
 
 
+def _cached(final: Path) -> dict[str, Any] | None:
+    """The manifest of a complete earlier import at ``final``; None when there is none.
+
+    ArtifactError when ``final`` holds a damaged one: its parts (sizes), queries and ground truth (sizes
+    and sha256: they are small) must all match the manifest.
+    """
+    if not final.exists():
+        return None
+    try:
+        manifest = read_manifest(final)
+    except ValueError:  # not JSON
+        manifest = None
+    if not isinstance(manifest, dict):
+        problems = [f"{final / MANIFEST}: missing or not readable JSON"]
+    else:
+        extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+        problems = verify_files(final, manifest.get("files", [])) + verify_files(final, extra, checksums=True)
+        if not extra:
+            problems.append(f"{final / MANIFEST}: lists no queries or ground truth")
+    if problems:
+        raise ArtifactError(
+            f"{final} holds a damaged or incomplete dataset ({problems[0]}); remove it and import again"
+        )
+    return manifest
+
+
+def sweep_stale(final: Path, locked: bool, max_age: float = STALE_SECONDS) -> list[Path]:
+    """Remove the temporary folders a killed import of ``final`` left beside it; return them.
+
+    Holding ``final``'s lock (``locked``), every one is stale: only the lock's holder writes one. Without
+    a lock (a file system that refuses them) only those untouched for ``max_age`` seconds are.
+    """
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.[A-Za-z0-9_]+\.tmp")
+    swept = []
+    for path in final.parent.iterdir():
+        if not (pattern.fullmatch(path.name) and path.is_dir()):
+            continue
+        if locked or time.time() - path.stat().st_mtime > max_age:
+            shutil.rmtree(path, ignore_errors=True)
+            swept.append(path)
+    if swept:
+        log.info("removed %d stale temporary folder(s) of %s", len(swept), final)
+    return swept
+
+
 def import_dataset(
     fmt: str,
     paths: list[str | Path],
@@ -242,20 +292,24 @@ def import_dataset(
     params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}
     key = content_key("import", STAGE_VERSION, params)
     final = store / "datasets" / f"{name}-{key}"
-    if (done := complete_manifest(final)) is not None:
+    if (done := _cached(final)) is not None:
         return Imported(final, done, cached=True)
-    if final.exists():
-        raise ArtifactError(f"{final} exists but holds no complete dataset; remove it and import again")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
-    try:
-        manifest = _build(
-            source, fmt, tmp, name, key, metric, identity, rows_per_part, row_group_rows, memory_budget_mb
-        )
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the dataset from the other users of the store
-        os.rename(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # One import of these files at a time: a second one waits, then finds the first's dataset.
+    with exclusive_lock(store / "locks" / "datasets" / f"{final.name}.lock") as locked:
+        if (done := _cached(final)) is not None:
+            return Imported(final, done, cached=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(final, locked)
+        try:
+            with staged_directory(final) as tmp:
+                manifest = _build(
+                    source, fmt, tmp, name, key, metric, identity, rows_per_part, row_group_rows,
+                    memory_budget_mb,
+                )  # fmt: skip
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := _cached(final)) is not None:
+                return Imported(final, done, cached=True)  # an unlocked concurrent import finished first
+            raise
     return Imported(final, manifest)
 
 

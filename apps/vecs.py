@@ -18,6 +18,7 @@ import numpy as np
 
 VECS_DTYPES = {".fvecs": np.float32, ".ivecs": np.int32, ".bvecs": np.uint8}
 BIN_DTYPES = {".fbin": np.float32, ".ibin": np.int32, ".u8bin": np.uint8, ".i8bin": np.int8}
+NPY_MAGIC = b"\x93NUMPY"
 
 
 def _dtype_for(path: Path, dtypes: dict[str, type]) -> np.dtype:
@@ -137,6 +138,10 @@ def open_npy(path: str | Path) -> np.ndarray:
     """A 2-D ``.npy`` array, memory-mapped (ValueError naming the file when it is not one)."""
     path = Path(path)
     _size(path)
+    with open(path, "rb") as fh:
+        magic = fh.read(len(NPY_MAGIC))
+    if magic != NPY_MAGIC:  # else numpy blames "pickled (object) data" for any other bytes
+        raise ValueError(f"{path}: not a .npy array file (it does not start with numpy's header)")
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:

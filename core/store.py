@@ -8,12 +8,16 @@ complete, and resume is "skip whatever has a verified manifest".
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import secrets
+import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +177,50 @@ def read_shard_record(directory: Path, file_name: str) -> dict[str, Any] | None:
 def write_shard_record(directory: Path, record: dict[str, Any]) -> None:
     """Mark a shard file complete; ``record`` has at least file, rows, bytes and sha256."""
     atomic_write_json(shard_record_path(directory, record["file"]), record)
+
+
+@contextlib.contextmanager
+def staged_directory(final: Path) -> Iterator[Path]:
+    """A new folder beside ``final`` to fill; renamed onto ``final`` when the block ends without an
+    error, removed when it raises. Whoever looks at ``final`` sees nothing or all of it.
+
+    The folder is created with mode 0o755 less the umask (``mkdtemp``'s 0o700 would hide a store entry
+    from its other users). ``final`` may exist as an empty folder (rename replaces it); when it holds
+    something by then (another writer won) the rename's OSError (ENOTEMPTY or EEXIST) is raised and the
+    staged folder removed.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        tmp = final.parent / f".{final.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(tmp, 0o755)  # the kernel applies the umask: no process-wide umask() dance
+            break
+        except FileExistsError:
+            continue
+    try:
+        yield tmp
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed) for the block; waits for it.
+
+    Yields True when locked, False on a file system that refuses locks (some parallel ones): the block
+    then runs unlocked and must tolerate a concurrent writer. The lock file is left in place (removing
+    it would let a waiter lock an unlinked file).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            locked = True
+        except OSError:  # ENOLCK / EOPNOTSUPP: the block's errors must not chain onto this one
+            locked = False
+        try:
+            yield locked
+        finally:
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)

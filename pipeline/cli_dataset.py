@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from core.errors import PipelineError
+from core.store import ensure_writable_dir, os_error_reason
 
 app = typer.Typer(
     add_completion=False,
@@ -23,6 +24,12 @@ out = Console()
 def _error(message: str, code: int) -> NoReturn:
     console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(code)
+
+
+def _os_reason(exc: OSError) -> str:
+    """``file: reason`` of an OSError, without the ``[Errno N]`` noise."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 @app.command("import")
@@ -58,14 +65,17 @@ def import_(
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    store = root.expanduser().resolve() / "store"
     try:
-        result = import_dataset(
-            fmt, paths, name, root.expanduser().resolve() / "store", metric, rows_per_part
-        )
+        ensure_writable_dir(store / "datasets")
+    except OSError as exc:
+        _error(f"cannot create the store under {root}: {os_error_reason(exc, store / 'datasets')}", 2)
+    try:
+        result = import_dataset(fmt, paths, name, store, metric, rows_per_part)
     except PipelineError as exc:
         _error(str(exc), exc.exit_code)
-    except OSError as exc:
-        _error(str(exc), 1)
+    except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
+        _error(f"importing into {store}: {_os_reason(exc)}", 1)
     manifest, check = result.manifest, result.check
     state = "already imported" if result.cached else "imported"
     out.print(
@@ -115,7 +125,7 @@ def export(
     except PipelineError as exc:
         _error(str(exc), exc.exit_code)
     except OSError as exc:
-        _error(str(exc), 1)
+        _error(f"exporting to {out_dir}: {_os_reason(exc)}", 1)
     out.print(
         f"exported {written['rows']:,} vectors x {written['dim']}, {written['queries']:,} queries, "
         f"top-{written['k']} ({written['metric']}) as {fmt}: {written['dir']}: {', '.join(written['files'])}",

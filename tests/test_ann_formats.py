@@ -220,6 +220,14 @@ def test_pipeline_built_dataset_exports_with_its_ids(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         vecs.read_vecs(tmp_path / "fvecs" / "base.fvecs"), np.concatenate(all_vectors)
     )
+    with pytest.raises(InputDataError, match="computed with metric l2; --metric ip would relabel it"):
+        locate(dataset, queries, tmp_path / "gt", metric="ip")  # the groundtruth stage recorded l2
+    loose = tmp_path / "loose" / "groundtruth.parquet"  # no manifest beside it, none in the dataset
+    loose.parent.mkdir()
+    shutil.copy(tmp_path / "gt" / "groundtruth.parquet", loose)
+    with pytest.raises(InputDataError, match="its metric is unknown"):
+        locate(dataset, queries, loose)
+    assert locate(dataset, queries, loose, metric="ip").metric == "ip"  # unknown: --metric names it
     export_dataset(locate(dataset, queries, tmp_path / "gt"), "vdbbench", tmp_path / "vdb")
     again = import_dataset("vdbbench", [tmp_path / "vdb"], "toy-vdb", tmp_path / "store")
     assert again.check["disagree"] == 0 and not again.manifest["import"]["ids_are_rows"]
@@ -312,3 +320,258 @@ def test_vdb_stages_run_on_an_imported_dataset(bigann, tmp_path: Path) -> None:
     base = fetch_vectors(directory, needed_base_ids(raw, groundtruth, 10))
     recall, _ = recall_at_k(raw, groundtruth, read_query_vectors(directory / "queries.parquet"), base, "l2")
     assert raw.num_rows == 100 and recall >= 0.9, recall
+
+
+# --- hostile input: one line, the documented exit code, nothing left behind ------------------------------
+
+
+def _one_line(code: int, output: str, expected_code: int, message: str) -> None:
+    assert code == expected_code, output
+    assert output.startswith("error: ") and output.count("\n") == 1 and message in output, output
+
+
+def _leftovers(store: Path) -> list[Path]:
+    datasets = store / "datasets"
+    return list(datasets.iterdir()) if datasets.exists() else []
+
+
+@pytest.mark.parametrize(("role", "row"), [("base", 500), ("query", 3)])
+def test_a_row_of_another_dimension_is_one_line(
+    shared_data: Path, tmp_path: Path, role: str, row: int
+) -> None:
+    """The size is whole rows, but one row's own dimension says 7: found while reading, named by row."""
+    folder = tmp_path / "fm"
+    shutil.copytree(shared_data / "ann" / "fmnist1k", folder)
+    damaged = folder / f"fmnist1k_{role}.fvecs"
+    damaged.chmod(0o644)
+    with open(damaged, "r+b") as fh:
+        fh.seek(row * (4 + 784 * 4))
+        fh.write(np.int32(7).tobytes())
+    code, output = _cli("dataset", "import", "vecs", str(folder), "--name", "fm", "--workdir", str(tmp_path))
+    _one_line(code, output, 3, f"{damaged}: row {row} has dimension 7, expected 784")
+    assert _leftovers(tmp_path / "store") == []
+
+
+def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Path) -> None:
+    folder = str(shared_data / "ann" / "fmnist1k")
+    args = ["dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path)]
+    code, output = _cli(*args)
+    assert code == 0, output
+    (directory,) = _leftovers(tmp_path / "store")
+    with open(directory / "groundtruth.parquet", "r+b") as fh:
+        fh.truncate(100)  # what `truncate -s 100` does
+    code, output = _cli(*args)
+    _one_line(code, output, 4, f"{directory} holds a damaged or incomplete dataset")
+    assert "groundtruth.parquet: 100 bytes" in output and "already imported" not in output
+    code, output = _cli("dataset", "export", str(directory), "npy", str(tmp_path / "out"))
+    _one_line(code, output, 4, f"{directory}: damaged dataset")
+    assert not (tmp_path / "out").exists()
+    (directory / "manifest.json").write_text("{")  # a manifest that is not JSON: damaged as well
+    code, output = _cli(*args)
+    _one_line(code, output, 4, "manifest.json: missing or not readable JSON")
+
+
+def test_export_refuses_unreadable_queries_and_groundtruth(bigann, tmp_path: Path) -> None:
+    imported, _ = bigann
+    text = tmp_path / "queries.parquet"
+    text.write_text("id,embedding\n0,1\n")
+    no_query_id = tmp_path / "nq" / "groundtruth.parquet"
+    no_query_id.parent.mkdir()
+    pq.write_table(pa.table({"neighbors": [[1, 2]] * 100}), no_query_id)
+    ragged = tmp_path / "ragged" / "groundtruth.parquet"
+    ragged.parent.mkdir()
+    lists = [[1, 2, 3]] * 99 + [[1, 2]]
+    pq.write_table(pa.table({"query_id": np.arange(100), "neighbors": lists}), ragged)
+    cases = [
+        (["--queries", str(text)], f"{text}: not a readable Parquet file"),
+        (["--groundtruth", str(no_query_id)], f"{no_query_id}: no column 'query_id'"),
+        (
+            ["--groundtruth", str(ragged.parent)],
+            f"{ragged}: column 'neighbors' has rows of different lengths",
+        ),
+    ]
+    for extra, message in cases:
+        out = tmp_path / "out"
+        code, output = _cli("dataset", "export", str(imported.directory), "fvecs", str(out), *extra)
+        _one_line(code, output, 3, message)
+        assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_concurrent_imports_of_the_same_files_make_one_dataset(shared_data: Path, tmp_path: Path) -> None:
+    """Two processes at once: the second waits for the first's lock and finds its dataset."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    command = [sys.executable, "-m", "pipeline", "dataset", "import", "vecs"]
+    command += [str(shared_data / "ann" / "fmnist1k"), "--name", "fm", "--workdir", str(tmp_path)]
+    runs = [
+        subprocess.Popen(command, env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    try:
+        outputs = [run.communicate(timeout=300)[0].decode() for run in runs]
+    finally:
+        for run in runs:  # none may outlive the test
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert sorted(o.split(":")[0] for o in outputs) == ["already imported", "imported"], outputs
+    (directory,) = _leftovers(tmp_path / "store")
+    assert complete_manifest(directory, checksums=True) is not None
+
+
+def test_export_metric_may_not_relabel_recorded_ground_truth(bigann) -> None:
+    imported, _ = bigann
+    assert locate(imported.directory, metric="l2").metric == "l2"  # agreeing: fine
+    with pytest.raises(InputDataError, match="computed with metric l2; --metric cosine would relabel it"):
+        locate(imported.directory, metric="cosine")
+
+
+def test_export_refuses_a_folder_inside_the_dataset_or_its_store(bigann) -> None:
+    from core.errors import ArtifactError
+
+    imported, _ = bigann
+    directory = imported.directory
+    for out in (directory / "export", directory.parent / "export", directory.parent.parent / "x" / "y"):
+        with pytest.raises(ArtifactError, match="inside the dataset"):
+            export_dataset(locate(directory), "npy", out)
+        assert not out.exists()
+    assert not (directory.parent.parent / "x").exists()
+
+
+def _touch(folder: Path, *names: str) -> Path:
+    folder.mkdir()
+    for name in names:
+        (folder / name).touch()
+    return folder
+
+
+def test_folder_guessing_by_whole_words(tmp_path: Path) -> None:
+    from apps.ann_formats import find_files
+
+    sift = _touch(
+        tmp_path / "sift", "sift_base.fvecs", "sift_learn.fvecs", "sift_query.fvecs", "sift_groundtruth.ivecs"
+    )
+    found = find_files("vecs", [sift])
+    assert {role: p.name for role, p in found.items()} == {
+        "base": "sift_base.fvecs", "queries": "sift_query.fvecs", "groundtruth": "sift_groundtruth.ivecs"
+    }  # fmt: skip
+    latest = _touch(tmp_path / "latest", "latest.fvecs", "query.fvecs", "gt100.ivecs")
+    found = find_files("vecs", [latest])
+    assert (found["base"].name, found["queries"].name) == ("latest.fvecs", "query.fvecs")
+    two = _touch(tmp_path / "two", "a.fvecs", "b.fvecs", "gt.ivecs")
+    with pytest.raises(InputDataError) as error:
+        find_files("vecs", [two])
+    assert str(error.value) == (
+        f"{two}: two candidate base files a.fvecs, b.fvecs; name them base/query or give the three paths"
+    )
+
+
+def test_the_sift1m_layout_imports_from_its_folder(shared_data: Path, tmp_path: Path) -> None:
+    """SIFT1M's own names (with the learn set beside the base), on fmnist1k's real files."""
+    root, folder = shared_data / "ann" / "fmnist1k", tmp_path / "sift"
+    folder.mkdir()
+    for theirs, ours in [("base", "base"), ("base", "learn"), ("query", "query")]:
+        shutil.copy(root / f"fmnist1k_{theirs}.fvecs", folder / f"sift_{ours}.fvecs")
+    shutil.copy(root / "fmnist1k_groundtruth.ivecs", folder / "sift_groundtruth.ivecs")
+    imported = import_dataset("vecs", [folder], "sift", tmp_path / "store")
+    assert imported.manifest["import"]["paths"]["base"].endswith("sift_base.fvecs")
+    assert imported.check["disagree"] == 0 and imported.check["queries"] == 500
+
+
+def test_an_unusable_workdir_or_out_dir_says_what_was_being_done(bigann, tmp_path: Path, shared_data) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    folder = str(shared_data / "ann" / "fmnist1k")
+    code, output = _cli("dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(blocker))
+    _one_line(
+        code, output, 2, f"cannot create the store under {blocker}: {blocker} is a file, not a directory"
+    )
+    imported, _ = bigann
+    code, output = _cli("dataset", "export", str(imported.directory), "npy", str(blocker / "out"))
+    _one_line(code, output, 2, f"{blocker / 'out'}: cannot create the output folder: {blocker} is a file")
+
+
+def test_a_killed_imports_temporary_folder_is_swept(shared_data: Path, tmp_path: Path) -> None:
+    import os
+    import time
+
+    from apps.ann_import import sweep_stale
+
+    files = [
+        shared_data / "ann" / "bigann10k" / n for n in ("base.10k.u8bin", "query.100.u8bin", "gt100.ibin")
+    ]
+    first = import_dataset("bin", files, "bg", tmp_path)
+    shutil.rmtree(first.directory)
+    stale = first.directory.parent / f".{first.directory.name}.k1lled_1.tmp"
+    (stale / "part-00000.parquet").parent.mkdir()
+    (stale / "part-00000.parquet").write_bytes(b"half")
+    other = first.directory.parent / ".bg-0000000000000000.k1lled_2.tmp"  # another dataset's: not ours
+    other.mkdir()
+    again = import_dataset("bin", files, "bg", tmp_path)
+    assert not again.cached and not stale.exists() and other.exists()
+    # Without a lock (a file system refusing them) only an old one goes: a fresh one may be a live import's.
+    fresh, old = (first.directory.parent / f".{first.directory.name}.{n}.tmp" for n in ("fresh", "old"))
+    fresh.mkdir()
+    old.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert sweep_stale(first.directory, locked=False) == [old] and fresh.exists()
+
+
+def test_hdf5_is_closed_and_a_text_npy_is_named(shared_data: Path, tmp_path: Path) -> None:
+    from apps.ann_formats import open_source
+
+    path = tmp_path / "small.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("train", data=np.eye(4, dtype=np.float32))
+        h5.create_dataset("test", data=np.eye(4, dtype=np.float32)[:2])
+        h5.create_dataset("neighbors", data=np.array([[0], [1]], np.int32))
+    source = open_source("hdf5", [path])
+    assert next(source.batches(10))[1].shape == (4, 4)
+    with h5py.File(path, "w"):  # h5py refuses this while the file is open anywhere in the process
+        pass
+    text = tmp_path / "base.npy"
+    text.write_text("1.0 2.0\n3.0 4.0\n")
+    np.save(tmp_path / "query.npy", np.zeros((1, 2), np.float32))
+    np.save(tmp_path / "gt.npy", np.zeros((1, 1), np.int32))
+    with pytest.raises(InputDataError) as error:
+        open_source("npy", [text, tmp_path / "query.npy", tmp_path / "gt.npy"])
+    assert str(error.value).startswith(f"{text}: not a .npy array file") and "pickled" not in str(error.value)
+
+
+def test_staged_directory_and_one_map_of_hdf5_names(tmp_path: Path) -> None:
+    import os
+
+    import apps.ann_export as ann_export
+    import apps.ann_formats as ann_formats
+    from core.store import staged_directory
+
+    final = tmp_path / "final"
+    with staged_directory(final) as tmp:
+        (tmp / "a").write_text("a")
+        assert not final.exists()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (final / "a").read_text() == "a" and final.stat().st_mode & 0o777 == 0o755 & ~umask
+    with pytest.raises(RuntimeError), staged_directory(tmp_path / "failed"):
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+    assert ann_export.HDF5_DISTANCE is ann_formats.HDF5_DISTANCE and not hasattr(ann_export, "VDBBENCH_FILES")
+    assert all(ann_formats.HDF5_METRICS[attr] == m for m, attr in ann_formats.HDF5_DISTANCE.items())
+
+
+def test_the_documented_keys_are_current(shared_data: Path, tmp_path: Path) -> None:
+    """docs/datasets.md's example output names the keys an import makes today."""
+    import re
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "datasets.md").read_text()
+    documented = dict(re.findall(r"imported: \S+/store/datasets/([a-z0-9]+)-([0-9a-f]{16})", docs))
+    bg = shared_data / "ann" / "bigann10k"
+    made = import_dataset(
+        "bin", [bg / "base.10k.u8bin", bg / "query.100.u8bin", bg / "gt100.ibin"], "bigann10k", tmp_path
+    )
+    assert documented["bigann10k"] == made.directory.name.rsplit("-", 1)[1]
