@@ -465,3 +465,44 @@ def test_export_folder_is_readable_as_the_umask_allows(cache, minilm_dir: str, u
     assert stat.S_IMODE(made.stat().st_mode) == mode  # mkdtemp alone made it 0700 whatever the umask
     for path in made.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path.name
+
+
+# --- the effective precision of a dataset's parts -------------------------------------------------------
+
+
+def _part_record(dataset_dir: Path, shard: int, precision: str | None) -> dict:
+    name = f"part-{shard:05d}.parquet"
+    (dataset_dir / name).write_bytes(b"x")
+    record = {"file": name, "shard": shard, "rows": 3, "bytes": 1, "sha256": "0" * 64}
+    return {**record, "precision": precision} if precision else record
+
+
+def test_finalize_refuses_parts_of_different_precisions(tmp_path: Path) -> None:
+    from apps.dataset import finalize_dataset
+    from core.errors import ArtifactError
+
+    records = [
+        _part_record(tmp_path, 0, "bfloat16"),
+        _part_record(tmp_path, 1, "float32"),
+        _part_record(tmp_path, 2, "bfloat16"),
+    ]
+    with pytest.raises(ArtifactError) as caught:
+        finalize_dataset(str(tmp_path), "k", records, {"dimension": 384}, {})
+    message = str(caught.value)
+    assert "bfloat16: part-00000.parquet, part-00002.parquet" in message
+    assert "float32: part-00001.parquet" in message
+    assert str(tmp_path / "part-00001.parquet") in message  # the smaller group: the parts to redo
+    assert "uniform hardware" in message and "dtype: float32" in message
+    assert not (tmp_path / "manifest.json").exists()  # not marked complete
+
+
+def test_finalize_records_the_one_precision_of_its_parts(tmp_path: Path) -> None:
+    from apps.dataset import finalize_dataset
+
+    records = [_part_record(tmp_path, 0, "float32"), _part_record(tmp_path, 1, None)]
+    manifest = finalize_dataset(
+        str(tmp_path), "k", records, {"dimension": 384, "backend": "openvino", "dtype": "bfloat16"}, {}
+    )
+    assert manifest["precision"] == "float32"  # a record from before precisions were kept says nothing
+    assert json.loads((tmp_path / "manifest.json").read_text())["precision"] == "float32"
+    assert "| precision as run | float32 |" in (tmp_path / "README.md").read_text()
