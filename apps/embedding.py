@@ -166,6 +166,7 @@ class Embedder:
         self.cfg = cfg
         self.model_dir = str(resolve_model_path(cfg.model))
         self.precision = cfg.dtype  # what the model computes in (OpenVINO reports its own)
+        self.export: dict[str, Any] | None = None  # OpenVINO: where its export came from (shard records)
         if cfg.backend == "openvino":  # no torch in the worker once the export is cached
             self._load_openvino()
             return
@@ -205,6 +206,7 @@ class Embedder:
         export_dir = self.cfg.export_dir or str(Path.cwd() / "cache" / "embed-models")
         threads = self.cfg.torch_threads or _default_threads()
         self.model = OpenVINORuntime(self.model_dir, export_dir, self.cfg.dtype, threads)
+        self.export = self.model.info.as_record()
         self.device, self.precision = "cpu", self.model.precision
         self.tokenizer = load_tokenizer(self.model_dir)
         self.padding_side = self.tokenizer.padding_side

@@ -506,3 +506,92 @@ def test_finalize_records_the_one_precision_of_its_parts(tmp_path: Path) -> None
     assert manifest["precision"] == "float32"  # a record from before precisions were kept says nothing
     assert json.loads((tmp_path / "manifest.json").read_text())["precision"] == "float32"
     assert "| precision as run | float32 |" in (tmp_path / "README.md").read_text()
+
+
+# --- what the user is told: export made or found, precision as run; the export folder outside a run --------
+
+
+def test_export_notice_says_found_exporting_or_broken(cache, minilm_dir: str, tmp_path: Path) -> None:
+    from apps.embed import export_notice
+
+    export_dir, target, _ = cache
+    assert (
+        export_notice(ov_cfg(export_dir, model=minilm_dir))
+        == f"embed: OpenVINO export of model found in {target}"
+    )
+    fresh = tmp_path / "fresh"
+    line = export_notice(ov_cfg(fresh, model=minilm_dir, model_id="all-MiniLM-L6-v2"))
+    assert line.startswith("embed: exporting all-MiniLM-L6-v2 to OpenVINO (once, ~")
+    assert f" s) into {fresh / target.name}; the first shard waits for it" in line
+    (target / "model.bin").write_bytes(b"")
+    assert "is broken (model.bin has 0 bytes" in export_notice(ov_cfg(export_dir, model=minilm_dir))
+
+
+def test_shard_notices_once_each_and_warn_on_a_fallen_back_precision() -> None:
+    from apps.embed import shard_notices
+
+    cfg = EmbeddingConfig(**{**MINILM_SETTINGS, "backend": "openvino", "dtype": "bfloat16"})
+    export = {"dir": "/w/cache/embed-models/openvino-k", "exported_by_worker": True, "seconds": 21.6}
+    seen: set[str] = set()
+    first = shard_notices({"host": "n1", "precision": "bfloat16", "export": export}, cfg, seen)
+    assert first == [
+        "embed: n1 exported the model to OpenVINO in 22 s (/w/cache/embed-models/openvino-k)",
+        "embed: OpenVINO computes in bfloat16 on n1",
+    ]
+    assert shard_notices({"host": "n1", "precision": "bfloat16", "export": export}, cfg, seen) == []
+    (fallback,) = shard_notices({"host": "n2", "precision": "float32", "export": export}, cfg, seen)
+    assert fallback.startswith("embed: warning: dtype bfloat16 asked, but the CPU of n2 runs float32")
+
+
+def test_embed_record_keeps_the_export_and_precision(cache, minilm_dir: str, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from apps.embed import embed_shard
+
+    export_dir, target, _ = cache
+    chunks = tmp_path / "chunks-00000.parquet"
+    texts = ["Phage lambda", "Sensor protein PhoQ"]
+    pq.write_table(
+        pa.table({"chunk_id": ["a", "b"], "doc_id": ["d", "d"], "chunk_index": [0, 1], "text": texts}), chunks
+    )
+    cfg = ov_cfg(export_dir, model=minilm_dir, dtype="float32")
+    record = embed_shard(
+        str(chunks), 0, str(tmp_path / "ds"), cfg, {"dataset_key": "k", "dimension": 384}, 0.0, 64
+    )
+    assert record["precision"] == "float32"
+    assert record["export"] == {
+        "dir": str(target),
+        "exported_by_worker": False,
+        "seconds": record["export"]["seconds"],
+    }
+
+
+def test_driver_console_shows_the_openvino_notes(small_corpus: Path, tmp_path: Path, write_config) -> None:
+    """Worker logs never reach the console: the driver prints the notes carried by the shard records."""
+    import io
+    from concurrent.futures import Future
+
+    from rich.console import Console
+
+    from pipeline.config_loader import load_config
+    from pipeline.dag import DagRunner
+    from pipeline.plan import build_plan
+    from pipeline.progress import StageProgress
+
+    config = base_config(small_corpus, tmp_path / "work", embedding={"backend": "openvino"}, queries=None)
+    plan = build_plan(load_config(write_config(config)))
+
+    class Provenance:
+        def task_finished(self, stage: str, record: dict) -> None:
+            pass
+
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    runner = DagRunner(plan, Provenance(), console)
+    with StageProgress(console) as progress:
+        progress.add_stage("embed", 1)
+        future: Future = Future()
+        runner._track("embed", future, progress)
+        future.set_result({"rows": 3, "host": "n1", "precision": "float32"})
+    assert "embed: OpenVINO computes in float32 on n1" in out.getvalue()
