@@ -595,3 +595,32 @@ def test_driver_console_shows_the_openvino_notes(small_corpus: Path, tmp_path: P
         runner._track("embed", future, progress)
         future.set_result({"rows": 3, "host": "n1", "precision": "float32"})
     assert "embed: OpenVINO computes in float32 on n1" in out.getvalue()
+
+
+def test_export_dir_unset_outside_a_run_uses_the_user_cache(
+    cache, minilm_dir: str, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    export_dir, target, exported = cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("WARNING", logger="apps.embedding"):
+        embedder = Embedder(ov_cfg(export_dir, model=minilm_dir).model_copy(update={"export_dir": None}))
+    expected = tmp_path / "xdg" / "pes2o-ve" / "embed-models"
+    assert (expected / target.name / "export.json").exists() and len(exported) == 1
+    assert not (tmp_path / "cache").exists()  # not the current directory's cache/ any more
+    assert embedder.export["dir"] == str(expected / target.name)
+    assert any(str(expected) in r.getMessage() for r in caplog.records)
+
+
+def test_relative_export_dir_is_relative_to_the_config_folder(
+    small_corpus: Path, tmp_path: Path, write_config, monkeypatch
+) -> None:
+    """What the export_dir description promises (the plan resolves it; workers get an absolute path)."""
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+
+    monkeypatch.chdir(small_corpus.parent)  # another cwd: it must not matter
+    embedding = {"backend": "openvino", "export_dir": "exports/ov"}
+    config = base_config(small_corpus, tmp_path / "work", embedding=embedding, queries=None)
+    plan = build_plan(load_config(write_config(config)))
+    assert plan.embedding.export_dir == str(tmp_path / "exports" / "ov")  # write_config writes in tmp_path
