@@ -152,14 +152,19 @@ def finalize_dataset(
     file_metadata: dict[str, Any],
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """Write the dataset card and, last, ``manifest.json`` listing every part; return the manifest."""
+    """Write the dataset card and, last, ``manifest.json`` listing every part; return the manifest.
+
+    Refuses (ArtifactError, nothing written) parts made in different effective precisions.
+    """
     out = Path(dataset_dir)
     parts = sorted(records, key=lambda r: r["shard"])
+    precision = _one_precision(out, parts)
     manifest = {
         "stage": "embed",
         "version": STAGE_VERSION,
         "key": key,
         "dimension": file_metadata["dimension"],
+        "precision": precision,
         "rows": sum(r["rows"] for r in parts),
         "bytes": sum(r["bytes"] for r in parts),
         "metadata": file_metadata,
@@ -169,6 +174,28 @@ def finalize_dataset(
     atomic_write_text(out / "README.md", dataset_card(manifest))
     atomic_write_json(out / "manifest.json", manifest)
     return manifest
+
+
+def _one_precision(dataset_dir: Path, parts: list[dict[str, Any]]) -> str | None:
+    """The precision every part was computed in (None: not recorded); ArtifactError when they differ.
+
+    A bf16 config runs bf16 on a CPU with bf16 units and float32 on one without (OpenVINO falls back), and
+    the vectors then differ by ~1e-3: a resumed run on another node must not mix them into one dataset.
+    """
+    groups: dict[str, list[str]] = {}
+    for part in parts:
+        if part.get("precision"):  # records written before precisions were recorded say nothing
+            groups.setdefault(part["precision"], []).append(part["file"])
+    if len(groups) <= 1:
+        return next(iter(groups), None)
+    listed = "; ".join(f"{p}: {', '.join(files)}" for p, files in sorted(groups.items()))
+    fewest = min(groups.values(), key=len)
+    raise ArtifactError(
+        f"{dataset_dir}: the parts were computed in different precisions ({listed}), on CPUs with and "
+        "without the units the configured dtype needs; the dataset is not marked complete. Rerun on uniform "
+        f"hardware (delete the parts to redo, e.g. {', '.join(str(dataset_dir / f) for f in fewest)}, and "
+        "rerun where the CPU runs the other precision), or set embedding.dtype: float32 (the same on any CPU)"
+    )
 
 
 def dataset_card(manifest: dict[str, Any]) -> str:
@@ -187,6 +214,7 @@ Embeddings of a scientific corpus in the Pes2o-VE layout, made by the pes2o-ve p
 | stored dtype | {meta.get("output_dtype")} |
 | model | {meta.get("model_id") or meta.get("model")} (revision {meta.get("revision") or "n/a"}) |
 | backend / compute dtype | {meta.get("backend")} / {meta.get("dtype")} |
+| precision as run | {manifest.get("precision") or "not recorded"} |
 | pooling / normalised | {meta.get("pooling")} / {meta.get("normalize")} |
 | document instruction | none (queries use `Instruct: {{task}}\\nQuery:{{text}}`) |
 | chunking | {json.dumps(chunker, sort_keys=True)} |

@@ -64,8 +64,53 @@ def embed_shard(
         "embed": stats.__dict__,
         "device": embedder.device,
         "precision": embedder.precision,  # OpenVINO's as the plugin runs it (bf16 needs bf16 units)
+        **({"export": embedder.export} if embedder.export else {}),
         **written,
         **task_context(started),
     }
     write_shard_record(out, record)
     return record
+
+
+def export_notice(embedding: EmbeddingConfig) -> str:
+    """The console line before an OpenVINO embed stage: export found in the cache, or made once now.
+
+    The driver asks (hashing the model directory, as each worker does): a worker's log never reaches the
+    console, and the first shard is otherwise just slow.
+    """
+    from apps.embed_backends import estimate_seconds, export_state
+
+    target, problem = export_state(embedding.model, str(embedding.export_dir))
+    name = embedding.model_id or Path(embedding.model).name
+    if problem is None:
+        return f"embed: OpenVINO export of {name} found in {target}"
+    todo = f"exporting {name} to OpenVINO (once, ~{estimate_seconds(embedding.model)} s) into {target}"
+    if problem != "missing":
+        todo = f"the OpenVINO export {target} is broken ({problem}): moving it aside and {todo}"
+    return f"embed: {todo}; the first shard waits for it"
+
+
+def shard_notices(record: dict[str, Any], embedding: EmbeddingConfig, seen: set[str]) -> list[str]:
+    """Console lines a finished OpenVINO embed shard warrants, each once per run (``seen`` remembers).
+
+    The precision really used is only known on the worker: a bf16 config runs float32 on a CPU without
+    bf16 units, and a dataset mixing both is refused when it is finalized.
+    """
+    lines: list[str] = []
+    export, precision, host = record.get("export") or {}, record.get("precision"), record.get("host")
+    if export.get("exported_by_worker") and "export" not in seen:
+        seen.add("export")
+        lines.append(
+            f"embed: {host} exported the model to OpenVINO in {export['seconds']:.0f} s ({export['dir']})"
+        )
+    if precision and f"precision {precision}" not in seen:
+        seen.add(f"precision {precision}")
+        if precision == embedding.dtype:
+            lines.append(f"embed: OpenVINO computes in {precision} on {host}")
+        else:
+            lines.append(
+                f"embed: warning: dtype {embedding.dtype} asked, but the CPU of {host} runs {precision} (no "
+                f"{embedding.dtype} units); parts made in different precisions cannot form one dataset: "
+                "run on one CPU type, or set embedding.dtype: float32"
+            )
+    return lines

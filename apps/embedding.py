@@ -80,7 +80,9 @@ class EmbeddingConfig(Strict):
     export_dir: str | None = Field(
         None,
         description="openvino: where exports are cached, by a key of the weights, recipe and library "
-        "versions; default: <workdir>/cache/embed-models.",
+        "versions. A relative path is relative to the config file's folder; default: "
+        "<workdir>/cache/embed-models. (An Embedder built outside a run, with none set, uses "
+        "$XDG_CACHE_HOME/pes2o-ve/embed-models, ~/.cache/pes2o-ve/embed-models by default, and logs it.)",
     )
 
 
@@ -166,6 +168,7 @@ class Embedder:
         self.cfg = cfg
         self.model_dir = str(resolve_model_path(cfg.model))
         self.precision = cfg.dtype  # what the model computes in (OpenVINO reports its own)
+        self.export: dict[str, Any] | None = None  # OpenVINO: where its export came from (shard records)
         if cfg.backend == "openvino":  # no torch in the worker once the export is cached
             self._load_openvino()
             return
@@ -202,9 +205,16 @@ class Embedder:
         from apps.embed_backends import OpenVINORuntime
         from apps.models import load_tokenizer
 
-        export_dir = self.cfg.export_dir or str(Path.cwd() / "cache" / "embed-models")
+        export_dir = self.cfg.export_dir  # the plan resolves it; unset only outside a pipeline run
+        if export_dir is None:
+            export_dir = str(default_export_dir())
+            log.warning(
+                "embedding.export_dir is unset (outside a pipeline run): OpenVINO exports go to %s",
+                export_dir,
+            )
         threads = self.cfg.torch_threads or _default_threads()
         self.model = OpenVINORuntime(self.model_dir, export_dir, self.cfg.dtype, threads)
+        self.export = self.model.info.as_record()
         self.device, self.precision = "cpu", self.model.precision
         self.tokenizer = load_tokenizer(self.model_dir)
         self.padding_side = self.tokenizer.padding_side
@@ -344,6 +354,11 @@ class Embedder:
             stats.batches += 1
             stats.padded_tokens += len(batch) * lengths[batch[0]]
         return out, stats
+
+
+def default_export_dir() -> Path:
+    """Where an Embedder outside a pipeline run caches OpenVINO exports when ``export_dir`` is unset."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pes2o-ve" / "embed-models"
 
 
 def _default_threads() -> int:

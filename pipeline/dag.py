@@ -111,6 +111,7 @@ class DagRunner:
         self.console = console
         cfg = plan.config
         self.embedding = plan.embedding  # typed models cross Parsl (they pickle): no dead field hides
+        self._noted: set[str] = set()  # console notes already printed (export made, precisions seen)
         cpu = cpu_label(cfg.executor)
         self.apps = {
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
@@ -130,9 +131,17 @@ class DagRunner:
                 record = f.result()
                 self.provenance.task_finished(stage, record)
                 progress.advance(stage, int(record.get(items_field, 0) or 0))
+                if stage == "embed" and self.embedding.backend == "openvino":
+                    self._say(*embed_stage.shard_notices(record, self.embedding, self._noted))
 
         future.add_done_callback(done)
         return future
+
+    def _say(self, *lines: str) -> None:
+        """Console lines a user should see (worker logs never reach the console), kept in pipeline.log too."""
+        for line in lines:
+            self.console.print(line, highlight=False)
+            log.info(line)
 
     def _start(self, name: str) -> bool:
         stage = self.plan.stage(name)
@@ -170,6 +179,8 @@ class DagRunner:
                 progress.add_stage("chunk", len(doc_files))
             if not embed_cached:
                 progress.add_stage("embed", len(doc_files))
+                if self.embedding.backend == "openvino":  # the first shard waits for the export: say so
+                    self._say(embed_stage.export_notice(self.embedding))
             chunk_futures: list[Future] = []
             embed_futures: list[Future] = []
             for index, doc_file in enumerate(doc_files):

