@@ -19,6 +19,7 @@ metadata and in its :class:`QueryRecord`) and the report marks it instead of pre
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import logging
@@ -104,30 +105,54 @@ def run_share(
     stall = warm_share(vectors[: min(warmup, len(vectors))], k, ef, batch_size, index)
     if stall:
         return rows, stall
+    # While measuring, keep per request only numpy arrays and floats (no new objects the cyclic garbage
+    # collector tracks) and freeze what exists: a collection pass during the loop is a latency spike.
+    ids: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    gc.collect()
+    gc.freeze()
     try:
         db = client()
-        search, rank = db.search, db.rank
+        search = db.search
         if release_at is not None:
             time.sleep(max(0.0, release_at - time.time()))
-        for request, start in enumerate(range(0, len(vectors), batch_size)):
+        for start in range(0, len(vectors), batch_size):
             batch = vectors[start : start + batch_size]
             t0 = time.time()
             result = search(batch, k, ef)
             t1 = time.time()
-            n = len(batch)
-            rows["client"] += [index] * n
-            rows["rank"] += [rank] * n
-            rows["request"] += [request] * n
-            rows["ids"] += result.ids.tolist()
-            rows["scores"] += result.scores.tolist()
-            rows["t_start"] += [t0] * n
-            rows["t_end"] += [t1] * n
+            ids.append(result.ids)
+            scores.append(result.scores)
+            rows["t_start"].append(t0)
+            rows["t_end"].append(t1)
     except RequestTimeout as exc:
         reset_client()
-        rows["query_ids"] = query_ids[: len(rows["client"])].tolist()
-        return rows, f"client {index}: {exc}"
-    rows["query_ids"] = query_ids[: len(rows["client"])].tolist()
-    return rows, None
+        stall = f"client {index}: {exc}"
+    finally:
+        gc.unfreeze()
+    return _fill_rows(rows, query_ids, ids, scores, index, db.rank if ids else None), stall
+
+
+def _fill_rows(
+    rows: dict[str, list],
+    query_ids: np.ndarray,
+    ids: list[np.ndarray],
+    scores: list[np.ndarray],
+    index: int,
+    rank: int | None,
+) -> dict[str, list]:
+    """Per-query rows from per-request arrays (requests of the share in order, from its first query)."""
+    sizes = [len(a) for a in ids]
+    n = sum(sizes)
+    rows["client"] = [index] * n
+    rows["rank"] = [rank] * n
+    rows["request"] = np.repeat(np.arange(len(sizes)), sizes).tolist()
+    rows["query_ids"] = query_ids[:n].tolist()
+    rows["ids"] = [r for a in ids for r in a.tolist()]
+    rows["scores"] = [r for a in scores for r in a.tolist()]
+    rows["t_start"] = np.repeat(rows["t_start"], sizes).tolist()
+    rows["t_end"] = np.repeat(rows["t_end"], sizes).tolist()
+    return rows
 
 
 def slow_request(parts: list[dict[str, list]]) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -67,24 +66,24 @@ def test_a_timeout_keeps_the_rows_answered_before_it(monkeypatch) -> None:
 
 
 class RecordingPool:
-    """Stands in for ClientPool: client i is one thread; logs which pool function ran where and when."""
+    """Stands in for ClientPool: logs which pool function ran for which client and when. One thread runs
+    every task in turn (the fake client is the pool module's one global), so a client's task may start
+    after the common instant, never before."""
 
     def __init__(self, size: int, fail_at: int | None = None) -> None:
         self.size, self.fail_at = size, fail_at
         self.calls: list[tuple[str, int, Any]] = []
         self.log: list[tuple[str, int, float]] = []
-        self.threads = [ThreadPoolExecutor(1) for _ in range(size)]
-        self.lock = threading.Lock()
+        self.thread = ThreadPoolExecutor(1)
 
     def submit(self, fn, *args: Any, client_index: int) -> Future:
-        with self.lock:
-            self.calls.append((fn.__name__, client_index, args[-1] if fn is qs.run_share else None))
+        self.calls.append((fn.__name__, client_index, args[-1] if fn is qs.run_share else None))
 
         def run() -> Any:
             pool_module._CLIENT = FakeClient(self.log, f"client{client_index}", self.fail_at)
             return fn(*args)
 
-        return self.threads[client_index].submit(run)
+        return self.thread.submit(run)
 
 
 def test_measure_releases_every_client_at_one_instant_after_all_warmed_up(monkeypatch) -> None:
