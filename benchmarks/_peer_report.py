@@ -21,9 +21,10 @@ DIFFERS = {
         "before every VectorDBBench run (its search-only path sets none: its optimize step would)",
     ],
     "milvus": [
-        f"client: project pymilvus {version('pymilvus')} MilvusClient.search (consistency level Bounded, "
-        "named); "
-        "VectorDBBench pymilvus 2.6.17 MilvusClient.search (no consistency level: the collection's default), "
+        f"client: project pymilvus {version('pymilvus')} MilvusClient.search, the query as a list of floats "
+        "(consistency level Bounded, named); "
+        "VectorDBBench pymilvus 2.6.17 MilvusClient.search, a list of floats too (no consistency level: the "
+        "collection's default), "
         "with the 'pk' default patched in (see _peer_venv.py); both gRPC, ids and distances only",
     ],
     "both": [
@@ -115,7 +116,8 @@ def report(rows: list[dict[str, Any]], args: Any) -> None:
     print(
         "\nratio = median over repeats of project QPS / VectorDBBench QPS of the same pair; MET also needs "
         f"the project's recall >= VectorDBBench's - {RECALL_SLACK}. queries/s = queries and seconds each QPS "
-        "and p99 rests on (medians); VectorDBBench's recall rests on its serial pass over "
+        "rests on (medians; the project's: its clients' common window); VectorDBBench's recall rests on its "
+        "serial pass over "
         f"{rows[0]['vdbbench_recall_queries']} test queries, checked against a recomputation from the ids "
         "its search_embedding returned. same ids = share of test queries whose k ids are identical on both "
         "sides (worst repeat)."
