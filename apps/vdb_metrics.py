@@ -3,9 +3,8 @@
 Everything here is computed afterwards from the raw rows, so a metric can be corrected without re-running
 a cluster (ARCHITECTURE.md, "Metric definitions"):
 
-* :func:`qps`: queries completed ÷ seconds of the common window, the time every client of the setting was
-  running (:func:`qps_window`; with one client, first request to last answer); a batch of B queries
-  counts B.
+* :func:`qps`: queries completed ÷ wall time of the query phase (max ``t_end`` − min ``t_start``);
+  a batch of B queries counts B.
 * :func:`latency_stats`: end-to-end time of each request (unique ``client``, ``request``): mean, P50,
   P95, P99 in milliseconds.
 * recall: :mod:`apps.recall`.
@@ -56,38 +55,14 @@ def _single_group(raw: pa.Table, what: str) -> None:
 
 
 def qps(raw: pa.Table) -> float:
-    """Queries completed ÷ seconds of the common window (:func:`qps_window`). NaN without a duration.
+    """Queries completed ÷ wall time of the query phase (max ``t_end`` − min ``t_start``).
 
     Every row is one completed query, so a batch of B queries counts B. ``raw`` holds one database ×
-    setting.
-    """
-    queries, seconds = qps_window(raw)
-    return queries / seconds if seconds > 0 else math.nan
-
-
-def qps_window(raw: pa.Table) -> tuple[int, float]:
-    """``(queries, seconds)`` of the common window: from the last client's first request to the first
-    client's last answer, counting the queries of the requests that lie wholly inside it.
-
-    A setting with c clients claims the throughput of c concurrent clients; outside this window fewer are
-    running (a client that starts late or finishes early), as in a duration-bound benchmark that starts
-    its clients together and stops them together. One client: its first request to its last answer, every
-    query. When the window holds no request (clients that never overlapped), the whole phase (first
-    request to last answer, every query) is used instead.
+    setting. NaN when the phase has no measurable duration.
     """
     _single_group(raw, "qps")
-    client = raw.column("client").to_numpy()
-    start, end = raw.column("t_start").to_numpy(), raw.column("t_end").to_numpy()
-    firsts, lasts = [], []
-    for c in np.unique(client):
-        mine = client == c
-        firsts.append(start[mine].min())
-        lasts.append(end[mine].max())
-    opened, closed = max(firsts), min(lasts)
-    inside = (start >= opened) & (end <= closed)
-    if closed > opened and inside.any():
-        return int(inside.sum()), float(closed - opened)
-    return raw.num_rows, float(end.max() - start.min())
+    wall = pc.max(raw.column("t_end")).as_py() - pc.min(raw.column("t_start")).as_py()
+    return raw.num_rows / wall if wall > 0 else math.nan
 
 
 def _requests(raw: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -154,10 +129,9 @@ def evaluate(
 
     Each row is ready for :func:`apps.results.write_results` (add provenance keys): ``database``,
     ``stage="query"``, ``status="ok"``, ``setting``, ``ef``, ``batch_size``, ``clients``, ``k``,
-    ``queries``, ``requests``, ``duration_s`` (first request to last answer: ``queries`` took that long),
-    ``qps`` (over the common window of the clients, :func:`qps_window`), ``latency_mean_ms``, ``p50_ms``,
-    ``p95_ms``, ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and ``unknown_ids``
-    (returned ids that are not in ``base_lookup``: a sign of an id-mapping bug when the lookup came from
+    ``queries``, ``requests``, ``duration_s``, ``qps``, ``latency_mean_ms``, ``p50_ms``, ``p95_ms``,
+    ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and ``unknown_ids`` (returned ids
+    that are not in ``base_lookup``: a sign of an id-mapping bug when the lookup came from
     :func:`fetch_vectors`). Rows are ordered by k, batch size, clients, ef.
     """
     raw_table = validate_raw(raw_table)
