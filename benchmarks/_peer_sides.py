@@ -8,8 +8,7 @@
   property ``key`` VectorDBBench's GraphQL query returns, filled here with the row id next to the object
   UUID ``UUID(int=row id)`` the project's client reads; then the project's wait and index steps.
 * :func:`run_project`: ``apps.query_sweep.query_sweep`` for one client count (batch 1, k, ef), metrics from
-  its raw Parquet rows (``apps.vdb_metrics``: QPS over the clients' common window) and the measured skew
-  between the clients' first requests.
+  its raw Parquet rows (``apps.vdb_metrics``) and the measured skew between the clients' first requests.
 * :func:`run_vdbbench`: ``_peer_vdbb_driver.py`` in VectorDBBench's venv.
 * :func:`plain_recall` (VectorDBBench's definition) and :func:`tie_aware_recall` (the project's).
 """
@@ -181,7 +180,7 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
     """The query stage for one setting (ef, batch 1, ``clients``, k) over the cycled query file."""
     from apps.query_sweep import query_sweep
     from apps.vdb.config import QuerySweepConfig
-    from apps.vdb_metrics import latency_stats, qps, qps_window
+    from apps.vdb_metrics import latency_stats, qps
 
     query_cfg = QuerySweepConfig(
         ef=[args.ef], batch_size=[1], clients=[clients], k=[args.k], warmup_queries=args.warmup
@@ -193,7 +192,6 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
         )
     raw = pq.read_table(records[0].file)
     stats = latency_stats(raw)
-    window_queries, window_s = qps_window(raw)
     start, end = min(raw.column("t_start").to_pylist()), max(raw.column("t_end").to_pylist())
     by_client = raw.group_by("client").aggregate([("t_start", "min"), ("t_end", "max"), ("t_start", "count")])
     spans = [
@@ -207,16 +205,25 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
         "client_spans": spans,  # when each client process sent its first and got its last answer
         "start_skew_ms": 1000 * max(s["start_s"] for s in spans),
         "end_skew_ms": 1000 * (max(s["end_s"] for s in spans) - min(s["end_s"] for s in spans)),
-        "qps": qps(raw),
-        "qps_whole_phase": raw.num_rows / (end - start),  # first request to last answer, every query
+        "qps": qps(raw),  # the stage's own definition: queries / (last answer - first request)
+        "qps_common_window": common_window_qps(spans),
         "p99_ms": stats["p99_ms"],
         "p50_ms": stats["p50_ms"],
-        "queries": window_queries,  # what the QPS rests on: the common window of the clients
-        "seconds": window_s,
-        "queries_sent": raw.num_rows,
+        "queries": raw.num_rows,
+        "seconds": end - start,
         "query_ids": raw.column("query_id").to_numpy(),
         "ids": raw.column("ids").to_pylist(),
     }
+
+
+def common_window_qps(spans: list[dict[str, Any]]) -> float:
+    """For reference: queries per second while every client ran (last first request -> first last answer),
+    each client's queries counted pro rata over that window."""
+    opened, closed = max(s["start_s"] for s in spans), min(s["end_s"] for s in spans)
+    if closed <= opened:
+        return float("nan")
+    share = [s["queries"] * (closed - opened) / (s["end_s"] - s["start_s"]) for s in spans]
+    return sum(share) / (closed - opened)
 
 
 # --- VectorDBBench's side ----------------------------------------------------------------------------------
