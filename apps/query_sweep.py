@@ -3,8 +3,14 @@
 A setting is (ef, batch size, clients, k). The query set is split across the client processes; each sends
 its share in batches of ``batch_size`` and records, per request, the returned ids and scores and the
 request's start and end. Client ``i`` talks to entry rank ``i % ranks`` (``Endpoints.entry``) and its rows
-record that rank. Metrics (QPS, latency percentiles, recall) are computed afterwards from these
-raw Parquet files by :mod:`apps.vdb_metrics`, so a metric can be corrected without re-running a cluster.
+record that rank.
+
+The clients start together: first every client connects and sends its warm-up queries (:func:`warm_share`;
+process start-up, imports and connecting stay off the clock), then all are released at one common instant
+(:func:`run_share` ``release_at``), so the QPS window does not hold the skew between client starts.
+
+Metrics (QPS, latency percentiles, recall) are computed afterwards from these raw Parquet files by
+:mod:`apps.vdb_metrics`, so a metric can be corrected without re-running a cluster.
 
 A setting that stalls (a request timed out, or took > 20× the setting's median and > 1 s: a frozen or
 overloaded server) is run once more; if it stalls again its raw file is flagged (``stalled`` in the file's
@@ -13,6 +19,7 @@ metadata and in its :class:`QueryRecord`) and the report marks it instead of pre
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import logging
@@ -34,6 +41,9 @@ from core.store import write_parquet_atomic
 log = logging.getLogger(__name__)
 STALL_FACTOR, STALL_MIN_S = 20.0, 1.0  # a request this much slower than the median is a stall
 ATTEMPTS = 2  # a stalled setting is run once more before it is flagged
+# The common start is this far ahead of handing out the shares: enough for each client process to receive
+# its share (a pickled slice of the query set) and be waiting when the instant comes.
+RELEASE_AHEAD_S = 0.25
 
 
 def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
@@ -50,6 +60,29 @@ def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False
     ]
 
 
+def warm_share(vectors: np.ndarray, k: int, ef: int | None, batch_size: int, index: int) -> str | None:
+    """Pool function, phase 1 of a setting: connect this client and send its warm-up ``vectors``.
+
+    Returns None, or why it stalled (a request timeout; the connection is then dropped).
+    """
+    try:
+        db = client()
+        for start in range(0, len(vectors), batch_size):
+            db.search(vectors[start : start + batch_size], k, ef)
+    except RequestTimeout as exc:
+        reset_client()
+        return f"client {index}: {exc}"
+    return None
+
+
+ROW_KEYS = ("client", "rank", "request", "query_ids", "ids", "scores", "t_start", "t_end")
+
+
+def empty_rows() -> dict[str, list]:
+    """The per-query rows of a share, with no query yet."""
+    return {key: [] for key in ROW_KEYS}
+
+
 def run_share(
     query_ids: np.ndarray,
     vectors: np.ndarray,
@@ -58,45 +91,68 @@ def run_share(
     batch_size: int,
     warmup: int,
     index: int,
+    release_at: float | None = None,
 ) -> tuple[dict[str, list], str | None]:
     """Pool function: one client's share of a setting; per-query rows with its request's timings.
 
-    Returns ``(rows, stall)``: on a request timeout the share stops there and ``stall`` says why (the rows
-    hold the requests answered before it); the connection is dropped so a late answer cannot leak into
-    the next attempt.
+    The first ``warmup`` queries are sent unrecorded first; then, when ``release_at`` is given, the share
+    waits until that ``time.time()`` (the common start of every client of the setting). Returns
+    ``(rows, stall)``: on a request timeout the share stops there and ``stall`` says why (the rows hold
+    the requests answered before it); the connection is dropped so a late answer cannot leak into the
+    next attempt.
     """
-    rows: dict[str, list] = {
-        "client": [],
-        "rank": [],
-        "request": [],
-        "query_ids": [],
-        "ids": [],
-        "scores": [],
-        "t_start": [],
-        "t_end": [],
-    }
+    rows = empty_rows()
+    stall = warm_share(vectors[: min(warmup, len(vectors))], k, ef, batch_size, index)
+    if stall:
+        return rows, stall
+    # While measuring, keep per request only numpy arrays and floats (no new objects the cyclic garbage
+    # collector tracks) and freeze what exists: a collection pass during the loop is a latency spike.
+    ids: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    gc.collect()
+    gc.freeze()
     try:
         db = client()
-        for start in range(0, min(warmup, len(vectors)), batch_size):
-            db.search(vectors[start : min(start + batch_size, warmup)], k, ef)
-        for request, start in enumerate(range(0, len(vectors), batch_size)):
+        search = db.search
+        if release_at is not None:
+            time.sleep(max(0.0, release_at - time.time()))
+        for start in range(0, len(vectors), batch_size):
             batch = vectors[start : start + batch_size]
             t0 = time.time()
-            result = db.search(batch, k, ef)
+            result = search(batch, k, ef)
             t1 = time.time()
-            n = len(batch)
-            rows["client"] += [index] * n
-            rows["rank"] += [db.rank] * n
-            rows["request"] += [request] * n
-            rows["query_ids"] += query_ids[start : start + n].tolist()
-            rows["ids"] += [list(map(int, r)) for r in result.ids]
-            rows["scores"] += [list(map(float, r)) for r in result.scores]
-            rows["t_start"] += [t0] * n
-            rows["t_end"] += [t1] * n
+            ids.append(result.ids)
+            scores.append(result.scores)
+            rows["t_start"].append(t0)
+            rows["t_end"].append(t1)
     except RequestTimeout as exc:
         reset_client()
-        return rows, f"client {index}: {exc}"
-    return rows, None
+        stall = f"client {index}: {exc}"
+    finally:
+        gc.unfreeze()
+    return _fill_rows(rows, query_ids, ids, scores, index, db.rank if ids else None), stall
+
+
+def _fill_rows(
+    rows: dict[str, list],
+    query_ids: np.ndarray,
+    ids: list[np.ndarray],
+    scores: list[np.ndarray],
+    index: int,
+    rank: int | None,
+) -> dict[str, list]:
+    """Per-query rows from per-request arrays (requests of the share in order, from its first query)."""
+    sizes = [len(a) for a in ids]
+    n = sum(sizes)
+    rows["client"] = [index] * n
+    rows["rank"] = [rank] * n
+    rows["request"] = np.repeat(np.arange(len(sizes)), sizes).tolist()
+    rows["query_ids"] = query_ids[:n].tolist()
+    rows["ids"] = [r for a in ids for r in a.tolist()]
+    rows["scores"] = [r for a in scores for r in a.tolist()]
+    rows["t_start"] = np.repeat(rows["t_start"], sizes).tolist()
+    rows["t_end"] = np.repeat(rows["t_end"], sizes).tolist()
+    return rows
 
 
 def slow_request(parts: list[dict[str, list]]) -> str | None:
@@ -176,27 +232,30 @@ def query_sweep(
 def _measure(
     pool: ClientPool, setting: QuerySetting, ids: np.ndarray, vectors: np.ndarray, warmup: int
 ) -> tuple[list[dict[str, list]], str | None]:
-    """Run one setting over every client; run it once more if it stalled. Returns (parts, stall)."""
+    """Run one setting over every client; run it once more if it stalled. Returns (parts, stall).
+
+    Two phases: every client connects and warms up (:func:`warm_share`); once all have, each is handed its
+    share with one common ``release_at`` a little ahead, so they start together.
+    """
     stall = None
+    shares = np.array_split(np.arange(len(ids)), pool.size)
+    args = (setting.k, setting.ef, setting.batch_size)
     for attempt in range(1, ATTEMPTS + 1):
-        shares = np.array_split(np.arange(len(ids)), pool.size)
-        futures = [
-            pool.submit(
-                run_share,
-                ids[s],
-                vectors[s],
-                setting.k,
-                setting.ef,
-                setting.batch_size,
-                warmup,
-                i,
-                client_index=i,
-            )
+        warm = [
+            pool.submit(warm_share, vectors[s[:warmup]], *args, i, client_index=i)
             for i, s in enumerate(shares)
         ]
-        results = [f.result() for f in futures]
-        parts = [rows for rows, _ in results]
-        timeouts = [why for _, why in results if why]
+        timeouts = [why for why in (f.result() for f in warm) if why]
+        parts = [empty_rows() for _ in shares]
+        if not timeouts:
+            release_at = time.time() + RELEASE_AHEAD_S
+            futures = [
+                pool.submit(run_share, ids[s], vectors[s], *args, 0, i, release_at, client_index=i)
+                for i, s in enumerate(shares)
+            ]
+            results = [f.result() for f in futures]
+            parts = [rows for rows, _ in results]
+            timeouts = [why for _, why in results if why]
         stall = "; ".join(timeouts) if timeouts else slow_request(parts)
         if stall is None:
             return parts, None

@@ -21,20 +21,23 @@ DIFFERS = {
         "before every VectorDBBench run (its search-only path sets none: its optimize step would)",
     ],
     "milvus": [
-        f"client: project pymilvus {version('pymilvus')} MilvusClient.search (consistency level Bounded, "
-        "named); "
-        "VectorDBBench pymilvus 2.6.17 MilvusClient.search (no consistency level: the collection's default), "
+        f"client: project pymilvus {version('pymilvus')} MilvusClient.search, the query as a list of floats "
+        "(consistency level Bounded, named); "
+        "VectorDBBench pymilvus 2.6.17 MilvusClient.search, a list of floats too (no consistency level: the "
+        "collection's default), "
         "with the 'pk' default patched in (see _peer_venv.py); both gRPC, ids and distances only",
     ],
     "both": [
         "queries: project sends its query set cycled to --project-queries queries once, split over its "
         "client processes, after --warmup warm-up queries each; VectorDBBench's processes each cycle the "
         "whole test set from a random offset for --duration s, without warm-up",
-        "clock: project QPS = queries / (last answer - first request) from its raw rows; VectorDBBench QPS "
-        "= queries / (start signal -> every process returned); p99 over each side's own requests. "
-        "VectorDBBench's processes start together on a signal and stop on time; the project's clients start "
-        "as the pool hands them their share (tens of ms apart) and the slower one ends the run (each "
-        "client's span is in the JSON)",
+        "clock: both start their clients together after every one is ready: VectorDBBench's processes wait "
+        "on a Condition, then connect and search for --duration s; the project's clients connect and warm "
+        "up, then all start at one instant (measured start skew: 'skew' per repeat above). Project QPS = "
+        "queries / (last answer - first request) from its raw rows (apps.vdb_metrics.qps; the slower "
+        "client ends it: the QPS while every client ran is in the JSON); VectorDBBench QPS = queries / "
+        "(start signal -> every process returned; its processes connect after the signal and stop on "
+        "time); p99 over each side's own requests",
         "recall: VectorDBBench's from its serial pass; project's from the first k ids of its rows; both "
         "|returned & exact top-k| / k against the same ground truth (tie-aware recall in the JSON)",
     ],
@@ -75,6 +78,9 @@ def summarise(results: list[dict[str, Any]], args: Any) -> list[dict[str, Any]]:
                         p["vdbbench"][c]["recall_tie_aware"] for p in pairs
                     ),
                     "project_queries": med("project", "queries"),
+                    "project_qps_common_window": med("project", "qps_common_window"),
+                    "project_start_skew_ms": med("project", "start_skew_ms"),
+                    "project_end_skew_ms": med("project", "end_skew_ms"),
                     "project_seconds": med("project", "seconds"),
                     "vdbbench_queries": med("vdbbench", "queries"),
                     "vdbbench_seconds": med("vdbbench", "seconds"),
@@ -110,7 +116,8 @@ def report(rows: list[dict[str, Any]], args: Any) -> None:
     print(
         "\nratio = median over repeats of project QPS / VectorDBBench QPS of the same pair; MET also needs "
         f"the project's recall >= VectorDBBench's - {RECALL_SLACK}. queries/s = queries and seconds each QPS "
-        "and p99 rests on (medians); VectorDBBench's recall rests on its serial pass over "
+        "and p99 rest on (medians); VectorDBBench's recall rests on its "
+        "serial pass over "
         f"{rows[0]['vdbbench_recall_queries']} test queries, checked against a recomputation from the ids "
         "its search_embedding returned. same ids = share of test queries whose k ids are identical on both "
         "sides (worst repeat)."

@@ -8,7 +8,7 @@
   property ``key`` VectorDBBench's GraphQL query returns, filled here with the row id next to the object
   UUID ``UUID(int=row id)`` the project's client reads; then the project's wait and index steps.
 * :func:`run_project`: ``apps.query_sweep.query_sweep`` for one client count (batch 1, k, ef), metrics from
-  its raw Parquet rows (``apps.vdb_metrics``).
+  its raw Parquet rows (``apps.vdb_metrics``) and the measured skew between the clients' first requests.
 * :func:`run_vdbbench`: ``_peer_vdbb_driver.py`` in VectorDBBench's venv.
 * :func:`plain_recall` (VectorDBBench's definition) and :func:`tie_aware_recall` (the project's).
 """
@@ -203,7 +203,10 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
     ]
     return {
         "client_spans": spans,  # when each client process sent its first and got its last answer
-        "qps": qps(raw),
+        "start_skew_ms": 1000 * max(s["start_s"] for s in spans),
+        "end_skew_ms": 1000 * (max(s["end_s"] for s in spans) - min(s["end_s"] for s in spans)),
+        "qps": qps(raw),  # the stage's own definition: queries / (last answer - first request)
+        "qps_common_window": common_window_qps(spans),
         "p99_ms": stats["p99_ms"],
         "p50_ms": stats["p50_ms"],
         "queries": raw.num_rows,
@@ -211,6 +214,16 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
         "query_ids": raw.column("query_id").to_numpy(),
         "ids": raw.column("ids").to_pylist(),
     }
+
+
+def common_window_qps(spans: list[dict[str, Any]]) -> float:
+    """For reference: queries per second while every client ran (last first request -> first last answer),
+    each client's queries counted pro rata over that window."""
+    opened, closed = max(s["start_s"] for s in spans), min(s["end_s"] for s in spans)
+    if closed <= opened:
+        return float("nan")
+    share = [s["queries"] * (closed - opened) / (s["end_s"] - s["start_s"]) for s in spans]
+    return sum(share) / (closed - opened)
 
 
 # --- VectorDBBench's side ----------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def run_database(
                     f"  [{repeat + 1}/{args.repeats}] {c} client(s) ({first}): "
                     f"project {p['qps']:7.1f} QPS p99 {p['p99_ms']:6.2f} ms | VectorDBBench {v['qps']:7.1f} "
                     f"QPS p99 {v['p99_ms']:6.2f} ms | ratio {p['qps'] / v['qps']:.2f}x  "
-                    f"load {pair['load_average'][str(c)][0]:.2f}",
+                    f"skew {p['start_skew_ms']:.1f} ms  load {pair['load_average'][str(c)][0]:.2f}",
                     flush=True,
                 )
     finally:
