@@ -13,7 +13,8 @@ Same vectors, same queries, same k, same number of threads (``faiss.omp_set_num_
 Each side is timed end to end from vectors in memory to (ids, distances): the stage's streaming over
 ``--batch-rows`` batches (8,192, as ``iter_vectors`` yields by default; regrouped into blocks within the
 memory budget of ``configs/local.yaml``) on one side, normalisation + ``add`` + ``search`` on the other.
-Sides alternate; the figures are medians of ``--repeat`` runs, and the ratio is the stage's throughput
+Sides alternate; the figures are medians of ``--repeat`` runs (more for small inputs, until each side's
+timed work is ``--min-seconds``), and the ratio is the stage's throughput
 (queries/s) over FAISS's. Neighbours are compared tie-aware: the two lists of a query agree when their
 distances, recomputed in float64, are the same sorted values (members may differ only among vectors at
 the same distance). The stage's working memory (numpy, by tracemalloc, plus FAISS's own tiles and
@@ -26,6 +27,7 @@ reservoirs, computed) is measured in one more, untimed run.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
@@ -227,6 +229,8 @@ def working_memory(case: Case, k: int, args: argparse.Namespace) -> dict[str, An
     }
 
 
+MAX_REPEAT = 401
+
 # --- driver ----------------------------------------------------------------------------------------------
 
 
@@ -235,7 +239,10 @@ def bench(case: Case, args: argparse.Namespace) -> dict[str, Any]:
     repeat = args.random_repeat if case.name == "random" else args.repeat
     load_before = os.getloadavg()
     run_stage(case, k, args)  # warm-up both (allocator, BLAS threads)
-    run_faiss(case, k)
+    one, _ = timed(lambda: run_faiss(case, k))
+    # A figure rests on seconds of work, not milliseconds: small inputs get more runs (fmnist1k's 500
+    # queries take ~10 ms a side, so 15 runs were 0.15 s, and one stall on this shared machine moved it).
+    repeat = max(repeat, min(MAX_REPEAT, math.ceil(args.min_seconds / max(one, 1e-4))))
     stage_times: list[float] = []
     faiss_times: list[float] = []
     for r in range(repeat):
@@ -336,6 +343,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=100, help="neighbours per query (default 100)")
     parser.add_argument("--threads", type=int, default=None, help="FAISS (torch) threads (default: cores)")
     parser.add_argument("--repeat", type=int, default=15, help="timed runs per side, alternating (15)")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=3.0,
+        help=f"more runs until each side's timed work is about this long (3 s; at most {MAX_REPEAT} runs)",
+    )
     parser.add_argument("--random-repeat", type=int, default=5, help="timed runs per side, random case (5)")
     parser.add_argument("--random-rows", type=int, default=200_000, help="random base rows (200,000)")
     parser.add_argument("--random-dim", type=int, default=384, help="random dimension (384)")
