@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from pydantic import ValidationError
+from pymilvus.grpc_gen.milvus_pb2 import SearchRequest
 
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
@@ -214,6 +215,8 @@ def test_packed_search_request_is_byte_identical_at_every_consistency_level(
             key = (k, repr({"metric_type": "COSINE", "params": {"ef": ef}}), level)
             assert client._search_template[0][2:] == key
             assert sent[-1] == sent[-2], f"{level}, k={k}: requests differ"
+            ts = SearchRequest.FromString(sent[-1][0]).guarantee_timestamp
+            assert ts > 2**18 if level == "Session" else ts in (0, 1, 2)  # Session: the insert's hybrid ts
             np.testing.assert_array_equal(packed.ids, public.ids)
 
     # A pymilvus without the internals the packed path uses: the public call, from then on.
