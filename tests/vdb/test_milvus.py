@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import yaml
 from pydantic import ValidationError
+from pymilvus.grpc_gen.milvus_pb2 import SearchRequest
 
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
@@ -145,6 +146,88 @@ def test_plain_inserts_store_the_vectors_exactly_and_retries_do_not_duplicate(cl
     assert sorted(r["id"] for r in rows) == [0, 255, 299]
     for row in rows:
         np.testing.assert_array_equal(np.asarray(row["vector"], np.float32), base[row["id"]])
+
+
+def _recording_search(client: MilvusVectorClient, monkeypatch) -> list:
+    """Record the (request, metadata) of every Search RPC the client's pymilvus connection sends."""
+    stub = client.client._get_connection()._stub
+    sent, real = [], stub.Search
+
+    def search(request, **kwargs):
+        sent.append(
+            (request.SerializeToString(), [m for m in kwargs.get("metadata") or [] if "msec" not in m[0]])
+        )
+        return real(request, **kwargs)
+
+    monkeypatch.setattr(stub, "Search", search)
+    return sent
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("metric", "index_type"), [("cosine", "hnsw"), ("l2", "flat")])
+def test_packed_search_matches_the_public_call(client, fmnist, metric, index_type, monkeypatch) -> None:
+    """The packed search sends pymilvus's request byte for byte and returns the same ids and distances."""
+    base, queries, _ = fmnist
+    name = f"fm_fast_{metric}"
+    client.create_collection(
+        CollectionSpec(name=name, dim=784, metric=metric, index_type=index_type), recreate=True
+    )
+    client.insert_new(np.arange(len(base)), base)
+    client.wait_searchable(len(base), timeout=60)
+    client.build_index(timeout=120)
+    sent = _recording_search(client, monkeypatch)
+    for batch, n in ((1, 300), (8, 200)):
+        for start in range(0, n, batch):
+            rows = queries[start : start + batch]
+            client._search_template = False  # the public MilvusClient.search
+            public = client.search(rows, k=10, ef=32)
+            client._search_template = None if client._search_template is False else client._search_template
+            packed = client.search(rows, k=10, ef=32)
+            assert client._search_template not in (None, False)  # the packed path answered
+            assert sent[-1] == sent[-2], f"requests differ for queries {start}..{start + batch}"
+            np.testing.assert_array_equal(packed.ids, public.ids)
+            np.testing.assert_array_equal(packed.scores, public.scores)
+            assert packed.ids.dtype == public.ids.dtype and packed.scores.dtype == public.scores.dtype
+    assert len(sent) == 2 * (300 + 200 // 8)
+    # Distances as pymilvus reports them: L2 ascending from the nearest, cosine similarity descending.
+    order = np.diff(packed.scores, axis=1)
+    assert np.all(order >= 0) if metric == "l2" else np.all(order <= 0)
+
+
+@pytest.mark.slow
+def test_packed_search_request_is_byte_identical_at_every_consistency_level(
+    client, fmnist, monkeypatch
+) -> None:
+    """Same timestamp and fields as MilvusClient.search sends; without the internals, the public call."""
+    base, queries, _ = fmnist
+    client.create_collection(CollectionSpec(name="fm_levels", dim=784), recreate=True)
+    client.insert_new(np.arange(len(base)), base)  # Session's timestamp is this client's last write
+    client.wait_searchable(len(base), timeout=60)
+    client.build_index(timeout=120)
+    sent = _recording_search(client, monkeypatch)
+    for level in ("Strong", "Bounded", "Session", "Eventually"):
+        client.settings.consistency_level = level
+        for k, ef in ((10, 32), (5, 200)):
+            client._search_template = False
+            public = client.search(queries[:3], k=k, ef=ef)
+            client._search_template = None
+            packed = client.search(queries[:3], k=k, ef=ef)
+            key = (k, repr({"metric_type": "COSINE", "params": {"ef": ef}}), level)
+            assert client._search_template[0][2:] == key
+            assert sent[-1] == sent[-2], f"{level}, k={k}: requests differ"
+            ts = SearchRequest.FromString(sent[-1][0]).guarantee_timestamp
+            assert ts > 2**18 if level == "Session" else ts in (0, 1, 2)  # Session: the insert's hybrid ts
+            np.testing.assert_array_equal(packed.ids, public.ids)
+
+    # A pymilvus without the internals the packed path uses: the public call, from then on.
+    def gone(*args: object) -> None:
+        raise AttributeError("no _get_connection")
+
+    monkeypatch.setattr(client, "_search_template_for", gone)
+    client._search_template = None
+    fallback = client.search(queries[:3], k=5, ef=200)
+    assert client._search_template is False and len(sent) == 17
+    np.testing.assert_array_equal(fallback.ids, packed.ids)
 
 
 @pytest.mark.slow
