@@ -21,8 +21,9 @@ DIFFERS = {
         "before every VectorDBBench run (its search-only path sets none: its optimize step would)",
     ],
     "milvus": [
-        f"client: project pymilvus {version('pymilvus')} MilvusClient.search, the query as a list of floats "
-        "(consistency level Bounded, named); "
+        f"client: project pymilvus {version('pymilvus')}: the SearchRequest pymilvus prepares, built once "
+        "per setting, each query's float32 bytes swapped in and sent on pymilvus's own stub "
+        "(byte-identical to MilvusClient.search's request; consistency level Bounded, named); "
         "VectorDBBench pymilvus 2.6.17 MilvusClient.search, a list of floats too (no consistency level: the "
         "collection's default), "
         "with the 'pk' default patched in (see _peer_venv.py); both gRPC, ids and distances only",

@@ -332,7 +332,8 @@ class MilvusVectorClient(Client):
         query count and the guarantee timestamp (recomputed as pymilvus does for the consistency level),
         sends it with pymilvus's stub and call metadata, checks the status as pymilvus does and reads ids
         and scores (the distances pymilvus reports, unconverted) from the reply. A failed RPC is redone
-        by the public call, which retries what pymilvus retries.
+        by the public call, which retries what pymilvus retries, except a timed-out one (a stalled server
+        is reported after one request timeout, as a RequestTimeout).
         """
         if self._search_template is False or not len(queries):
             return None
@@ -352,7 +353,9 @@ class MilvusVectorClient(Client):
         request.guarantee_timestamp = level["guarantee_timestamp"]
         try:
             resp = conn._stub.Search(request, timeout=self.request_timeout, metadata=metadata(context))
-        except rpc_error:
+        except rpc_error as exc:
+            if "DEADLINE_EXCEEDED" in str(getattr(exc, "code", lambda: "")()):
+                raise  # a stalled server: one request timeout, not a second through the public call
             return None
         check_status(resp.status)
         return _search_result(resp.results, len(queries), k)
