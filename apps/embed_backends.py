@@ -20,11 +20,9 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -34,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import ArtifactError
-from core.store import canonical_json, os_error_reason, sha256_file
+from core.store import canonical_json, exclusive_lock, os_error_reason, sha256_file, staged_directory
 
 log = logging.getLogger(__name__)
 
@@ -91,23 +89,6 @@ def export_path(model_dir: str, export_dir: str) -> Path:
     return Path(export_dir) / f"openvino-{key}"
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """An exclusive lock file; a file system without locks (some parallel ones) runs unlocked."""
-    import fcntl
-
-    try:
-        handle = path.open("a")
-    except PermissionError:  # another user's lock file on a shared workdir: flock needs no write access
-        handle = path.open("r")
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except OSError:
-            log.warning("%s: the file system refuses locks; exporting without one", path)
-        yield
-
-
 class ExportCacheError(ArtifactError):
     """The cached OpenVINO export is unusable and could not be replaced: names the folder to delete."""
 
@@ -128,17 +109,6 @@ class ExportInfo:
             "exported_by_worker": self.exported,
             "seconds": round(self.seconds, 1),
         }
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask sets it, racing the worker's other threads)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _check(target: Path, identity: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
@@ -194,7 +164,8 @@ def prepare_export(
     lock = contextlib.ExitStack()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        lock.enter_context(_lock(target.parent / f"{target.name}.lock"))
+        if not lock.enter_context(exclusive_lock(target.parent / f"{target.name}.lock")):
+            log.warning("%s: the file system refuses locks; exporting without one", target.parent)
     except OSError as exc:
         raise ExportCacheError(
             f"cannot write OpenVINO exports in {target.parent}: {os_error_reason(exc, target.parent)}; "
@@ -255,32 +226,32 @@ def _export_into(model_dir: str, target: Path, identity: dict[str, Any]) -> Expo
     """Export into a temporary folder beside ``target``, record it in export.json last, rename into place."""
     log.info("exporting %s to OpenVINO (once, ~%d s) into %s", model_dir, estimate_seconds(model_dir), target)
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    recorded = False
     try:
-        _export(model_dir, tmp)
-        seconds = time.monotonic() - started
-        files = {
-            p.name: {"size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "sha256": sha256_file(p)}
-            for p in sorted(tmp.iterdir())
-            if p.is_file()
-        }
-        record = {**identity, "export_id": uuid.uuid4().hex, "seconds": round(seconds, 1), "files": files}
-        # Written last, plainly: the folder is private until the rename, and a temp-file write would make
-        # export.json 0600, unreadable to another user's workers.
-        (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o755 & ~_umask())  # mkdtemp makes it 0700: other users' workers must read it
-        try:
-            os.replace(tmp, target)
-        except OSError as exc:  # a file system without locks: another worker may have won the race
-            winner, problem = _check(target, identity)
-            if winner is not None and problem is None:
-                return _info(target, winner)
-            raise ExportCacheError(
-                f"cannot move the new OpenVINO export into {target} ({exc.strerror or exc}); "
-                f"delete {target} and rerun"
-            ) from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with staged_directory(target) as tmp:  # 0755 less the umask: other users' workers must read it
+            _export(model_dir, tmp)
+            seconds = time.monotonic() - started
+            files = {
+                p.name: {"size": p.stat().st_size, "mtime_ns": p.stat().st_mtime_ns, "sha256": sha256_file(p)}
+                for p in sorted(tmp.iterdir())
+                if p.is_file()
+            }
+            record = {**identity, "export_id": uuid.uuid4().hex, "seconds": round(seconds, 1), "files": files}
+            # Written last, plainly: the folder is private until the rename, and a temp-file write would
+            # make export.json 0600, unreadable to another user's workers.
+            (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+            recorded = True
+    except OSError as exc:
+        if not recorded:
+            raise
+        # The rename failed: on a file system without locks another worker may have won the race.
+        winner, problem = _check(target, identity)
+        if winner is not None and problem is None:
+            return _info(target, winner)
+        raise ExportCacheError(
+            f"cannot move the new OpenVINO export into {target} ({exc.strerror or exc}); "
+            f"delete {target} and rerun"
+        ) from None
     log.info("exported %s to OpenVINO in %.0f s into %s", model_dir, seconds, target)
     return ExportInfo(target, record["export_id"], True, seconds)
 

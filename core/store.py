@@ -210,10 +210,15 @@ def exclusive_lock(path: Path) -> Iterator[bool]:
 
     Yields True when locked, False on a file system that refuses locks (some parallel ones): the block
     then runs unlocked and must tolerate a concurrent writer. The lock file is left in place (removing
-    it would let a waiter lock an unlinked file).
+    it would let a waiter lock an unlinked file). Another user's lock file on a shared workdir is opened
+    read-only: ``flock`` needs no write access.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
+    try:
+        handle = path.open("a")
+    except PermissionError:
+        handle = path.open("r")
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX)
             locked = True
