@@ -6,14 +6,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from core.errors import PipelineError
 from pipeline.cli_dataset import app as dataset_app
+from pipeline.cli_output import console, out
+from pipeline.cli_output import error as _error
+from pipeline.cli_output import fail as _fail
 from pipeline.config_loader import LoadedConfig, load_config
 
 if TYPE_CHECKING:
@@ -25,20 +27,7 @@ app = typer.Typer(
     help="Pes2o-VE pipeline: corpus -> embedding dataset -> vector-database benchmarks, with provenance.",
 )
 app.add_typer(dataset_app, name="dataset")
-console = Console(stderr=True)
-out = Console()
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
-
-
-def _error(message: str, code: int) -> NoReturn:
-    """Print ``error: message`` and exit with ``code``."""
-    # soft_wrap: one line however narrow the terminal (or a log file's 80 columns).
-    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _fail(exc: PipelineError) -> NoReturn:
-    _error(str(exc), exc.exit_code)
 
 
 def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:

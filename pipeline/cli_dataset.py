@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, NoReturn
+from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from core.errors import PipelineError
 from core.store import ensure_writable_dir, os_error_reason
+from pipeline.cli_output import console, out
+from pipeline.cli_output import error as _error
+from pipeline.cli_output import fail as _fail
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Import an ANN benchmark dataset (with its queries and ground truth) or export one.",
 )
-console = Console(stderr=True)
-out = Console()
-
-
-def _error(message: str, code: int) -> NoReturn:
-    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True, markup=True)
-    raise typer.Exit(code)
 
 
 def _os_reason(exc: OSError) -> str:
@@ -73,7 +68,7 @@ def import_(
     try:
         result = import_dataset(fmt, paths, name, store, metric, rows_per_part)
     except PipelineError as exc:
-        _error(str(exc), exc.exit_code)
+        _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
         _error(f"importing into {store}: {_os_reason(exc)}", 1)
     manifest, check = result.manifest, result.check
@@ -123,7 +118,7 @@ def export(
     try:
         written = export_dataset(locate(dataset_dir, queries, groundtruth, metric), fmt, out_dir)
     except PipelineError as exc:
-        _error(str(exc), exc.exit_code)
+        _fail(exc)
     except OSError as exc:
         _error(f"exporting to {out_dir}: {_os_reason(exc)}", 1)
     out.print(

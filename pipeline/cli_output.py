@@ -1,0 +1,25 @@
+"""The consoles the commands print to, and the one way a command ends on an error (no traceback)."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from core.errors import PipelineError
+
+console = Console(stderr=True)  # messages, progress, errors
+out = Console()  # results a user may pipe
+
+
+def error(message: str, code: int) -> NoReturn:
+    """Print ``error: message`` and exit with ``code``."""
+    # soft_wrap: one line however narrow the terminal (or a log file's 80 columns).
+    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def fail(exc: PipelineError) -> NoReturn:
+    """End the command with ``exc``'s message and exit code."""
+    error(str(exc), exc.exit_code)
