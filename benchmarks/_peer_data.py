@@ -22,7 +22,6 @@ from typing import Any
 
 import _common
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 EXPORT_FILES = ("train.parquet", "test.parquet", "neighbors.parquet")
@@ -131,12 +130,10 @@ def read_base(dataset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def read_groundtruth(groundtruth_file: Path) -> tuple[np.ndarray, np.ndarray]:
     """(query ids, neighbour ids (queries, k)) of a ``groundtruth.parquet``."""
-    table = pq.read_table(groundtruth_file, columns=["query_id", "neighbors"])
-    column = table.column("neighbors").combine_chunks()
-    width = column.type.list_size if pa.types.is_fixed_size_list(column.type) else None
-    flat = column.flatten().to_numpy(zero_copy_only=False)
-    k = width or (len(flat) // max(len(column), 1))
-    return table.column("query_id").to_numpy(), flat.reshape(len(column), k).astype(np.int64)
+    from apps.ann_export import read_groundtruth as read_with_distances
+
+    query_ids, neighbors, _ = read_with_distances(groundtruth_file)
+    return query_ids, neighbors
 
 
 def export_vdbbench(data: LocalDataset, out_dir: Path) -> dict[str, Any]:
