@@ -68,8 +68,9 @@ def full_run(corpus: Path, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def last_provenance(workdir: Path) -> dict:
-    run = sorted((workdir / "runs").iterdir())[-1]
-    return json.loads((run / "provenance.json").read_text())
+    """The newest run's provenance, by its recorded start (run ids do not order runs within a second)."""
+    records = [json.loads(p.read_text()) for p in (workdir / "runs").glob("*/provenance.json")]
+    return max(records, key=lambda record: record["started"])
 
 
 def test_report_covers_every_database_with_recall(full_run) -> None:

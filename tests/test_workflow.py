@@ -32,7 +32,16 @@ def outputs(run_dir: Path) -> dict[str, Path]:
 
 
 def last_run(workdir: Path) -> Path:
-    return sorted((workdir / "runs").iterdir())[-1]
+    """The newest run by its recorded start: run ids are unique per second and configuration, so two runs
+    started within one second sort by their config hash, not by time."""
+
+    def started(run: Path) -> float:
+        provenance = run / "provenance.json"
+        if provenance.exists():
+            return json.loads(provenance.read_text())["started"]
+        return run.stat().st_mtime
+
+    return max((workdir / "runs").iterdir(), key=started)
 
 
 def dataset_dir(config: Path) -> Path:
