@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from apps.dataset import arrow_to_vectors
 from apps.query_raw import raw_query_table
-from apps.vdb.base import RequestTimeout
+from apps.vdb.base import SEARCH_KNOB, RequestTimeout
 from apps.vdb.config import QuerySweepConfig
 from apps.vdb.pool import ClientPool, client, reset_client
 from apps.vdb.records import DatabaseTarget, IndexRecord, QueryRecord, QuerySetting
@@ -52,7 +52,7 @@ def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False
     ef only varies for indexes with a search-time knob (for IVF it is nprobe). An in-process engine
     serves one client, so its sweep has clients = 1 only rather than repeating the same setting.
     """
-    efs = query_cfg.ef if index_type in ("hnsw", "dynamic", "ivf_flat") else [None]
+    efs = query_cfg.ef if index_type in SEARCH_KNOB else [None]
     clients = [1] if in_process else sorted(set(query_cfg.clients))
     return [
         QuerySetting(ef=ef, batch_size=b, clients=c, k=k)

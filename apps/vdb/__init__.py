@@ -2,8 +2,8 @@
 
 Each folder ``apps/vdb/<name>/`` holds everything about that database:
 
-* ``settings.py``: its config model (pydantic only), exported as ``SETTINGS``, and ``PACKAGES``, the client
-  packages whose versions the provenance records;
+* ``settings.py``: its config model (pydantic only), exported as ``SETTINGS``; ``PACKAGES``, the client
+  packages whose versions the provenance records; ``INDEX_TYPES``, the index types it builds;
 * ``adapter.py``: ``ADAPTER``, built from its local deployment (``deploy.py``) and client (``client.py``);
 * ``env.py``: its server environment, used by both the local deployment and the HPC ranks;
 * ``ranks.py``: its ranks on an HPC pilot job (``plan_ranks``) and its image field (``image_field``);
@@ -58,6 +58,11 @@ def get_adapter(name: str) -> Adapter:
 def settings_models() -> list[type]:
     """Every database's settings model (pydantic only), in registry order."""
     return [_part(name, "settings").SETTINGS for name in DATABASES]
+
+
+def supported_index_types(name: str) -> tuple[str, ...]:
+    """The ``vdb.collection.index_type`` values database ``name`` builds (``INDEX_TYPES`` of its settings)."""
+    return tuple(_part(name, "settings").INDEX_TYPES)
 
 
 def client_packages() -> list[str]:

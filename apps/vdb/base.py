@@ -30,6 +30,23 @@ from core.errors import PipelineError, describe, portable
 log = logging.getLogger(__name__)
 
 Metric = Literal["cosine", "ip", "l2"]
+# Database-neutral index types; each database's settings module lists the ones it builds (``INDEX_TYPES``).
+# hnsw: graph in memory; ivf_flat / ivf_pq: inverted lists of raw / product-quantised vectors; ivf_hnsw_sq:
+# inverted lists with an HNSW graph per list over scalar-quantised vectors (LanceDB); diskann: Vamana graph
+# on disk; flat: exact scan; dynamic: flat, switching to HNSW past a size (Weaviate).
+IndexType = Literal["hnsw", "ivf_flat", "ivf_pq", "ivf_hnsw_sq", "diskann", "flat", "dynamic"]
+# Vector compression next to the index: none, scalar (int8), pq (product), bq (binary).
+Quantization = Literal["none", "scalar", "pq", "bq"]
+# The search-time knob ``Client.search(ef=...)`` sets, by index type (flat has none):
+# HNSW-style graphs take it as ef, IVF indexes as nprobe (capped at the list count), DiskANN as search_list.
+SEARCH_KNOB = {
+    "hnsw": "ef",
+    "dynamic": "ef",
+    "ivf_flat": "nprobe",
+    "ivf_pq": "nprobe",
+    "ivf_hnsw_sq": "nprobe",
+    "diskann": "search_list",
+}
 
 
 class Endpoint(BaseModel):
@@ -76,10 +93,15 @@ class CollectionSpec(BaseModel):
     name: str = "pes2o_ve"
     dim: int
     metric: Metric = "cosine"
-    index_type: Literal["hnsw", "ivf_flat", "flat", "dynamic"] = "hnsw"
+    index_type: IndexType = "hnsw"
     hnsw_m: int = 16
     ef_construction: int = 128
     ivf_nlist: int = 128
+    pq_m: int = 16  # sub-vectors of a product quantiser (must divide dim where the engine needs it)
+    pq_bits: int = 8  # bits per sub-vector code
+    quantization: Quantization = "none"
+    # Keep vectors (and the graph, where the engine can) on disk instead of in memory.
+    on_disk: bool = False
     shards: int = 1
     # Build the index after the bulk upload instead of during it (the vendors' bulk advice).
     deferred_indexing: bool = True
@@ -259,7 +281,11 @@ class Client(abc.ABC):
 
     @abc.abstractmethod
     def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
-        """Search a batch of queries (one request where the database allows it)."""
+        """Search a batch of queries (one request where the database allows it).
+
+        ``ef`` is the index's search-breadth knob (``SEARCH_KNOB``): ef for HNSW-style graphs, nprobe for IVF
+        (capped at the list count), search_list for DiskANN (raised to k); None: the engine's default.
+        """
 
     @abc.abstractmethod
     def count(self) -> int:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from apps.vdb import settings_models
+from apps.vdb import settings_models, supported_index_types
+from apps.vdb.base import IndexType, Quantization
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from core.config import Strict
 
@@ -20,10 +21,22 @@ class CollectionConfig(Strict):
     """The collection every database builds (database-neutral; adapters map it)."""
 
     name: str = Field("pes2o_ve", pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Collection name.")
-    index_type: Literal["hnsw", "ivf_flat", "flat", "dynamic"] = Field("hnsw", description="Vector index.")
+    index_type: IndexType = Field(
+        "hnsw",
+        description="Vector index: hnsw, ivf_flat, ivf_pq, ivf_hnsw_sq, diskann, flat or dynamic "
+        "(each database builds the ones docs/engines.md lists).",
+    )
     hnsw_m: int = Field(16, ge=2, description="HNSW graph degree M.")
     ef_construction: int = Field(128, ge=8, description="HNSW ef_construction.")
-    ivf_nlist: int = Field(128, ge=1, description="IVF lists (ivf_flat).")
+    ivf_nlist: int = Field(128, ge=1, description="IVF lists (ivf_flat, ivf_pq, ivf_hnsw_sq).")
+    pq_m: int = Field(16, ge=1, description="Product quantiser sub-vectors (ivf_pq, quantization: pq).")
+    pq_bits: int = Field(8, ge=1, le=16, description="Bits per product-quantiser code.")
+    quantization: Quantization = Field(
+        "none", description="Vector compression beside the index: none, scalar (int8), pq or bq (binary)."
+    )
+    on_disk: bool = Field(
+        False, description="Keep vectors (and the graph where possible) on disk, not in memory."
+    )
     shards: int = Field(1, ge=1, description="Shards of the collection (spread over the cluster's nodes).")
     deferred_indexing: bool = Field(
         True, description="Upload first, build the index afterwards (the vendors' bulk-upload advice)."
@@ -82,6 +95,17 @@ class VdbConfig(Strict):
         description="HPC: run each database as a pilot job of Apptainer servers on its own nodes; "
         "None: start it locally (or attach to the url in its settings).",
     )
+
+    @model_validator(mode="after")
+    def _index_types_supported(self) -> VdbConfig:
+        for position, db in enumerate(self.databases):
+            supported = supported_index_types(db.name)
+            if self.collection.index_type not in supported:
+                raise ValueError(
+                    f"vdb.collection.index_type {self.collection.index_type!r} is not built by "
+                    f"vdb.databases[{position}] ({db.name}); it builds: {', '.join(supported)}"
+                )
+        return self
 
     def pilot_databases(self) -> list[DatabaseSettings]:
         """Databases that run as pilot jobs under ``cluster`` (first entry per name). In-process engines

@@ -64,6 +64,9 @@ SETTINGS = MilvusSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("pymilvus", "milvus")
 
+# vdb.collection.index_type values this database builds (docs/engines.md).
+INDEX_TYPES = ("hnsw", "ivf_flat", "flat")
+
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
 IMAGES = {

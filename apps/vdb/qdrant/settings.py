@@ -46,6 +46,9 @@ SETTINGS = QdrantSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("qdrant-client", "qdrant-edge-py")
 
+# vdb.collection.index_type values this database builds (docs/engines.md).
+INDEX_TYPES = ("hnsw", "flat")
+
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
 IMAGES = {

@@ -49,6 +49,9 @@ SETTINGS = WeaviateSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("weaviate-client",)
 
+# vdb.collection.index_type values this database builds (docs/engines.md).
+INDEX_TYPES = ("hnsw", "flat", "dynamic")
+
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
 IMAGES = {"weaviate": "semitechnologies/weaviate:1.36.0 image"}
