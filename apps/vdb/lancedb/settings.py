@@ -28,7 +28,7 @@ class LanceDBSettings(BaseModel):
         "the client node(s): LanceDB runs there.",
     )
     nprobes: int = Field(
-        20, ge=1, description="IVF lists probed where the sweep's ef does not set them (ivf_hnsw_sq)."
+        20, ge=1, description="IVF lists probed: always for ivf_hnsw_sq; ivf_flat, ivf_pq: when ef is None."
     )
     refine_factor: int | None = Field(
         None, ge=1, description="Re-rank refine_factor x k candidates on the full vectors (None: no refine)."
