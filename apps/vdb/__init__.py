@@ -25,6 +25,7 @@ DATABASES = {
     "weaviate": "apps.vdb.weaviate",
     "milvus": "apps.vdb.milvus",
     "qdrant": "apps.vdb.qdrant",
+    "lancedb": "apps.vdb.lancedb",
 }
 
 

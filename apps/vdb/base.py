@@ -44,7 +44,7 @@ SEARCH_KNOB = {
     "dynamic": "ef",
     "ivf_flat": "nprobe",
     "ivf_pq": "nprobe",
-    "ivf_hnsw_sq": "nprobe",
+    "ivf_hnsw_sq": "ef",  # LanceDB: HNSW ef inside each list; nprobes from its settings
     "diskann": "search_list",
 }
 
