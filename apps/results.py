@@ -46,6 +46,8 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("segments", pa.int64()),
         pa.field("disk_bytes", pa.int64()),
         pa.field("write_amplification", pa.float64()),  # disk bytes / raw float32 bytes
+        pa.field("index_bytes", pa.int64()),  # on-disk bytes of the index (where the database tells)
+        pa.field("data_bytes", pa.int64()),  # on-disk bytes of vectors and payload (where it tells)
         # query (apps.vdb_metrics.evaluate)
         pa.field("qps", pa.float64()),
         pa.field("latency_mean_ms", pa.float64()),

@@ -77,7 +77,19 @@ def io_table(run: ResultRows) -> list[str]:
         "`cold`: the page cache was dropped before the setting; `warm`: kept or not allowed. Dashes: the "
         "servers ran on other nodes."
     )
-    return ["### Storage I/O per query", "", note, "", *_table(header, body), ""]
+    return ["### Storage I/O per query", "", note, "", *_table(header, body), "", *_footprint(run)]
+
+
+def _footprint(run: ResultRows) -> list[str]:
+    """On-disk bytes of the index and of the data, for databases whose describe() tells them apart."""
+    rows = [r for db in run.databases for r in run.of(db, "index") if is_ok(r)]
+    rows = [r for r in rows if r.get("index_bytes") is not None or r.get("data_bytes") is not None]
+    if not rows:
+        return []
+    body = [
+        [r["database"], _size(r["index_bytes"]), _size(r["data_bytes"]), _size(r["disk_bytes"])] for r in rows
+    ]
+    return ["On-disk footprint by kind:", "", *_table(["database", "index", "data", "total"], body), ""]
 
 
 def _read(path: Path) -> list[dict[str, Any]]:

@@ -60,6 +60,8 @@ def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
                 "segments": index.segments,
                 "disk_bytes": index.disk_bytes,
                 "write_amplification": index.write_amplification,
+                "index_bytes": index.index_bytes,
+                "data_bytes": index.data_bytes,
                 "vectors": index.count,
                 "params": params,
             }

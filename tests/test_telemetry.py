@@ -268,5 +268,9 @@ def test_report_sections_from_real_telemetry(worker: Worker, tmp_path: Path) -> 
         ]
     )
     table = "\n".join(io_table(ResultRows(rows)))
+    assert "On-disk footprint" not in table  # no database told index and data apart
+    index = {"database": "weaviate", "stage": "index", "index_bytes": 2048, "data_bytes": 4096}
+    rows.append(normalize_rows([index])[0])
+    assert "| weaviate | 2.0 KiB | 4.0 KiB | — |" in "\n".join(io_table(ResultRows(rows)))
     expected = "| weaviate | ef=16,batch=1,clients=1,k=10 | 0.900 | 100.0 | cold | 8.0 KiB | 2.00 | 1.0 GiB |"
     assert expected in table

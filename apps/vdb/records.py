@@ -123,6 +123,10 @@ class IndexRecord(Record):
     segments: int | None
     disk_bytes: int | None
     write_amplification: float | None  # disk bytes / raw float32 bytes of the vectors
+    # The on-disk footprint split by kind, where the database's describe() tells them apart
+    # (StorageStats.details["index_bytes"] / ["data_bytes"]); None: not told apart.
+    index_bytes: int | None = None
+    data_bytes: int | None = None
 
 
 class QuerySetting(Record):
