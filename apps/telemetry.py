@@ -216,9 +216,12 @@ class Sampler:
             key = (proc.pid, values.pop("created"))
             cpu_s = values.pop("cpu_s")
             last = self._cpu.get(key)
-            self._cpu[key] = (cpu_s, mono)
             cpu = None
-            if last is not None and mono > last[1]:
+            if last is None or mono - last[1] >= self.interval / 2:
+                # A sample right after another (a phase change) keeps the older base: CPU time is
+                # counted in clock ticks, too coarse for a few milliseconds.
+                self._cpu[key] = (cpu_s, mono)
+            if last is not None and mono - last[1] >= self.interval / 2:
                 cpu = 100.0 * (cpu_s - last[0]) / (mono - last[1])
             rows.append(
                 {

@@ -108,9 +108,10 @@ def _series(rows: list[dict[str, Any]]) -> dict[Key, list[dict[str, Any]]]:
         for row in samples:
             key = (row["node"], row["process"].split("/")[0])
             tick = ticks[key].setdefault(
-                row["time"], {"time": row["time"], "phase": row["phase"], "cpu": 0.0, "rss": 0, "read": 0.0}
+                row["time"], {"time": row["time"], "phase": row["phase"], "cpu": None, "rss": 0, "read": 0.0}
             )
-            tick["cpu"] += row["cpu_percent"] or 0.0
+            if row["cpu_percent"] is not None:  # null: a process's first sample
+                tick["cpu"] = (tick["cpu"] or 0.0) + row["cpu_percent"]
             tick["rss"] += row["rss_bytes"] or 0
             if previous is not None and row["read_bytes"] is not None and previous["read_bytes"] is not None:
                 dt = row["time"] - previous["time"]
@@ -127,7 +128,9 @@ def _phase_spans(points: list[dict[str, Any]], t0: float) -> list[tuple[str, flo
             spans[-1] = (p["phase"], spans[-1][1], t)
         else:
             spans.append((p["phase"], t, t))
-    return spans
+    # Each phase lasts until the next one starts.
+    ends = [s[1] for s in spans[1:]] + [spans[-1][2]] if spans else []
+    return [(phase, start, end) for (phase, start, _), end in zip(spans, ends, strict=True)]
 
 
 def draw_telemetry(database: str, rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -149,7 +152,8 @@ def draw_telemetry(database: str, rows: list[dict[str, Any]], path: Path) -> Pat
     for (node, process), points in series.items():
         xs = [p["time"] - t0 for p in points]
         label, color = f"{process} ({node})", colors[f"{node}:{process}"]
-        axes[0].plot(xs, [p["cpu"] for p in points], color=color, label=label)
+        cpu = [(x, p["cpu"]) for x, p in zip(xs, points, strict=True) if p["cpu"] is not None]
+        axes[0].plot([x for x, _ in cpu], [c for _, c in cpu], color=color, label=label)
         axes[1].plot(xs, [p["rss"] / 2**20 for p in points], color=color)
         axes[2].plot(xs, [p["read"] / 2**20 for p in points], color=color)
     axes[0].set_ylabel("CPU % (100 = 1 core)")
@@ -177,15 +181,15 @@ def phase_summary(rows: list[dict[str, Any]]) -> list[list[str]]:
     body = []
     for node, process, phase in sorted(cells, key=order):
         points = cells[(node, process, phase)]
-        cpu = [p["cpu"] for p in points]
+        cpu = [p["cpu"] for p in points if p["cpu"] is not None]
         body.append(
             [
                 node,
                 process,
                 phase,
                 str(len(points)),
-                _num(sum(cpu) / len(cpu)),
-                _num(max(cpu)),
+                _num(sum(cpu) / len(cpu) if cpu else None),
+                _num(max(cpu) if cpu else None),
                 _size(max(p["rss"] for p in points)),
             ]
         )
