@@ -32,4 +32,11 @@ def build_index(
         segments=stats.segments,
         disk_bytes=stats.disk_bytes,
         write_amplification=stats.disk_bytes / raw_bytes if stats.disk_bytes else None,
+        index_bytes=_bytes(stats.details.get("index_bytes")),
+        data_bytes=_bytes(stats.details.get("data_bytes")),
     )
+
+
+def _bytes(value: object) -> int | None:
+    """A byte count from ``StorageStats.details`` (None when the database does not give it)."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

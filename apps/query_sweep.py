@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from apps.dataset import arrow_to_vectors
+from apps.query_io import QueryIo
 from apps.query_raw import raw_query_table
 from apps.vdb.base import SEARCH_KNOB, RequestTimeout
 from apps.vdb.config import QuerySweepConfig
@@ -200,12 +201,14 @@ def query_sweep(
             f"{collection.dim}"
         )
     records = []
+    probe = QueryIo(target.endpoints.in_process, out_dir, query_cfg.page_cache)  # I/O per query
     settings_list = sweep(query_cfg, collection.index_type, target.endpoints.in_process)
     for clients, group in itertools.groupby(settings_list, key=lambda s: s.clients):
         with ClientPool(clients, target) as pool:
             for asked in group:
                 setting = asked.model_copy(update={"clients": pool.size})
-                parts, stall = _measure(pool, setting, ids, vectors, query_cfg.warmup_queries)
+                probe.prepare()  # drop the page cache before the setting where allowed
+                parts, stall = _measure(pool, setting, ids, vectors, query_cfg.warmup_queries, probe)
                 columns = {
                     key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in parts[0]
                 }
@@ -224,13 +227,19 @@ def query_sweep(
                 if stall:
                     described = json.dumps({"database": database, **setting.model_dump()})
                     meta = {"stalled": stall, "query_setting": described}
+                meta = probe.metadata(meta)  # the setting's I/O counter deltas
                 write_parquet_atomic(table, path, row_group_rows=8192, metadata=meta)
                 records.append(QueryRecord(setting=setting.label, file=str(path), stalled=stall))
     return records
 
 
 def _measure(
-    pool: ClientPool, setting: QuerySetting, ids: np.ndarray, vectors: np.ndarray, warmup: int
+    pool: ClientPool,
+    setting: QuerySetting,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    warmup: int,
+    probe: QueryIo,
 ) -> tuple[list[dict[str, list]], str | None]:
     """Run one setting over every client; run it once more if it stalled. Returns (parts, stall).
 
@@ -248,12 +257,13 @@ def _measure(
         timeouts = [why for why in (f.result() for f in warm) if why]
         parts = [empty_rows() for _ in shares]
         if not timeouts:
-            release_at = time.time() + RELEASE_AHEAD_S
-            futures = [
-                pool.submit(run_share, ids[s], vectors[s], *args, 0, i, release_at, client_index=i)
-                for i, s in enumerate(shares)
-            ]
-            results = [f.result() for f in futures]
+            with probe.window():  # the measured part only: warm-up excluded
+                release_at = time.time() + RELEASE_AHEAD_S
+                futures = [
+                    pool.submit(run_share, ids[s], vectors[s], *args, 0, i, release_at, client_index=i)
+                    for i, s in enumerate(shares)
+                ]
+                results = [f.result() for f in futures]
             parts = [rows for rows, _ in results]
             timeouts = [why for _, why in results if why]
         stall = "; ".join(timeouts) if timeouts else slow_request(parts)

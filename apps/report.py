@@ -25,6 +25,7 @@ from apps.results import (
     read_results,
     sent_size,
 )
+from apps.telemetry_report import io_table, telemetry_section
 from apps.vdb_metrics import best_operating_point
 from core.store import atomic_write_text
 
@@ -296,11 +297,13 @@ def write_report(
     results_path_or_rows: str | Path | Iterable[dict[str, Any]],
     out_dir: str | Path,
     title: str = "Vector database benchmark",
+    telemetry: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.md`` and its PNG figures into ``out_dir``; returns their paths.
 
     ``results_path_or_rows``: a ``results.parquet`` path or the rows themselves. Figures without data
-    (e.g. no query result at all) are not drawn and the report says so. Returns
+    (e.g. no query result at all) are not drawn and the report says so. ``telemetry``: each database's
+    ``telemetry.parquet`` (:mod:`apps.telemetry_report` adds its section and figures). Returns
     ``{"report": Path, "figures": {name: Path}}``.
     """
     if isinstance(results_path_or_rows, str | Path):
@@ -329,6 +332,7 @@ def write_report(
     lines += ["", "## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += ["## Upload and index", "", *_ingest(run), "", *_insert_sweep(run)]
     lines += ["## Query sweep", "", *_stall_warning(run), *_query_table(run), ""]
+    lines += io_table(run)
     lines += ["## Figures", ""]
     captions = {
         "recall_qps": (
@@ -343,6 +347,10 @@ def write_report(
             lines += [f"![{caption}]({figures[name].name})", ""]
         else:
             lines += [f"_{caption}: not drawn, no data._", ""]
+    if telemetry:
+        section, drawn = telemetry_section(telemetry, out)
+        lines += section
+        figures.update(drawn)
     report = out / "report.md"
     atomic_write_text(report, "\n".join(lines).rstrip() + "\n")
     return {"report": report, "figures": figures}

@@ -46,6 +46,8 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("segments", pa.int64()),
         pa.field("disk_bytes", pa.int64()),
         pa.field("write_amplification", pa.float64()),  # disk bytes / raw float32 bytes
+        pa.field("index_bytes", pa.int64()),  # on-disk bytes of the index (where the database tells)
+        pa.field("data_bytes", pa.int64()),  # on-disk bytes of vectors and payload (where it tells)
         # query (apps.vdb_metrics.evaluate)
         pa.field("qps", pa.float64()),
         pa.field("latency_mean_ms", pa.float64()),
@@ -59,6 +61,12 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("duration_s", pa.float64()),
         pa.field("unknown_ids", pa.int64()),
         pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
+        # query: storage I/O of the database processes in the setting's window (apps.query_io)
+        pa.field("page_cache", pa.string()),  # cold (dropped before the setting) | warm
+        pa.field("bytes_read_per_query", pa.float64()),  # bytes fetched from storage / queries
+        pa.field("read_calls_per_query", pa.float64()),  # read syscalls / queries
+        pa.field("peak_rss_bytes", pa.int64()),  # resident-set high-water mark during the setting
+        pa.field("qps_per_gb", pa.float64()),  # QPS / peak RSS in GB (10^9 bytes)
         # parameters
         pa.field("k", pa.int32()),
         pa.field("ef", pa.int32()),

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from apps.query_io import io_columns, read_window
 from apps.report import write_report
 from apps.results import write_results
 from apps.vdb.records import DatabaseOutcome
@@ -59,6 +60,8 @@ def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
                 "segments": index.segments,
                 "disk_bytes": index.disk_bytes,
                 "write_amplification": index.write_amplification,
+                "index_bytes": index.index_bytes,
+                "data_bytes": index.data_bytes,
                 "vectors": index.count,
                 "params": params,
             }
@@ -84,8 +87,14 @@ def result_rows(plan: Plan, outcomes: dict[str, DatabaseOutcome], run_id: str) -
             plan.stage("embed").directory,
             plan.config.groundtruth.metric,
         )
+        windows = {(o.database, q.setting): read_window(q.file) for o in outcomes.values() for q in o.queries}
         rows.extend(
-            {**row, **keys, "server_version": outcomes[row["database"]].server_version or None}
+            {
+                **row,
+                **keys,
+                "server_version": outcomes[row["database"]].server_version or None,
+                **io_columns(row, windows.get((row["database"], row["setting"]))),
+            }
             for row in evaluated
         )
     return rows
@@ -98,7 +107,10 @@ def write_benchmark_report(
     rows = result_rows(plan, outcomes, run_id)
     results = write_results(rows, out_dir / "results.parquet")
     written = write_report(
-        out_dir / "results.parquet", out_dir, title=f"Vector database benchmark: {plan.config.name}"
+        out_dir / "results.parquet",
+        out_dir,
+        title=f"Vector database benchmark: {plan.config.name}",
+        telemetry={db: out_dir.parent / db / "telemetry.parquet" for db in outcomes},
     )
     files = [{"file": "report/results.parquet", **results}]
     for path in [written["report"], *written["figures"].values()]:

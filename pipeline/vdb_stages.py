@@ -23,6 +23,7 @@ from pydantic_core import to_jsonable_python
 from apps import index as index_stage
 from apps import insert as insert_stage
 from apps import query_sweep as query_stage
+from apps.telemetry import DatabaseTelemetry
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
 from apps.vdb.config import DatabaseSettings
@@ -141,7 +142,9 @@ class VdbStages:
         db_dir.mkdir(parents=True)
         fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec(settings)}
         started, endpoints = time.time(), None
+        self.telemetry = DatabaseTelemetry(db_dir, deployment.server_pids)  # never raises
         try:
+            self.telemetry.start()
             if pilot:
                 # The clients' block must be running before the database job starts: a pilot that waits
                 # for a queued client block burns its walltime (a task on that block brings it up).
@@ -150,6 +153,7 @@ class VdbStages:
                 deployment, str(db_dir / "server"), self.cfg.startup_timeout_s
             ).result()
             endpoints = deployed.endpoints.model_dump()
+            self.telemetry.attach(deployed.endpoints)
             atomic_write_json(db_dir / "endpoints.json", endpoints)
             fields.update(
                 server_version=deployed.endpoints.server_version,
@@ -172,10 +176,12 @@ class VdbStages:
             log.warning("%s skipped (optional): %s", name, exc)
             fields.update(status="skipped", reason=str(exc))
         finally:
+            self.telemetry.phase("teardown")
             try:
                 deployment.stop()
             except Exception as exc:  # a failed teardown must not hide the stage's own error
                 log.error("%s: teardown failed: %s", name, exc)
+            self.telemetry.stop()  # writes <db_dir>/telemetry.parquet; logs, never raises
             # The provenance gets what is known even when a stage failed (no raw-file list: it is long).
             known = {k: v for k, v in fields.items() if k != "queries"}
             self.provenance.task_finished(
@@ -194,6 +200,7 @@ class VdbStages:
         units = insert_stage.work_units(str(dataset_dir))
         inserts = []
         searchable: Future | None = None
+        self.telemetry.phase("insert")
         for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
             prepared = self.apps["prepare"](target, attempt > 0)
             prepared.result()  # the collection must exist before any client attaches
@@ -211,10 +218,13 @@ class VdbStages:
             searchable = self.apps["searchable"](target, rows, cfg.insert.timeout_s, *tasks)
             sent = insert_stage.combine_parts([t.result() for t in tasks])
             inserts.append(insert_record(sent, searchable.result(), batch_size, cfg.insert.workers))
+        self.telemetry.phase("index")
         index = self.apps["index"](target, rows, cfg.index_timeout_s, searchable)
         queries_file = str(plan.stage("queries").directory / "queries.parquet")
         query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
-        return {"insert": inserts, "index": index.result(), "queries": query.result()}
+        index_record = index.result()
+        self.telemetry.phase("query")
+        return {"insert": inserts, "index": index_record, "queries": query.result()}
 
 
 def insert_record(sent: InsertPart, visible: Searchable, batch_size: int, workers: int) -> InsertRecord:

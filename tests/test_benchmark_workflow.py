@@ -120,6 +120,30 @@ def test_report_covers_every_database_with_recall(full_run) -> None:
     assert servers_under(workdir) == []
 
 
+def test_telemetry_and_io_per_query_of_every_database(full_run) -> None:
+    _config, workdir = full_run
+    vdb_dir = Path(last_provenance(workdir)["outputs"]["vdb"])
+    for database, role in (("qdrant", "engine"), ("milvus", "server"), ("weaviate", "server")):
+        rows = pq.read_table(vdb_dir / database / "telemetry.parquet").to_pylist()
+        mine = [r for r in rows if r["role"] == role]
+        assert {"insert", "index", "query"} <= {r["phase"] for r in mine}, database
+        assert all(r["rss_bytes"] > 0 for r in mine) and any((r["cpu_percent"] or 0) > 0 for r in mine)
+        calls = [r["read_calls"] for r in sorted(mine, key=lambda r: r["time"]) if r["pid"] == mine[0]["pid"]]
+        assert calls == sorted(calls) and calls[-1] > calls[0], database
+    rows = pq.read_table(vdb_dir / "report" / "results.parquet").to_pylist()
+    queries = [r for r in rows if r["stage"] == "query"]
+    assert {r["database"] for r in queries} == {"qdrant", "milvus", "weaviate"}
+    for row in queries:  # every database process runs on this machine: exact counters for each setting
+        assert row["page_cache"] in ("cold", "warm")
+        assert row["bytes_read_per_query"] >= 0 and row["read_calls_per_query"] >= 0, row
+        assert row["peak_rss_bytes"] > 0 and row["qps_per_gb"] > 0, row
+    report = (vdb_dir / "report" / "report.md").read_text()
+    assert "### Storage I/O per query" in report and "read calls/query" in report
+    assert "## Telemetry" in report and "mean CPU %" in report
+    for database in ("qdrant", "milvus", "weaviate"):
+        assert (vdb_dir / "report" / f"telemetry_{database}.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_second_run_executes_nothing(full_run) -> None:
     config, workdir = full_run
     started = time.monotonic()

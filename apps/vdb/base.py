@@ -126,6 +126,8 @@ class StorageStats(BaseModel):
     count: int
     segments: int | None = None
     disk_bytes: int | None = None
+    # Free-form; ``index_bytes`` / ``data_bytes`` (the footprint of the index and of the vectors and
+    # payload) are recorded in the IndexRecord when a database gives them.
     details: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
@@ -75,6 +75,11 @@ class QuerySweepConfig(Strict):
     k: list[Positive] = Field([10], min_length=1, description="Neighbours per query (<= groundtruth.k).")
     max_queries: int | None = Field(None, ge=1, description="Use at most this many queries per setting.")
     warmup_queries: int = Field(16, ge=0, description="Queries sent (and discarded) before each setting.")
+    page_cache: Literal["drop", "keep"] = Field(
+        "drop",
+        description="Before each setting: drop the page cache (needs root; as the storage study does, so "
+        "reads hit the disk: 'cold') or keep it ('warm'). Refused drops are recorded as warm.",
+    )
 
 
 class VdbConfig(Strict):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from apps.telemetry import announce_engine
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.config import DatabaseSettings
 from apps.vdb.server_facts import ServerFacts
@@ -62,6 +63,8 @@ class DatabaseTarget(Record):
         """A client in this process on ``endpoints.entry(client_index)``, not attached to the collection."""
         from apps.vdb import get_adapter
 
+        if self.endpoints.in_process:  # this process runs the engine: let the telemetry sample it
+            announce_engine(self.endpoints.data_dir)
         return get_adapter(self.database).client(self.settings, self.endpoints, client_index)
 
 
@@ -120,6 +123,10 @@ class IndexRecord(Record):
     segments: int | None
     disk_bytes: int | None
     write_amplification: float | None  # disk bytes / raw float32 bytes of the vectors
+    # The on-disk footprint split by kind, where the database's describe() tells them apart
+    # (StorageStats.details["index_bytes"] / ["data_bytes"]); None: not told apart.
+    index_bytes: int | None = None
+    data_bytes: int | None = None
 
 
 class QuerySetting(Record):
