@@ -28,7 +28,6 @@ and use the k nearest points at a non-zero distance, and ``with_copies`` counts 
 from __future__ import annotations
 
 import logging
-import math
 import time
 import warnings
 from pathlib import Path
@@ -45,6 +44,7 @@ from core.errors import ArtifactError
 log = logging.getLogger(__name__)
 Metric = Literal["cosine", "ip", "l2"]
 BLOCK_ROWS = 512  # points per distance block (x the reference size in float32)
+EXACT_ROWS = 32  # points per float64 recomputation (x candidates x dim x 8 bytes)
 SPARE_COPIES = 8  # candidates beyond k, so that k non-zero distances remain after skipping copies
 
 
@@ -149,16 +149,17 @@ def neighbours(
         sq = np.einsum("ij,ij->i", block, block, dtype=np.float64)
         d2 = sq[:, None] + ref_sq[None, :] - 2.0 * (block @ reference.T).astype(np.float64)
         np.clip(d2, 0.0, None, out=d2)
-        rows = np.arange(len(block))
         if self_match:
-            d2[rows, start + rows] = np.inf
+            own = np.arange(len(block))
+            d2[own, start + own] = np.inf
         full = np.sqrt(d2)
         finite = np.where(np.isfinite(full), full, 0.0)
         means[start : start + len(block)] = finite.sum(1) / (reference.shape[0] - int(self_match))
         idx = np.argpartition(d2, candidates - 1, axis=1)[:, :candidates]
-        diff = block[:, None, :].astype(np.float64) - reference[idx].astype(np.float64)
-        exact = np.sqrt(np.einsum("nkd,nkd->nk", diff, diff))
-        dists[start : start + len(block)] = exact
+        for sub in range(0, len(block), EXACT_ROWS):  # (rows, candidates, dim) float64 stays small
+            rows = slice(sub, sub + EXACT_ROWS)
+            diff = block[rows, None, :].astype(np.float64) - reference[idx[rows]].astype(np.float64)
+            dists[start + sub : start + sub + len(diff)] = np.sqrt(np.einsum("nkd,nkd->nk", diff, diff))
     knn, copies = skip_copies(dists, k)
     return knn, means, copies
 
@@ -181,9 +182,14 @@ def lid_mle(points: np.ndarray, knn: np.ndarray, copies: np.ndarray) -> LidEstim
     if keep.sum() < 2:
         raise ArtifactError("fewer than 2 points with k neighbours at a non-zero distance: no LID estimate")
     kept = knn[keep]
-    mle = skdim.id.MLE().fit(
-        points[keep], precomputed_knn_arrays=(kept, np.zeros(kept.shape, dtype=np.int64)), comb="mean"
-    )
+    with warnings.catch_warnings():  # "n_neighbors >= len(X)": about its own search, not used here
+        warnings.filterwarnings("ignore", message="n_neighbors >= len", category=UserWarning)
+        mle = skdim.id.MLE().fit(
+            points[keep],
+            precomputed_knn_arrays=(kept, np.zeros(kept.shape, dtype=np.int64)),
+            n_neighbors=kept.shape[1],
+            comb="mean",
+        )
     local = np.asarray(mle.dimension_pw_, dtype=np.float64)
     local = local[np.isfinite(local) & (local > 0)]
     return LidEstimate(
@@ -229,7 +235,10 @@ def estimate_geometry(
     started = time.time()
     data = prepare(vectors, metric)
     if len(data) <= k:
-        raise ArtifactError(f"geometry needs more than k={k} dataset rows, got {len(data)}")
+        raise ArtifactError(
+            f"the geometry stage needs more than geometry.k = {k} dataset rows; the sample has {len(data)}: "
+            "lower geometry.k or set geometry.enabled: false"
+        )
     knn, _, copies = neighbours(data, data, k, self_match=True)
     record: dict[str, Any] = {
         "metric": metric,
@@ -343,7 +352,3 @@ def _groundtruth_distances(path: Path, query_ids: np.ndarray) -> np.ndarray | No
     if not np.array_equal(ids[rows], query_ids):
         raise ArtifactError(f"{path}: the ground truth lacks some sampled query ids")
     return arrow_to_vectors(table.column("distances").take(rows))
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None or not math.isfinite(value) else f"{value:,.{digits}f}"
