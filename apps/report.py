@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from apps.geometry import GeometryRecord
+from apps.geometry_stage import report_section
 from apps.report_figures import draw_figures
 from apps.results import (
     MIN_RECALL,
@@ -298,12 +300,14 @@ def write_report(
     out_dir: str | Path,
     title: str = "Vector database benchmark",
     telemetry: dict[str, Path] | None = None,
+    geometry: GeometryRecord | None = None,
 ) -> dict[str, Any]:
     """Write ``report.md`` and its PNG figures into ``out_dir``; returns their paths.
 
     ``results_path_or_rows``: a ``results.parquet`` path or the rows themselves. Figures without data
     (e.g. no query result at all) are not drawn and the report says so. ``telemetry``: each database's
-    ``telemetry.parquet`` (:mod:`apps.telemetry_report` adds its section and figures). Returns
+    ``telemetry.parquet`` (:mod:`apps.telemetry_report` adds its section and figures). ``geometry``: the
+    dataset geometry stage's record, shown as its own section. Returns
     ``{"report": Path, "figures": {name: Path}}``.
     """
     if isinstance(results_path_or_rows, str | Path):
@@ -330,6 +334,7 @@ def write_report(
         if values:
             lines.append(f"- {key}: " + ", ".join(f"`{v}`" for v in values))
     lines += ["", "## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
+    lines += report_section(geometry)
     lines += ["## Upload and index", "", *_ingest(run), "", *_insert_sweep(run)]
     lines += ["## Query sweep", "", *_stall_warning(run), *_query_table(run), ""]
     lines += io_table(run)

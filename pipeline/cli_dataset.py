@@ -127,3 +127,54 @@ def export(
         highlight=False,
         soft_wrap=True,
     )
+
+
+@app.command("geometry")
+def geometry(
+    dataset_dir: Annotated[
+        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+    ],
+    queries: Annotated[
+        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    groundtruth: Annotated[
+        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None, typer.Option(help="The metric, when nothing recorded it")
+    ] = None,
+    sample_rows: Annotated[int, typer.Option(help="Rows (and queries) sampled at most")] = 5000,
+    k: Annotated[int, typer.Option(help="Neighbours per point for the LID (MLE)")] = 20,
+    seed: Annotated[int, typer.Option(help="Seed of the sample")] = 0,
+    write_card: Annotated[
+        bool, typer.Option("--write-card", help="Also put the figures into the dataset's README.md")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
+) -> None:
+    """Print the intrinsic dimension (MLE, TwoNN) and relative contrast of a dataset and its queries."""
+    from pydantic import ValidationError
+
+    from apps.ann_export import locate
+    from apps.geometry import GeometryConfig, dataset_geometry
+    from apps.geometry_stage import summary_lines, update_card
+
+    try:
+        config = GeometryConfig(sample_rows=sample_rows, k=k, seed=seed)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "k"
+        _error(f"--{field.replace('_', '-')}: {first['msg']}", 2)
+    try:
+        found = locate(dataset_dir, queries, groundtruth, metric)
+        record = dataset_geometry(
+            found.dataset_dir, found.queries_file, found.groundtruth_file, found.metric, config
+        )  # type: ignore[arg-type]
+    except PipelineError as exc:
+        _fail(exc)
+    if write_card and not update_card(found.dataset_dir, record):
+        console.print(f"[yellow]warning:[/] could not write {found.dataset_dir / 'README.md'}")
+    if as_json:
+        out.print_json(record.model_dump_json())
+        return
+    for line in summary_lines(record, found.name):
+        out.print(line, highlight=False, soft_wrap=True)

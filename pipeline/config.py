@@ -15,6 +15,7 @@ from apps.chunking import ChunkingConfig, NoChunking, RecursiveChunking, Semanti
 from apps.corpus import CorpusConfig, ShardingConfig
 from apps.dataset import DatasetConfig
 from apps.embedding import QWEN3_QUERY_TASK, EmbeddingConfig
+from apps.geometry import GeometryConfig
 from apps.groundtruth import GroundTruthConfig
 from apps.query_set import QueriesConfig
 from apps.vdb.config import CollectionConfig, InsertConfig, QuerySweepConfig, VdbConfig
@@ -28,6 +29,7 @@ __all__ = [
     "CorpusConfig",
     "DatasetConfig",
     "EmbeddingConfig",
+    "GeometryConfig",
     "GroundTruthConfig",
     "InsertConfig",
     "LocalExecutorConfig",
@@ -58,6 +60,10 @@ class RunConfig(Strict):
     dataset: DatasetConfig = Field(default_factory=DatasetConfig)
     queries: QueriesConfig | None = Field(None, description="Omit to skip queries and ground truth.")
     groundtruth: GroundTruthConfig = Field(default_factory=GroundTruthConfig)
+    geometry: GeometryConfig = Field(
+        default_factory=GeometryConfig,
+        description="Intrinsic dimension and relative contrast of the dataset and queries (a sample).",
+    )
     executor: ExecutorConfig = Field(default_factory=LocalExecutorConfig)
     monitoring: bool = Field(False, description="Record Parsl's monitoring database in the run directory.")
     vdb: VdbConfig | None = Field(

@@ -21,6 +21,7 @@ from apps import chunking as chunk_stage
 from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
 from apps import embed as embed_stage
+from apps import geometry_stage
 from apps import groundtruth as gt_stage
 from apps import query_set as queries_stage
 from apps.embedding import EmbeddingConfig
@@ -119,6 +120,7 @@ class DagRunner:
             "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
             "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
             "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),
+            "geometry": python_app(geometry_stage.compute_geometry, executors=[cpu]),
             "finalize_chunks": python_app(finalize_chunks, executors=[DRIVER]),
             "finalize_dataset": python_app(finalize_dataset, executors=[DRIVER]),
         }
@@ -291,6 +293,9 @@ class DagRunner:
                     "groundtruth", read_manifest(plan.stage("groundtruth").directory)
                 )
 
+            if "geometry" in plan.stages:  # after the dataset, queries and ground truth: the report shows it
+                self._geometry(progress)
+
             # 4. vector databases: deploy -> insert -> index -> query -> teardown, then the report.
             if cfg.vdb and not self._start("vdb"):
                 from pipeline.vdb_stages import VdbStages
@@ -300,6 +305,28 @@ class DagRunner:
             elif cfg.vdb:
                 self.provenance.stage_finished("vdb", read_manifest(plan.stage("vdb").directory))
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
+
+    def _geometry(self, progress: StageProgress) -> None:
+        """The geometry stage on the CPU block (see apps/geometry_stage.py), unless complete."""
+        plan, cfg = self.plan, self.plan.config
+        stage = plan.stage("geometry")
+        if self._start("geometry"):
+            self.provenance.stage_finished("geometry", read_manifest(stage.directory))
+            return
+        progress.add_stage("geometry", 1)
+        files = {
+            name: str(plan.stage(name).directory / f"{name}.parquet") if cfg.queries else None
+            for name in ("queries", "groundtruth")
+        }
+        future = self.apps["geometry"](
+            str(stage.directory),
+            str(plan.stage("embed").directory),
+            files["queries"],
+            files["groundtruth"],
+            cfg.groundtruth.metric,
+            cfg.geometry,
+        )
+        self.provenance.stage_finished("geometry", self._track("geometry", future, progress).result())
 
 
 def preflight(plan: Plan) -> None:

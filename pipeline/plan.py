@@ -17,6 +17,7 @@ from typing import Any
 from apps import chunking as chunk_stage
 from apps import corpus as corpus_stage
 from apps import dataset as dataset_stage
+from apps import geometry_stage
 from apps import groundtruth as gt_stage
 from apps import query_set as queries_stage
 from apps.embedding import EmbeddingConfig
@@ -226,6 +227,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
                 f"{cfg.groundtruth.k} neighbours asked of a dataset of {rows} rows ({dataset_dir})",
             )
 
+    geometry_params = {**cfg.geometry.model_dump(exclude={"enabled"}), "metric": cfg.groundtruth.metric}
     if cfg.queries:
         query_params: dict[str, Any] = {
             **cfg.queries.model_dump(exclude={"terms_file"}),
@@ -241,9 +243,13 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         queries = add("queries", queries_stage.STAGE_VERSION, query_params, upstream)
         gt_params = cfg.groundtruth.model_dump(include={"k", "metric"})
         gt = add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [dataset_key, queries.key])
+        if cfg.geometry.enabled:  # keyed by the dataset, queries and ground truth (its metric, distances)
+            add("geometry", geometry_stage.STAGE_VERSION, geometry_params, [dataset_key, queries.key, gt.key])
         if cfg.vdb:
             vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
             add("vdb", BENCHMARK_VERSION, vdb_params, [dataset_key, queries.key, gt.key])
+    elif cfg.geometry.enabled:
+        add("geometry", geometry_stage.STAGE_VERSION, geometry_params, [dataset_key])
 
     file_metadata = {
         "dataset_name": cfg.dataset.name,

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from apps.geometry_stage import load_record
 from apps.query_io import io_columns, read_window
 from apps.report import write_report
 from apps.results import write_results
@@ -106,11 +107,13 @@ def write_benchmark_report(
     """Write results.parquet and report.md (+ PNG plots) into ``out_dir``; return the written files."""
     rows = result_rows(plan, outcomes, run_id)
     results = write_results(rows, out_dir / "results.parquet")
+    geometry = load_record(plan.stage("geometry").directory) if "geometry" in plan.stages else None
     written = write_report(
         out_dir / "results.parquet",
         out_dir,
         title=f"Vector database benchmark: {plan.config.name}",
         telemetry={db: out_dir.parent / db / "telemetry.parquet" for db in outcomes},
+        geometry=geometry,
     )
     files = [{"file": "report/results.parquet", **results}]
     for path in [written["report"], *written["figures"].values()]:
