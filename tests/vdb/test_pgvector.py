@@ -228,3 +228,14 @@ def test_failed_start_shows_the_log_and_leaves_nothing_running() -> None:
         ]
         shutil.rmtree(root, ignore_errors=True)
     assert not leftover and os.path.exists("/tmp")
+
+
+def test_the_run_config_names_the_bad_field_and_the_index_types() -> None:
+    from apps.vdb.config import VdbConfig
+
+    with pytest.raises(ValidationError) as err:
+        VdbConfig(databases=[{"name": "pgvector", "shared_buffers": "1 GB"}])
+    assert ("databases", 0, "pgvector", "shared_buffers") in [e["loc"] for e in err.value.errors()]
+    with pytest.raises(ValidationError, match="it builds: hnsw, ivf_flat, flat"):
+        VdbConfig(databases=[{"name": "pgvector"}], collection={"index_type": "diskann"})
+    assert VdbConfig(databases=[{"name": "pgvector"}], collection={"index_type": "ivf_flat"})
