@@ -126,7 +126,8 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     if c.runtime == "native":
         problems += _native_problems(run_config, name, base_dir)
     else:
-        field, path = image_for(c, name)
+        settings = next((db for db in vdb.databases if db.name == name), None)
+        field, path = image_for(c, name, settings)
         if not path:
             problems.append((("vdb", "cluster", "images", field), f"no Apptainer image for {name}"))
         elif not check.exists(path):

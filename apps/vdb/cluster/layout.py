@@ -122,7 +122,7 @@ def plan_cluster(
         executable = cluster.executables.get(database)
         image = str(absolute(executable, base_dir)) if executable else ""
     else:
-        _, image = image_for(cluster, database)
+        _, image = image_for(cluster, database, settings)
         if not image:
             raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
         image = str(absolute(image, base_dir))
