@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +15,27 @@ from apps.vdb.base import Client
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge")
+CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge", "faiss")
 # Imported when a config is validated or an HPC job is planned: never a client library.
 CONFIG_SIDE = ("settings", "env", "ranks", "checks")
+# Only a database that can run as servers has an environment and ranks on a pilot job.
+SERVER_PARTS = ("env", "ranks")
+
+
+def in_process_only(name: str) -> bool:
+    """A library that runs only inside its clients (``IN_PROCESS_ONLY`` in its settings): no server."""
+    return bool(getattr(importlib.import_module(f"apps.vdb.{name}.settings"), "IN_PROCESS_ONLY", False))
+
+
+def parts(name: str) -> tuple[str, ...]:
+    """The config-side modules database ``name`` must have."""
+    skip = SERVER_PARTS if in_process_only(name) else ()
+    return tuple(p for p in CONFIG_SIDE if p not in skip)
 
 
 @pytest.mark.parametrize("name", list(DATABASES))
 def test_config_side_modules_import_no_client_library(name: str) -> None:
-    modules = [f"apps.vdb.{name}.{part}" for part in CONFIG_SIDE]
+    modules = [f"apps.vdb.{name}.{part}" for part in parts(name)]
     code = (
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
@@ -47,27 +61,35 @@ def test_settings_import_only_pydantic(name: str) -> None:
 def test_folder_holds_small_modules(name: str) -> None:
     folder = ROOT / "apps" / "vdb" / name
     sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
-    assert {"settings.py", "adapter.py", "deploy.py", "client.py", "env.py", "ranks.py", "checks.py"} <= set(
-        sizes
-    )
+    assert {"adapter.py", "deploy.py", "client.py"} | {f"{p}.py" for p in parts(name)} <= set(sizes)
     assert max(sizes.values()) < 450, sizes
     assert sizes["adapter.py"] < 40  # it only assembles ADAPTER
 
 
 def test_registry_reaches_every_part() -> None:
-    assert client_packages() == ["weaviate-client", "pymilvus", "milvus", "qdrant-client", "qdrant-edge-py"]
+    assert client_packages() == [
+        "weaviate-client",
+        "pymilvus",
+        "milvus",
+        "qdrant-client",
+        "qdrant-edge-py",
+        "faiss-cpu",
+    ]
     for name in DATABASES:
         assert get_adapter(name).name == name
         checks = cluster_checks(name)
         assert callable(checks.settings_problems) and callable(checks.cluster_problems)
-    with pytest.raises(ValueError, match="unknown database 'pgvector'; known: milvus, qdrant, weaviate"):
+    with pytest.raises(
+        ValueError, match="unknown database 'pgvector'; known: faiss, milvus, qdrant, weaviate"
+    ):
         cluster_checks("pgvector")
 
 
 def test_each_database_picks_its_image_field() -> None:
     plain = DatabaseClusterConfig(images={"qdrant": "q.sif", "qdrant_gpu": "qg.sif", "milvus": "m.sif"})
     gpu = plain.model_copy(update={"gpu_indexing": True})
-    assert [cluster_image_field(n, plain) for n in DATABASES] == ["weaviate", "milvus", "qdrant"]
+    servers = [n for n in DATABASES if not in_process_only(n)]  # a library has no image
+    assert [cluster_image_field(n, plain) for n in servers] == ["weaviate", "milvus", "qdrant"]
     assert image_for(gpu, "qdrant") == ("qdrant_gpu", "qg.sif")
     assert image_for(gpu, "milvus") == ("milvus", "m.sif") and image_for(plain, "qdrant") == (
         "qdrant",
