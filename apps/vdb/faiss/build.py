@@ -38,7 +38,7 @@ def check_spec(spec: CollectionSpec) -> None:
     at = "vdb.collection."
     if spec.index_type not in ("hnsw", "ivf_flat", "ivf_pq", "flat"):
         raise DatabaseError(
-            f"faiss builds index_type hnsw, ivf_flat, ivf_pq or flat, not {spec.index_type!r}"
+            f"faiss builds {at}index_type hnsw, ivf_flat, ivf_pq or flat, not {spec.index_type!r}"
         )
     if spec.index_type == "ivf_pq" and spec.dim % spec.pq_m:
         raise DatabaseError(
