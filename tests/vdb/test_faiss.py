@@ -416,3 +416,34 @@ def test_run_config_accepts_faiss_and_never_makes_it_a_pilot() -> None:
     )
     with pytest.raises(ValidationError, match=r"'diskann' is not built by vdb\.databases\[0\] \(faiss\)"):
         VdbConfig(databases=[{"name": "faiss"}], collection={"index_type": "diskann"})
+
+
+@pytest.mark.slow
+def test_pipeline_run_benchmarks_faiss_end_to_end(tmp_path: Path) -> None:
+    """``python -m pipeline run`` with FAISS (ivf_flat): every stage through the CLI, into the report."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    from tests.conftest import base_config, run_cli, sample_records, write_jsonl
+
+    corpus = write_jsonl(tmp_path / "c.jsonl", sample_records(60))
+    vdb = {
+        "databases": [{"name": "faiss", "threads": 1}],
+        "collection": {"index_type": "ivf_flat", "ivf_nlist": 4},
+        "insert": {"batch_sizes": [32, 128], "clients_per_worker": 2},
+        "query": {"ef": [1, 4], "batch_size": [1, 8], "clients": [1, 2], "k": [10], "warmup_queries": 4},
+    }
+    config = base_config(corpus, tmp_path / "wd", vdb=vdb)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    (provenance,) = [json.loads(p.read_text()) for p in (tmp_path / "wd" / "runs").glob("*/provenance.json")]
+    report = Path(provenance["outputs"]["vdb"]) / "report"
+    rows = [r for r in pq.read_table(report / "results.parquet").to_pylist() if r["database"] == "faiss"]
+    assert {r["stage"] for r in rows} >= {"insert", "index", "query"}
+    queries = [r for r in rows if r["stage"] == "query"]
+    assert {r["clients"] for r in queries} == {1} and len(queries) == 4  # one process: clients = 1
+    best = max(r["recall"] for r in queries)
+    assert best == 1.0  # nprobe 4 of 4 lists: exact
+    assert "faiss" in (report / "report.md").read_text()
