@@ -447,3 +447,29 @@ def test_pipeline_run_benchmarks_faiss_end_to_end(tmp_path: Path) -> None:
     best = max(r["recall"] for r in queries)
     assert best == 1.0  # nprobe 4 of 4 lists: exact
     assert "faiss" in (report / "report.md").read_text()
+
+
+def test_clients_of_a_process_share_one_loaded_index_and_free_it(deploy, fmnist) -> None:
+    import gc
+
+    base, queries, _ = fmnist
+    endpoints, new_client = deploy
+
+    def loaded() -> int:  # indexes of this deployment the process holds
+        return sum(key.startswith(endpoints.data_dir) for key, _ in build.LOADED.items)
+
+    writer = new_client(FaissSettings(threads=1, fsync=True))  # fsync: same files, flushed to the device
+    writer.create_collection(spec("hnsw"))
+    load(writer, base)
+    writer.build_index(timeout=120)
+    first, second = new_client(), new_client()
+    for client in (first, second):
+        client.create_collection(spec("hnsw"))
+        client.search(queries[:5], 10, 16)
+    assert first._index(first.spec)[0] is second._index(second.spec)[0]  # loaded once
+    assert loaded() == 1
+    first.close()
+    assert loaded() == 1  # still held by the second client
+    second.close()
+    gc.collect()
+    assert loaded() == 0  # the last client closed: the memory is returned

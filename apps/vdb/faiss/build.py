@@ -19,6 +19,7 @@ import contextlib
 import os
 import threading
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -183,29 +184,31 @@ def search_params(index_type: str, ef: int | None, nlist: int, k: int) -> Any:
 
 
 class Loaded:
-    """Indexes loaded by this process, each kept until its file changes (one load per process)."""
+    """Indexes loaded in this process, shared by its clients while any of them holds one.
+
+    Weakly held: a client keeps the index it searches (strong reference) until it closes, so a query sweep
+    loads it once, and the memory is returned when the last client of the process closes, not kept in a
+    worker process for the databases that run after this one.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.items: dict[str, tuple[tuple, Any]] = {}  # key -> (file stamp, index)
+        self.items: weakref.WeakValueDictionary[tuple[str, tuple], Any] = weakref.WeakValueDictionary()
 
     def get(self, key: str, stamp: tuple, load: Any) -> Any:
-        """The index cached under ``key`` when its stamp is ``stamp``, else ``load()`` (and cache it)."""
+        """The index loaded under ``key`` from the file version ``stamp``, else ``load()`` (then shared)."""
         with self.lock:
-            item = self.items.get(key)
-            if item is not None and item[0] == stamp:
-                return item[1]
-            self.items.pop(key, None)  # free the old one before loading the new
-        index = load()
-        with self.lock:
-            self.items[key] = (stamp, index)
-        return index
+            index = self.items.get((key, stamp))
+            if index is None:
+                index = load()
+                self.items[(key, stamp)] = index
+            return index
 
     def drop(self, prefix: str) -> None:
-        """Forget every index cached under keys starting with ``prefix`` (a collection or a data dir)."""
+        """Stop sharing every index loaded under keys starting with ``prefix`` (a collection, a data dir)."""
         with self.lock:
-            for key in [k for k in self.items if k.startswith(prefix)]:
-                del self.items[key]
+            for item in [k for k in self.items if k[0].startswith(prefix)]:
+                self.items.pop(item, None)
 
 
 LOADED = Loaded()

@@ -7,8 +7,9 @@ atomically) with ``index.json`` (what was built, from how many rows, in how long
 Searchable means: stored. ``insert`` returns once its batch is in the row store (``visible_on_return``);
 until an index is built, ``search`` scans the stored rows exactly (an ``IndexFlat`` over them), so upload
 time for FAISS is the time to durable storage. ``build_index`` trains (IVF), adds every row and writes the
-index; ``search`` loads it once per process and reloads only when the file changes. An insert after a
-build removes the index (it no longer covers every row): search is exact again until the next build.
+index; ``search`` loads it once per process (shared by the process's clients and released when the last
+of them closes) and reloads only when the file changes. An insert after a build removes the index (it no
+longer covers every row): search is exact again until the next build.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class FaissClient(Client):
         self.settings, self.endpoints = settings, endpoints
         self.spec: CollectionSpec | None = None
         self.store: RowStore | None = None
+        self.held: dict[str, tuple[tuple, Any]] = {}  # file key -> (version, index) this client searches
 
     # -- collection --------------------------------------------------------------------------------
     def _dir(self, spec: CollectionSpec) -> Path:
@@ -165,7 +167,7 @@ class FaissClient(Client):
         def load() -> Any:
             return faiss.read_index(str(path), build.read_flags(spec.index_type, spec.on_disk))
 
-        index = build.LOADED.get(str(path), stamp, load)
+        index = self._hold(str(path), stamp, load)
         built = build.kind(index)
         if built != spec.index_type or index.metric_type != build.metric_type(spec) or index.d != spec.dim:
             raise DatabaseError(
@@ -187,7 +189,17 @@ class FaissClient(Client):
                 index.add_with_ids(build.prepare(vectors, spec), ids)
             return index
 
-        return build.LOADED.get(str(store.directory) + os.sep + "exact", tuple(listing), load)
+        return self._hold(str(store.directory) + os.sep + "exact", tuple(listing), load)
+
+    def _hold(self, key: str, stamp: tuple, load: Any) -> Any:
+        """The shared index of ``key`` at ``stamp``, kept by this client until it closes."""
+        held = self.held.get(key)
+        if held is not None and held[0] == stamp:
+            return held[1]
+        self.held.pop(key, None)  # an older version is released before the new one is loaded
+        index = build.LOADED.get(key, stamp, load)
+        self.held[key] = (stamp, index)
+        return index
 
     def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
         """One ``search`` call for the batch; ``ef`` sets efSearch (hnsw) or nprobe (ivf)."""
@@ -231,5 +243,6 @@ class FaissClient(Client):
         )
 
     def close(self) -> None:
-        """Detach (the loaded index stays cached for this process's next client)."""
+        """Detach and release the loaded index (freed when no other client of the process holds it)."""
         self.spec = self.store = None
+        self.held.clear()
