@@ -473,3 +473,19 @@ def test_clients_of_a_process_share_one_loaded_index_and_free_it(deploy, fmnist)
     second.close()
     gc.collect()
     assert loaded() == 0  # the last client closed: the memory is returned
+
+
+def test_recreated_collection_forgets_the_cached_ids(deploy, fmnist) -> None:
+    from apps.vdb.faiss import rows
+
+    base, _, _ = fmnist
+    endpoints, new_client = deploy
+    client = new_client()
+    client.create_collection(spec("flat"))
+    load(client, base)
+    assert client.count() == 1000
+    client.create_collection(spec("flat"), recreate=True)  # the next upload of the insert sweep
+    load(client, base[:500], batch=100)
+    assert client.count() == 500
+    cached = [k for k in rows._IDS if k[0].startswith(endpoints.data_dir)]
+    assert len(cached) == 5  # only the files of the current upload

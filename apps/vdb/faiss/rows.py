@@ -118,8 +118,13 @@ class RowStore:
         return np.split(keep, np.cumsum([len(i) for i in ids])[:-1])
 
     def count(self, listing: list[Stamp] | None = None) -> int:
-        """Distinct ids stored."""
+        """Distinct ids stored (and the ids cached for files no longer there are forgotten)."""
         listing = self.listing() if listing is None else listing
+        current = {(str(self.directory / s[0]), *s[1:]) for s in listing}
+        prefix = str(self.directory) + os.sep
+        with _IDS_LOCK:
+            for key in [k for k in _IDS if k[0].startswith(prefix) and k not in current]:
+                del _IDS[key]
         if not listing:
             return 0
         return len(np.unique(np.concatenate([self.ids(s) for s in listing])))
