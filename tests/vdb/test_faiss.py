@@ -489,3 +489,17 @@ def test_recreated_collection_forgets_the_cached_ids(deploy, fmnist) -> None:
     assert client.count() == 500
     cached = [k for k in rows._IDS if k[0].startswith(endpoints.data_dir)]
     assert len(cached) == 5  # only the files of the current upload
+
+
+@pytest.mark.parametrize(("index_type", "params"), [("hnsw", {}), ("ivf_pq", {**PQ, "ivf_nlist": 4})])
+def test_results_are_the_row_ids_sent(deploy, fmnist, index_type, params) -> None:
+    base, _, _ = fmnist
+    _, new_client = deploy
+    client = new_client()
+    client.create_collection(spec(index_type, **params))
+    ids = 10**12 + 3 * np.arange(300, dtype=np.int64)[::-1]  # large, sparse, descending
+    client.insert(ids[:150], base[:150])
+    client.insert(ids[150:], base[150:300])
+    client.build_index(timeout=60)
+    found = client.search(base[[5, 200]], k=1, ef=64).ids[:, 0]
+    np.testing.assert_array_equal(found, ids[[5, 200]])
