@@ -9,6 +9,9 @@ Each folder ``apps/vdb/<name>/`` holds everything about that database:
 * ``ranks.py``: its ranks on an HPC pilot job (``plan_ranks``) and its image field (``image_field``);
 * ``checks.py``: its own config checks on HPC (``settings_problems``, ``cluster_problems``).
 
+A library that only ever runs inside its clients (no server, no pilot job) sets ``IN_PROCESS_ONLY = True``
+in its settings module and has no ``env.py`` or ``ranks.py``.
+
 Modules are imported lazily, so validating a config imports no client library (settings, ranks and checks
 import none) and a worker imports only the database it talks to. Adding a database means adding a folder
 and one line to ``DATABASES``.
@@ -27,6 +30,7 @@ DATABASES = {
     "qdrant": "apps.vdb.qdrant",
     "pgvector": "apps.vdb.pgvector",
     "lancedb": "apps.vdb.lancedb",
+    "faiss": "apps.vdb.faiss",
 }
 
 

