@@ -79,6 +79,15 @@ def plan(config: ConfigArg) -> None:
         status, shards = _stage_status(stage.directory)
         table.add_row(name, stage.key, status, shards, str(stage.directory))
     out.print(table)
+    if the_plan.points:
+        from pipeline.sweep import describe
+
+        lines = describe(the_plan.points)  # plain lines: labels hold brackets, and must not be cut
+        out.print(f"vdb points ({len(lines)}, run in this order, one at a time):")
+        for number, label, repeat, params, key, done in lines:
+            state = "done" if done else "to run"
+            text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
+            out.print(text, markup=False, highlight=False, soft_wrap=True)
     from pipeline.hpc_plan import render_plan
 
     vdb_dir = the_plan.stage("vdb").directory if "vdb" in the_plan.stages else None

@@ -1,0 +1,167 @@
+"""Sweeps of the vdb section: lists where one value is expected become points (apps/vdb/sweep.py), each
+point keyed and placed on its own (pipeline/sweep.py); errors name the field as written and the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from apps.vdb.config import VdbConfig
+from core.errors import ConfigError
+from pipeline.config_loader import load_config
+from pipeline.sweep import plan_points
+from tests.conftest import base_config
+
+QDRANT = {"name": "qdrant", "mode": "edge"}
+
+
+def points(section: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+    return [(p.label, p.repeat, p.params) for p in VdbConfig.model_validate(section).points]
+
+
+def errors(section: dict[str, Any]) -> list[tuple[tuple, str]]:
+    with pytest.raises(ValidationError) as caught:
+        VdbConfig.model_validate(section)
+    return [(tuple(e["loc"]), e["msg"]) for e in caught.value.errors()]
+
+
+def test_no_sweep_is_one_point_per_database() -> None:
+    vdb = VdbConfig.model_validate({"databases": [QDRANT, {"name": "milvus"}]})
+    assert [(p.label, p.database, p.repeat, p.params) for p in vdb.points] == [
+        ("qdrant", "qdrant", 0, {}),
+        ("milvus", "milvus", 0, {}),
+    ]
+    assert vdb.points[0].config.collection == vdb.collection  # each point is an ordinary section
+    assert "label" not in vdb.model_dump()["databases"][0]  # the dump of an unswept section is unchanged
+
+
+def test_cartesian_crosses_shared_and_entry_axes() -> None:
+    section = {
+        "databases": [{**QDRANT, "default_segment_number": [1, 4]}],
+        "collection": {"hnsw_m": [16, 32]},
+        "insert": {"clients_per_worker": 2, "batch_sizes": [64, 256]},  # a list by nature: no axis
+    }
+    got = points(section)
+    assert [p[2] for p in got] == [
+        {"collection.hnsw_m": 16, "qdrant.default_segment_number": 1},
+        {"collection.hnsw_m": 16, "qdrant.default_segment_number": 4},
+        {"collection.hnsw_m": 32, "qdrant.default_segment_number": 1},
+        {"collection.hnsw_m": 32, "qdrant.default_segment_number": 4},
+    ]
+    assert got[3][0] == "qdrant[hnsw_m=32,default_segment_number=4]"
+    vdb = VdbConfig.model_validate(section)
+    last = vdb.points[3].config
+    assert last.collection.hnsw_m == 32 and last.databases[0].default_segment_number == 4
+    assert last.insert.batch_sizes == [64, 256]
+    assert vdb.collection.hnsw_m == 16  # the section itself holds the first values
+
+
+def test_zip_pairs_and_repeats_repeat_each_point() -> None:
+    section = {
+        "databases": [QDRANT],
+        "collection": {"hnsw_m": [8, 16, 32]},
+        "insert": {"clients_per_worker": [1, 2, 4]},
+        "sweep": "zip",
+        "repeats": 2,
+    }
+    got = points(section)
+    assert [(p[2]["collection.hnsw_m"], p[2]["insert.clients_per_worker"], p[1]) for p in got] == [
+        (8, 1, 0),
+        (8, 1, 1),
+        (16, 2, 0),
+        (16, 2, 1),
+        (32, 4, 0),
+        (32, 4, 1),
+    ]
+    assert got[0][0] == got[1][0] == "qdrant[hnsw_m=8,clients_per_worker=1]"
+
+
+def test_zip_with_unequal_lengths_names_both_lists() -> None:
+    section = {
+        "databases": [{**QDRANT, "default_segment_number": [1, 2, 3]}],
+        "collection": {"hnsw_m": [16, 32]},
+        "sweep": "zip",
+    }
+    ((loc, message),) = errors(section)
+    assert loc == ("sweep",)
+    assert "vdb.collection.hnsw_m has 2" in message
+    assert "vdb.databases[0].default_segment_number has 3" in message
+
+
+def test_error_names_the_field_and_the_list_index() -> None:
+    assert errors({"databases": [QDRANT], "collection": {"hnsw_m": [16, 1]}})[0][0] == (
+        "collection",
+        "hnsw_m",
+        1,
+    )
+    ((loc, _),) = errors(
+        {"databases": [QDRANT, {**QDRANT, "label": "q2", "default_segment_number": [2, -1]}]}
+    )
+    assert loc == ("databases", 1, "default_segment_number", 1)
+    ((loc, message),) = errors(
+        {"databases": [QDRANT, {**QDRANT, "label": "q2", "collection": {"index_type": ["hnsw", "ivf_pq"]}}]}
+    )
+    assert loc == ("databases", 1, "collection", "index_type", 1)
+    assert "not built by vdb.databases[1] (qdrant)" in message
+    assert errors({"databases": [QDRANT], "collection": {"hnsw_m": []}})[0][0] == ("collection", "hnsw_m")
+
+
+def test_same_database_twice_needs_distinct_labels() -> None:
+    ((loc, message),) = errors({"databases": [QDRANT, QDRANT]})
+    assert loc == ("databases", 1) and "label 'qdrant'" in message
+    got = points({"databases": [QDRANT, {**QDRANT, "label": "qdrant-4seg", "default_segment_number": 4}]})
+    assert [p[0] for p in got] == ["qdrant", "qdrant-4seg"]
+    # per-entry overrides of the collection: one report across engines and index types
+    vdb = VdbConfig.model_validate(
+        {"databases": [{"name": "milvus"}, {"name": "milvus", "collection": {"index_type": "ivf_flat"}}]}
+    )
+    assert [p.label for p in vdb.points] == ["milvus", "milvus[index_type=ivf_flat]"]
+    assert [p.config.collection.index_type for p in vdb.points] == ["hnsw", "ivf_flat"]
+    assert vdb.points[1].params == {"collection.index_type": "ivf_flat"}
+
+
+def test_dump_writes_the_sweep_back() -> None:
+    section = {
+        "databases": [QDRANT, {"name": "milvus", "label": "ivf", "collection": {"index_type": "ivf_flat"}}],
+        "collection": {"hnsw_m": [16, 32]},
+        "repeats": 3,
+    }
+    vdb = VdbConfig.model_validate(section)
+    dumped = vdb.model_dump(mode="json")
+    assert dumped["collection"]["hnsw_m"] == [16, 32]
+    assert dumped["databases"][1]["label"] == "ivf"
+    again = VdbConfig.model_validate(dumped)
+    assert [(p.label, p.repeat) for p in again.points] == [(p.label, p.repeat) for p in vdb.points]
+    assert len(vdb.points) == 2 * 2 * 3
+
+
+def test_point_keys_depend_on_settings_not_on_the_rest_of_the_sweep(tmp_path: Path) -> None:
+    one = VdbConfig.model_validate({"databases": [QDRANT], "collection": {"hnsw_m": [16, 32]}, "repeats": 2})
+    more = VdbConfig.model_validate({"databases": [QDRANT], "collection": {"hnsw_m": [16, 32, 64]}})
+    a = plan_points(one, tmp_path, ["ds", "q", "gt"], "cosine")
+    b = plan_points(more, tmp_path, ["ds", "q", "gt"], "cosine")
+    assert len({p.key for p in a}) == 4  # repeats are distinct points
+    assert [p.key for p in a if p.point.repeat == 0] == [p.key for p in b[:2]]  # adding a value reruns none
+    assert a[0].directory == tmp_path / "vdb-points" / a[0].key
+    assert [p.link for p in a[:2]] == ["qdrant[hnsw_m=16].r0", "qdrant[hnsw_m=16].r1"]
+    assert not a[0].complete
+    renamed = VdbConfig.model_validate(
+        {"databases": [{**QDRANT, "label": "edge"}], "collection": {"hnsw_m": 16}}
+    )
+    assert plan_points(renamed, tmp_path, ["ds", "q", "gt"], "cosine")[0].key == b[0].key  # label not keyed
+
+
+def test_loader_error_has_the_line_of_the_bad_list_item(small_corpus: Path, tmp_path: Path) -> None:
+    vdb = {"databases": [QDRANT], "collection": {"hnsw_m": [16, 1]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base_config(small_corpus, tmp_path / "wd", vdb=vdb), sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    assert "vdb.collection.hnsw_m.1" in text and "(got 1)" in text
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip() == "- 1")
+    assert caught.value.line == line
