@@ -165,3 +165,65 @@ def test_loader_error_has_the_line_of_the_bad_list_item(small_corpus: Path, tmp_
     assert "vdb.collection.hnsw_m.1" in text and "(got 1)" in text
     line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip() == "- 1")
     assert caught.value.line == line
+
+
+# --- HPC: one database job shape per point that changes it ----------------------------------------------
+
+
+@pytest.fixture
+def swept_polaris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """configs/polaris.yaml with Qdrant alone, its workers, shards and nodes swept together."""
+    from tests.conftest import REPO
+    from tests.test_hpc_render import FIXED_ENV
+
+    for key, value in FIXED_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("QUEUE", raising=False)
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+
+    def write(nodes: list[int]) -> Path:
+        config = yaml.safe_load(text)
+        vdb = config["vdb"]
+        vdb["databases"] = [db for db in vdb["databases"] if db["name"] == "qdrant"]
+        vdb["cluster"]["overrides"] = {}
+        vdb["cluster"].update(workers=[40, 80], nodes=nodes)
+        vdb["collection"]["shards"] = [40, 80]
+        vdb["sweep"] = "zip"
+        vdb["repeats"] = 2
+        path = tmp_path / "polaris-sweep.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False).replace("../", str(REPO) + "/"))
+        return path
+
+    return write
+
+
+def test_hpc_plan_renders_one_job_per_deployment_shape(swept_polaris) -> None:
+    from pipeline.hpc_plan import pilot_shapes, render_artifacts, render_plan
+
+    loaded = load_config(swept_polaris([10, 20]))
+    assert len(loaded.config.vdb.points) == 4  # 2 shapes x 2 repeats
+    shapes = pilot_shapes(loaded.config.vdb)
+    assert [len(points) for _, points in shapes] == [2, 2]  # repeats share their shape's job script
+    rendered = render_artifacts(loaded)
+    jobs = sorted(name for name in rendered if name.endswith("/job.sh"))
+    assert len(jobs) == 2 and all(name.startswith("qdrant[") for name in jobs)
+    selects = sorted(line for name in jobs for line in rendered[name].splitlines() if "select=" in line)
+    assert [s.split("select=")[1].split(":")[0] for s in selects] == ["10", "20"]
+    servers = {name: rendered[name.replace("job.sh", "servers.txt")] for name in jobs}
+    assert (
+        sorted(text.count("\n") for text in servers.values())[0]
+        < sorted(text.count("\n") for text in servers.values())[1]
+    )  # the 80-rank shape lists more ranks
+    text = render_plan(loaded, check=False)
+    assert "rank 79 " in text and "used by 2 points" in text
+
+
+def test_hpc_check_names_the_swept_value_that_does_not_fit(swept_polaris) -> None:
+    from pipeline.hpc_plan import check_or_raise
+
+    loaded = load_config(swept_polaris([10, 2]))  # 80 ranks on 2 nodes x 4: too few nodes
+    with pytest.raises(ConfigError) as caught:
+        check_or_raise(loaded)
+    text = str(caught.value)
+    assert "vdb.cluster.workers.1" in text or "vdb.cluster.nodes.1" in text, text
+    assert "vdb.cluster.workers.0" not in text and "vdb.cluster.nodes.0" not in text

@@ -9,7 +9,15 @@ from pydantic import Field, PrivateAttr, ValidationError, model_serializer, mode
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from apps.vdb.sweep import Expansion, SweepError, SweepPoint, expand, restore, validate_points
+from apps.vdb.sweep import (
+    Expansion,
+    SweepError,
+    SweepPoint,
+    expand,
+    restore,
+    validate_points,
+    written_loc,
+)
 from core.config import Strict
 
 # Every registered database's settings model, discriminated by ``name`` (pydantic only: no client library).
@@ -149,6 +157,19 @@ class VdbConfig(Strict):
     @property
     def _sweeps(self) -> bool:
         return bool(self._expansion and (self._expansion.axes or any(self._expansion.entry_keys.values())))
+
+    @property
+    def swept(self) -> bool:
+        """True when the section sweeps something or repeats (its points are not just its databases)."""
+        return self._sweeps or self.repeats > 1
+
+    def written_loc(self, point: SweepPoint, loc: tuple) -> tuple:
+        """A location inside ``point.config`` (e.g. ("cluster", "workers")) -> where it was written, with
+        the index of the point's value when that field is a list."""
+        if self._expansion is None:
+            return loc
+        raw = {"databases": [{"name": point.database}]}
+        return written_loc(loc, point.entry, raw, self._expansion, point.taken)
 
     @property
     def points(self) -> list[SweepPoint]:

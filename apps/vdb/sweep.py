@@ -72,6 +72,7 @@ class SweepPoint:
     repeat: int  # 0 .. repeats - 1
     params: dict[str, Any]  # swept values (and the entry's own overrides) by parameter name
     config: Any  # VdbConfig with databases == [this point's settings]
+    taken: dict[Path, int] = field(default_factory=dict)  # axis path -> index of the value taken
 
     @property
     def database(self) -> str:
@@ -338,7 +339,7 @@ def validate_points(
                     )
                 validated[key] = None
         if validated[key] is not None:
-            points.append(SweepPoint(label, entry, repeat, params, validated[key]))
+            points.append(SweepPoint(label, entry, repeat, params, validated[key], taken))
     if errors:
         raise ValidationError.from_exception_data("VdbConfig", list(errors.values()))
     return points
