@@ -16,6 +16,7 @@ from typing import Any
 from apps.geometry import GeometryRecord
 from apps.geometry_stage import report_section
 from apps.report_figures import draw_figures
+from apps.report_sweep import combine_repeats, points_section, repeats_section
 from apps.results import (
     MIN_RECALL,
     ResultRows,
@@ -24,6 +25,7 @@ from apps.results import (
     normalize_rows,
     operating_point,
     param_order,
+    point_name,
     read_results,
     sent_size,
 )
@@ -96,7 +98,7 @@ def _summary(run: ResultRows) -> list[str]:
         insert, index = run.primary(db, "insert"), run.primary(db, "index")
         deploy = run.primary(db, "deploy")  # start -> every server healthy
         version = next(
-            (r["server_version"] for r in run.rows if r["database"] == db and r["server_version"]), None
+            (r["server_version"] for r in run.rows if point_name(r) == db and r["server_version"]), None
         )
         if best is None:
             failed = run.failure(db)
@@ -204,13 +206,13 @@ def _insert_sweep(run: ResultRows) -> list[str]:
         "vectors/s",
     ]
     body = []
-    for row in sorted(rows, key=lambda r: (r["database"], param_order(r))):
+    for row in sorted(rows, key=lambda r: (point_name(r), param_order(r))):
         if not is_ok(row):
-            body.append([row["database"], row["setting"] or "—", _failure(row), *["—"] * 6])
+            body.append([point_name(row), row["setting"] or "—", _failure(row), *["—"] * 6])
             continue
         body.append(
             [
-                row["database"],
+                point_name(row),
                 row["setting"] or "—",
                 _batch(row),
                 _num(row["clients"]),
@@ -318,7 +320,8 @@ def write_report(
         rows = normalize_rows(results_path_or_rows)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run = ResultRows(rows)
+    folded, spreads = combine_repeats(rows)  # repeats -> their median (the spread in its own section)
+    run = ResultRows(folded)
     figures = draw_figures(run, out)
 
     lines = [f"# {title}", ""]
@@ -333,11 +336,13 @@ def write_report(
     for key, values in run.provenance().items():
         if values:
             lines.append(f"- {key}: " + ", ".join(f"`{v}`" for v in values))
-    lines += ["", "## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
+    lines += ["", *points_section(rows)]
+    lines += ["## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += report_section(geometry)
     lines += ["## Upload and index", "", *_ingest(run), "", *_insert_sweep(run)]
     lines += ["## Query sweep", "", *_stall_warning(run), *_query_table(run), ""]
     lines += io_table(run)
+    lines += repeats_section(spreads)
     lines += ["## Figures", ""]
     captions = {
         "recall_qps": (

@@ -1,9 +1,10 @@
-"""``results.parquet``: one typed row per database × stage × setting, and the rows grouped for the report.
+"""``results.parquet``: one typed row per sweep point × stage × setting × repeat, grouped for the report.
 
 :func:`write_results` writes the rows the stages produced under the fixed :data:`RESULTS_SCHEMA`
-(absent values are typed nulls, so an empty or partial run has the same schema as a full one);
-:class:`ResultRows` groups them by database and stage for the tables (:mod:`apps.report`) and the
-figures (:mod:`apps.report_figures`).
+(absent values are typed nulls, so an empty or partial run has the same schema as a full one), followed
+by one column per swept parameter (a row's ``sweep`` mapping, e.g. ``collection.hnsw_m``: null where a
+point did not sweep it). :class:`ResultRows` groups rows by point label (the database's name without a
+sweep) and stage for the tables (:mod:`apps.report`) and the figures (:mod:`apps.report_figures`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,16 @@ from core.store import write_parquet_atomic
 # The stages that write result rows, in pipeline order (the mixed insert + query workload adds its own
 # stage here together with the records that feed it).
 STAGES = ("deploy", "insert", "index", "query")
+SWEEP = "sweep"  # a row's swept parameters (name -> value): one column each in results.parquet
 MIN_RECALL = 0.95
 
 RESULTS_SCHEMA = pa.schema(
     [
         # identity
         pa.field("database", pa.string(), nullable=False),
+        pa.field("label", pa.string()),  # the sweep point (unique per entry x swept values); null: database
+        pa.field("repeat", pa.int32()),  # 0 .. vdb.repeats - 1
+        pa.field("point", pa.string()),  # the point's content key
         pa.field("stage", pa.string(), nullable=False),  # deploy | insert | index | query
         pa.field("setting", pa.string()),  # e.g. "ef=64,batch=32,clients=2,k=10"; null for deploy
         pa.field("status", pa.string(), nullable=False),  # ok | failed | skipped
@@ -115,7 +120,7 @@ def normalize_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     Raises ValueError for an unknown column (names the allowed ones), an unknown stage or a missing
     database. ``status`` defaults to ``failed`` when an ``error`` is given, else ``ok``.
     """
-    names = set(RESULTS_SCHEMA.names)
+    names = set(RESULTS_SCHEMA.names) | {SWEEP}
     out = []
     for number, row in enumerate(rows):
         unknown = sorted(set(row) - names)
@@ -128,16 +133,45 @@ def normalize_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if row.get("stage") not in STAGES:
             raise ValueError(f"results row {number}: stage {row.get('stage')!r} is not one of {STAGES}")
         clean = {field.name: _coerce(row.get(field.name), field) for field in RESULTS_SCHEMA}
+        clean[SWEEP] = dict(row.get(SWEEP) or {})
         if clean["status"] is None:
             clean["status"] = "failed" if clean["error"] else "ok"
         out.append(clean)
     return out
 
 
+def swept_names(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The swept parameters of ``rows`` in first-seen order (their columns in results.parquet)."""
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row.get(SWEEP) or {}))
+    return list(names)
+
+
+def _column(name: str) -> str:
+    """A swept parameter's column: its name, prefixed when a fixed column already has it."""
+    return f"{SWEEP}.{name}" if name in RESULTS_SCHEMA.names else name
+
+
+def _sweep_array(values: list[Any]) -> pa.Array:
+    """A swept parameter's values: typed when they share a type, as text when they mix (1 and "auto")."""
+    kinds = {type(v) for v in values if v is not None}
+    if len(kinds) > 1 and not kinds <= {int, float}:
+        values = [None if v is None else str(v) for v in values]
+    return pa.array(values)
+
+
 def results_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
-    """Rows -> a table with exactly :data:`RESULTS_SCHEMA` (an empty list gives an empty typed table)."""
+    """Rows -> a table: :data:`RESULTS_SCHEMA`, then one column per swept parameter (empty: typed, empty)."""
     clean = normalize_rows(rows)
-    return pa.Table.from_pylist(clean, schema=RESULTS_SCHEMA) if clean else RESULTS_SCHEMA.empty_table()
+    if not clean:
+        return RESULTS_SCHEMA.empty_table()
+    table = pa.Table.from_pylist(
+        [{k: v for k, v in r.items() if k != SWEEP} for r in clean], schema=RESULTS_SCHEMA
+    )
+    for name in swept_names(clean):
+        table = table.append_column(_column(name), _sweep_array([r[SWEEP].get(name) for r in clean]))
+    return table
 
 
 def write_results(rows: Iterable[dict[str, Any]], path: str | Path) -> dict[str, Any]:
@@ -146,11 +180,20 @@ def write_results(rows: Iterable[dict[str, Any]], path: str | Path) -> dict[str,
 
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``results.parquet`` (columns added to the schema later read as None)."""
+    """Rows of a ``results.parquet`` (schema columns added later read as None; the other columns are the
+    swept parameters, under ``sweep``)."""
     table = pq.read_table(path)
-    return normalize_rows(
-        {k: v for k, v in row.items() if k in RESULTS_SCHEMA.names} for row in table.to_pylist()
-    )
+    fixed = set(RESULTS_SCHEMA.names)
+    rows = []
+    for row in table.to_pylist():
+        swept = {k.removeprefix(f"{SWEEP}."): v for k, v in row.items() if k not in fixed and v is not None}
+        rows.append({**{k: v for k, v in row.items() if k in fixed}, SWEEP: swept})
+    return normalize_rows(rows)
+
+
+def point_name(row: dict[str, Any]) -> str:
+    """The name a row is reported under: its point's label, else its database (a run without sweeps)."""
+    return row.get("label") or row["database"]
 
 
 def is_ok(row: dict[str, Any]) -> bool:
@@ -190,14 +233,17 @@ def operating_point(rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, 
 
 
 class ResultRows:
-    """The rows of one results file grouped by database and stage."""
+    """The rows of one results file grouped by point (label; the database without a sweep) and stage.
+
+    ``databases`` holds those names: one per database in a run without sweeps, as before.
+    """
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
-        self.databases = sorted({r["database"] for r in rows})
+        self.databases = sorted({point_name(r) for r in rows})
 
     def of(self, database: str, stage: str) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["database"] == database and r["stage"] == stage]
+        return [r for r in self.rows if point_name(r) == database and r["stage"] == stage]
 
     def failure(self, database: str, stages: Sequence[str] = STAGES) -> dict[str, Any] | None:
         """The first failed row of ``database`` in pipeline order among ``stages``."""

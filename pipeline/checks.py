@@ -230,10 +230,37 @@ def check_platform(run_config: Any, base_dir: Path | None = None) -> list[Proble
         account = getattr(executor, "account", None)
         if executor.platform != "slurm" and not (account or "").strip():
             problems.append((("executor", "account"), "an account (project) is required"))
-        problems += _queue_problems(executor, vdb)
+        problems += _queue_problems(executor, None if vdb and vdb.swept else vdb)  # sweeps: per point
         gpu = executor.gpu
         if len(gpu.accelerator_ids) > executor.node.gpus * 2:  # tiles count twice at most
             problems.append((("executor", "gpu", "accelerators"), f"a node has {executor.node.gpus} GPUs"))
-    if cluster is not None:
+    if cluster is not None and vdb.swept:
+        problems += _point_problems(run_config, base_dir)
+    elif cluster is not None:
         problems += _cluster_problems(run_config, base_dir)
+    return list(dict.fromkeys(problems))
+
+
+def _point_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
+    """A sweep: every deployment shape checked as the point that runs it (apps/vdb/sweep.py), each
+    problem at the field as written, with the index of the point's value when the field is swept."""
+    vdb = run_config.vdb
+    problems: list[Problem] = []
+    for name in vdb.cluster.overrides:
+        if name not in {db.name for db in vdb.databases}:
+            problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))
+    seen: set[int] = set()
+    for point in vdb.points:
+        if id(point.config) in seen:  # repeats share their point's configuration
+            continue
+        seen.add(id(point.config))
+        own = point.config.cluster.model_copy(
+            update={"overrides": {k: v for k, v in vdb.cluster.overrides.items() if k == point.database}}
+        )
+        config = run_config.model_copy(update={"vdb": point.config.model_copy(update={"cluster": own})})
+        found = _queue_problems(run_config.executor, config.vdb) if config.executor.queues else []
+        for loc, message in found + _cluster_problems(config, base_dir):
+            if loc[:1] == ("vdb",):
+                loc = ("vdb", *vdb.written_loc(point, tuple(loc[1:])))
+            problems.append((loc, message))
     return problems

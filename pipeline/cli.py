@@ -79,10 +79,24 @@ def plan(config: ConfigArg) -> None:
         status, shards = _stage_status(stage.directory)
         table.add_row(name, stage.key, status, shards, str(stage.directory))
     out.print(table)
+    if the_plan.points:
+        from pipeline.sweep import describe
+
+        lines = describe(the_plan.points)  # plain lines: labels hold brackets, and must not be cut
+        out.print(f"vdb points ({len(lines)}, run in this order, one at a time):")
+        for number, label, repeat, params, key, done in lines:
+            state = "done" if done else "to run"
+            text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
+            out.print(text, markup=False, highlight=False, soft_wrap=True)
     from pipeline.hpc_plan import render_plan
 
-    vdb_dir = the_plan.stage("vdb").directory if "vdb" in the_plan.stages else None
-    hpc = render_plan(loaded, vdb_dir=vdb_dir)  # Parsl config, job scripts, server commands (HPC only)
+    directories = None
+    if cfg.vdb and cfg.vdb.cluster:  # each database job shape renders in its first point's directory
+        from pipeline.hpc_plan import pilot_shapes
+
+        where = {id(p.point): p.directory for p in the_plan.points}
+        directories = {i: where[id(first)] for i, (first, _) in enumerate(pilot_shapes(cfg.vdb))}
+    hpc = render_plan(loaded, directories)  # Parsl config, job scripts, server commands (HPC only)
     if hpc:
         out.print(hpc, markup=False, highlight=False)
 

@@ -23,7 +23,6 @@ from pipeline.checks import check_platform
 from pipeline.config_loader import LoadedConfig
 
 RUN_ID = "<run-id>"
-VDB_KEY = "<vdb-key>"
 ADDRESS = "<login-node-address>"
 WORKER_PORT = "<interchange-worker-port>"
 _TIMESTAMP = re.compile(r"\.\d{9,}\.\d+")
@@ -132,24 +131,46 @@ def _normalise(text: str) -> str:
     return _OBJECT_ID.sub(" at 0x...", text)
 
 
-def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
+def pilot_shapes(vdb: Any) -> list[tuple[Any, list[Any]]]:
+    """(first point, every point) of each distinct database job shape the sweep deploys, in run order.
+
+    A shape is the database's settings and its cluster block (overrides applied): points that differ only
+    in insert, index or query knobs (or repeats) share their first point's job script. In-process engines
+    (Qdrant edge) have no pilot job.
+    """
+    shapes: dict[str, tuple[Any, list[Any]]] = {}
+    for point in vdb.points:
+        if getattr(point.settings, "in_process", False):
+            continue
+        cluster = point.config.cluster.for_database(point.database)
+        shape = repr(
+            (point.settings.model_dump(mode="json"), cluster.model_dump(mode="json", exclude={"overrides"}))
+        )
+        shapes.setdefault(shape, (point, []))[1].append(point)
+    return list(shapes.values())
+
+
+def _cluster_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None) -> dict[str, str]:
     from apps.vdb.cluster.layout import node_shape, plan_cluster
     from apps.vdb.cluster.provider import cluster_provider
     from apps.vdb.cluster.render import LAUNCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
+    from pipeline.sweep import POINTS_DIR, slug
 
     cfg = loaded.config
     node = node_shape(cfg.executor)
+    store = Path(cfg.workdir).expanduser().resolve() / "store"
     out: dict[str, str] = {}
-    for settings in cfg.vdb.pilot_databases():
-        cluster = cfg.vdb.cluster.for_database(settings.name)
-        workdir = vdb_dir / settings.name / "server"
-        layout = plan_cluster(settings, cluster, node, workdir, loaded.base_dir)
+    for number, (point, _points) in enumerate(pilot_shapes(cfg.vdb)):
+        settings = point.settings
+        cluster = point.config.cluster.for_database(settings.name)
+        point_dir = (directories or {}).get(number) or store / POINTS_DIR / f"<{slug(point.label)}-key>"
+        layout = plan_cluster(settings, cluster, node, point_dir / "server", loaded.base_dir)
         command = launcher_command(layout, cluster, node)
         provider = cluster_provider(cfg.executor, cluster)
         script, submit = submit_script(
             provider, command, f"pes2o-vdb.{layout.cluster_id}", str(layout.directory / "jobs")
         )
-        db = settings.name
+        db = slug(point.label)
         out[f"{db}/job.sh"] = f"# submit: {submit}\n{script}"
         # Every rank in brief (environment and command), the first two scripts in full.
         out[f"{db}/servers.txt"] = describe_ranks(layout, cluster)
@@ -161,8 +182,12 @@ def _cluster_artifacts(loaded: LoadedConfig, vdb_dir: Path) -> dict[str, str]:
     return out
 
 
-def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[str, str]:
-    """Every artifact of an HPC run: name -> text (Parsl config, job scripts, per-rank server files)."""
+def render_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None = None) -> dict[str, str]:
+    """Every artifact of an HPC run: name -> text (Parsl config, job scripts, per-rank server files).
+
+    ``directories``: the point directory of each database job shape (:func:`pilot_shapes` order), from the
+    plan; placeholders (``<store>/vdb-points/<label-key>``) without one.
+    """
     cfg = loaded.config
     if cfg.executor.platform not in HPC_PLATFORMS:
         return {}
@@ -171,8 +196,7 @@ def render_artifacts(loaded: LoadedConfig, vdb_dir: Path | None = None) -> dict[
     out = {"parsl-config.txt": _normalise(repr(config)) + "\n"}
     out.update(_executor_scripts(config, run_dir))
     if cfg.vdb and cfg.vdb.cluster:
-        store = Path(cfg.workdir).expanduser().resolve() / "store"
-        out.update(_cluster_artifacts(loaded, vdb_dir or store / "vdb" / VDB_KEY))
+        out.update(_cluster_artifacts(loaded, directories))
     return out
 
 
@@ -189,24 +213,29 @@ def _summary(loaded: LoadedConfig) -> str:
         lines.append(f"  {label}: {nodes} node(s) x up to {max_blocks} block(s), {per_node} workers per node")
     if cfg.vdb and cfg.vdb.cluster:
         node = node_shape(ex)
-        for settings in cfg.vdb.pilot_databases():
-            c = cfg.vdb.cluster.for_database(settings.name)
+        for point, points in pilot_shapes(cfg.vdb):
+            settings, name = point.settings, point.label
+            c = point.config.cluster.for_database(settings.name)
             lines.append(
-                f"  {settings.name} job: {c.nodes} node(s), {c.workers} rank(s), "
+                f"  {name} job: {c.nodes} node(s), {c.workers} rank(s), "
                 f"{c.workers_per_node} per node, "
                 f"{c.cores_per_worker} cores each, storage {c.storage.medium} ({c.storage.base_dir()})"
             )
-            layout = plan_cluster(settings, cfg.vdb.cluster, node, Path("/"), loaded.base_dir)
+            if len(points) > 1:  # one job per point: the same shape again for each
+                lines.append(
+                    f"    used by {len(points)} points: " + ", ".join(sorted({p.label for p in points}))
+                )
+            layout = plan_cluster(settings, point.config.cluster, node, Path("/"), loaded.base_dir)
             for r in layout.ranks:
                 ports = " ".join(f"{k}={v}" for k, v in r.ports.items())
                 lines.append(
-                    f"    {settings.name} rank {r.rank} {r.role:<13} slot {r.node_slot} "
+                    f"    {name} rank {r.rank} {r.role:<13} slot {r.node_slot} "
                     f"cores {core_ranges(r.cores) or '-':<8} {ports}"
                 )
     return "\n".join(lines)
 
 
-def render_plan(loaded: LoadedConfig, vdb_dir: Path | None = None, check: bool = True) -> str:
+def render_plan(loaded: LoadedConfig, directories: dict[int, Path] | None = None, check: bool = True) -> str:
     """The HPC part of ``plan``: checks, a summary, then every artifact under a heading ('' when local).
 
     ``check`` runs :func:`check_or_raise` first (off only to render configs whose files are elsewhere).
@@ -216,7 +245,7 @@ def render_plan(loaded: LoadedConfig, vdb_dir: Path | None = None, check: bool =
     if check:
         check_or_raise(loaded)
     parts = [_summary(loaded)]
-    for name, text in render_artifacts(loaded, vdb_dir).items():
+    for name, text in render_artifacts(loaded, directories).items():
         parts.append(f"===== {name} " + "=" * max(3, 70 - len(name)) + f"\n{text.rstrip()}")
     return "\n\n".join(parts) + "\n"
 

@@ -25,6 +25,7 @@ from apps.models import max_input_tokens, resolve_model_path, tokenizer_fingerpr
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file
 from pipeline.config_loader import LoadedConfig
+from pipeline.sweep import PointPlan, plan_points
 
 BENCHMARK_VERSION = "1"
 
@@ -77,6 +78,7 @@ class Plan:
     file_metadata: dict[str, Any]
     terms_file: Path | None
     embedding: EmbeddingConfig  # the config's embedding with ``model`` resolved once, to an absolute path
+    points: list[PointPlan] = field(default_factory=list)  # the vdb stage's points (pipeline/sweep.py)
 
     @property
     def config(self):
@@ -181,6 +183,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         vector_params["batching"] = {k: embedding[k] for k in BATCHING_FIELDS}
 
     stages: dict[str, StagePlan] = {}
+    points: list[PointPlan] = []
 
     def add(
         name: str, version: str, params: dict[str, Any], upstream: list[str], directory: Path | None = None
@@ -248,6 +251,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         if cfg.vdb:
             vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
             add("vdb", BENCHMARK_VERSION, vdb_params, [dataset_key, queries.key, gt.key])
+            points = plan_points(cfg.vdb, store, [dataset_key, queries.key, gt.key], cfg.groundtruth.metric)
     elif cfg.geometry.enabled:
         add("geometry", geometry_stage.STAGE_VERSION, geometry_params, [dataset_key])
 
@@ -286,5 +290,15 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         update={"model": str(model_dir), "export_dir": str(cfg.resolve_path(str(export_dir), base))}
     )
     return Plan(
-        loaded, store, files, model_dir, tokenizer_dir, dimension, stages, file_metadata, terms_file, resolved
+        loaded,
+        store,
+        files,
+        model_dir,
+        tokenizer_dir,
+        dimension,
+        stages,
+        file_metadata,
+        terms_file,
+        resolved,
+        points,
     )

@@ -20,9 +20,21 @@ from apps.vdb_metrics import evaluate_files
 from pipeline.plan import Plan
 
 
+def point_columns(outcome: DatabaseOutcome) -> dict[str, Any]:
+    """The columns naming an outcome's sweep point on every row it gives."""
+    return {
+        "database": outcome.database,
+        "label": outcome.label,
+        "repeat": outcome.repeat,
+        "point": outcome.key,
+        "sweep": dict(outcome.params),
+        "server_version": outcome.server_version or None,
+    }
+
+
 def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
-    """The deploy, insert and index rows of one database (its query rows come from the raw files)."""
-    common = {"database": outcome.database, "server_version": outcome.server_version or None}
+    """The deploy, insert and index rows of one point (its query rows come from the raw files)."""
+    common = point_columns(outcome)
     if outcome.status != "succeeded":
         return [{**common, "stage": "deploy", "status": outcome.status, "error": outcome.reason}]
     params = json.dumps(
@@ -70,17 +82,19 @@ def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
     return rows
 
 
-def result_rows(plan: Plan, outcomes: dict[str, DatabaseOutcome], run_id: str) -> list[dict[str, Any]]:
-    """One row per database x stage x setting, with the provenance keys on every row."""
+def result_rows(plan: Plan, outcomes: list[DatabaseOutcome], run_id: str) -> list[dict[str, Any]]:
+    """One row per point x stage x setting, with the provenance keys on every row."""
     keys = {
         "dataset_key": plan.stage("embed").key,
         "queries_key": plan.stage("queries").key,
         "groundtruth_key": plan.stage("groundtruth").key,
         "run_id": run_id,
     }
-    rows = [{**row, **keys} for outcome in outcomes.values() for row in database_rows(outcome)]
-    raw_files = [q.file for outcome in outcomes.values() for q in outcome.queries]
-    if raw_files:
+    rows = [{**row, **keys} for outcome in outcomes for row in database_rows(outcome)]
+    for outcome in outcomes:  # each point's raw files alone: several points may share a database
+        raw_files = [q.file for q in outcome.queries]
+        if not raw_files:
+            continue
         evaluated = evaluate_files(
             raw_files,
             plan.stage("groundtruth").directory / "groundtruth.parquet",
@@ -88,21 +102,16 @@ def result_rows(plan: Plan, outcomes: dict[str, DatabaseOutcome], run_id: str) -
             plan.stage("embed").directory,
             plan.config.groundtruth.metric,
         )
-        windows = {(o.database, q.setting): read_window(q.file) for o in outcomes.values() for q in o.queries}
+        windows = {q.setting: read_window(q.file) for q in outcome.queries}
         rows.extend(
-            {
-                **row,
-                **keys,
-                "server_version": outcomes[row["database"]].server_version or None,
-                **io_columns(row, windows.get((row["database"], row["setting"]))),
-            }
+            {**row, **keys, **point_columns(outcome), **io_columns(row, windows.get(row["setting"]))}
             for row in evaluated
         )
     return rows
 
 
 def write_benchmark_report(
-    plan: Plan, outcomes: dict[str, DatabaseOutcome], out_dir: Path, run_id: str
+    plan: Plan, outcomes: list[DatabaseOutcome], out_dir: Path, run_id: str
 ) -> dict[str, Any]:
     """Write results.parquet and report.md (+ PNG plots) into ``out_dir``; return the written files."""
     rows = result_rows(plan, outcomes, run_id)
@@ -112,7 +121,8 @@ def write_benchmark_report(
         out_dir / "results.parquet",
         out_dir,
         title=f"Vector database benchmark: {plan.config.name}",
-        telemetry={db: out_dir.parent / db / "telemetry.parquet" for db in outcomes},
+        # Each point's samples, named by its link (a slug of its label): a file-name-safe figure name.
+        telemetry={p.link: p.directory / "telemetry.parquet" for p in plan.points},
         geometry=geometry,
     )
     files = [{"file": "report/results.parquet", **results}]

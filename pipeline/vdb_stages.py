@@ -1,9 +1,11 @@
 """Vector-database stages of the DAG: deploy (pilot) -> insert -> index -> query sweep -> teardown -> report.
 
-Databases run one after another so they do not compete for the same cores. The deploy task runs in the
-driver process and keeps the Deployment there, so teardown always happens in a ``finally`` — on success,
-on a failed stage and on Ctrl-C — whatever worker the other tasks ran on. Each finished database leaves
-``<stage dir>/<database>/manifest.json``; a re-run repeats only the databases without one.
+Every point of the sweep (pipeline/sweep.py: a database entry x swept values x repeat; one point per
+database without a sweep) is its own chain, and points run one after another so they do not compete for
+the same cores. The deploy task runs in the driver process and keeps the Deployment there, so teardown
+always happens in a ``finally`` — on success, on a failed stage and on Ctrl-C — whatever worker the other
+tasks ran on. Each finished point leaves ``<store>/vdb-points/<point key>/manifest.json`` (linked from the
+stage directory under its label); a re-run repeats only the points without one, from scratch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from apps import query_sweep as query_stage
 from apps.telemetry import DatabaseTelemetry
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
-from apps.vdb.config import DatabaseSettings
+from apps.vdb.config import DatabaseSettings, VdbConfig
 from apps.vdb.records import (
     DatabaseOutcome,
     DatabaseTarget,
@@ -43,6 +45,7 @@ from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
 from pipeline.report_stage import write_benchmark_report
+from pipeline.sweep import PointPlan
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +64,10 @@ def client_node() -> str:
     return socket.gethostname()
 
 
-def read_outcome(db_dir: Path) -> DatabaseOutcome | None:
-    """The outcome of a database finished by an earlier run, or None (never run, partial, other layout)."""
+def read_outcome(db_dir: Path, key: str | None = None) -> DatabaseOutcome | None:
+    """The outcome of a point finished by an earlier run, or None (never run, partial, other layout)."""
     manifest = complete_manifest(db_dir)
-    if manifest is None:
+    if manifest is None or (key is not None and manifest.get("key") != key):
         return None
     try:
         return DatabaseOutcome.model_validate(manifest)
@@ -94,53 +97,82 @@ class VdbStages:
             "query": python_app(query_stage.query_sweep, executors=[clients]),
         }
 
-    def spec(self, settings: DatabaseSettings | None = None) -> CollectionSpec:
-        """The collection ``settings``' database builds; the metric is the ground truth's.
+    def spec(self, cfg: VdbConfig, settings: DatabaseSettings | None = None) -> CollectionSpec:
+        """The collection ``settings``' database builds under ``cfg``; the metric is the ground truth's.
 
         With a cluster, an in-process engine (Qdrant edge) is one rank inside its client: one shard.
         """
-        fields = self.cfg.collection.model_dump()
-        if self.cfg.cluster is not None and getattr(settings, "in_process", False):
+        fields = cfg.collection.model_dump()
+        if cfg.cluster is not None and getattr(settings, "in_process", False):
             fields["shards"] = 1
         return CollectionSpec(dim=self.plan.dimension, metric=self.plan.config.groundtruth.metric, **fields)
 
     def run(self) -> dict[str, Any]:
-        """Benchmark every database not yet done; then write results.parquet and report.md."""
+        """Benchmark every point not yet done, in order; then write results.parquet and report.md."""
         directory = self.stage.directory
         directory.mkdir(parents=True, exist_ok=True)
         # Server logs, endpoints and raw results of this run, reachable from the run directory.
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
-        self.progress.add_stage("vdb", len(self.cfg.databases))
-        outcomes: dict[str, DatabaseOutcome] = {}
-        for settings in self.cfg.databases:
-            db_dir = directory / settings.name
-            outcomes[settings.name] = read_outcome(db_dir) or self.run_database(settings, db_dir)
+        self.progress.add_stage("vdb", len(self.plan.points))
+        outcomes: list[DatabaseOutcome] = []
+        for point in self.plan.points:
+            outcome = read_outcome(point.directory, point.key)
+            if outcome is None:
+                outcome = self.run_point(point)
+            else:
+                log.info(
+                    "point %d %s (repeat %d): done before, %s",
+                    point.number,
+                    point.label,
+                    point.point.repeat,
+                    point.directory,
+                )
+            _link(directory / point.link, point.directory)
+            outcomes.append(outcome)
             self.progress.advance("vdb", 1)
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )
-        if all(o.status == "succeeded" for o in outcomes.values()):
+        if all(o.status == "succeeded" for o in outcomes):
             atomic_write_json(
                 directory / "manifest.json",
-                {"key": self.stage.key, "files": report["files"], "databases": sorted(outcomes)},
+                {
+                    "key": self.stage.key,
+                    "files": report["files"],
+                    "databases": sorted({o.database for o in outcomes}),
+                    "points": [
+                        {"label": p.label, "repeat": p.point.repeat, "key": p.key} for p in self.plan.points
+                    ],
+                },
             )
         return report
 
-    def run_database(self, settings: DatabaseSettings, db_dir: Path) -> DatabaseOutcome:
-        """Deploy one database, run its stages, always tear it down; return (and write) its outcome."""
+    def run_point(self, point: PointPlan) -> DatabaseOutcome:
+        """Deploy one point's database, run its stages, always tear it down; write and return the outcome."""
+        cfg, settings, db_dir = point.point.config, point.point.settings, point.directory
         name = settings.name
-        pilot = self.cfg.cluster is not None and settings in self.cfg.pilot_databases()
+        pilot = cfg.cluster is not None and not getattr(settings, "in_process", False)
         if pilot:
-            # HPC: the servers as a pilot job on their own nodes
+            # HPC: the servers as a pilot job on their own nodes, in this point's shape
             from apps.vdb.cluster.pilot import cluster_deployment
 
-            deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
+            run_config = self.plan.config.model_copy(update={"vdb": cfg})
+            deployment = cluster_deployment(settings, run_config, self.plan.loaded.base_dir)
         else:
             deployment = get_adapter(name).deployment(settings)
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
-        fields: dict[str, Any] = {"database": name, "settings": settings, "collection": self.spec(settings)}
+        log.info("point %d %s (repeat %d): %s", point.number, point.label, point.point.repeat, db_dir)
+        fields: dict[str, Any] = {
+            "database": name,
+            "label": point.label,
+            "repeat": point.point.repeat,
+            "key": point.key,
+            "params": point.point.params,
+            "settings": settings,
+            "collection": self.spec(cfg, settings),
+        }
         started, endpoints = time.time(), None
         self.telemetry = DatabaseTelemetry(db_dir, deployment.server_pids)  # never raises
         try:
@@ -149,9 +181,7 @@ class VdbStages:
                 # The clients' block must be running before the database job starts: a pilot that waits
                 # for a queued client block burns its walltime (a task on that block brings it up).
                 self.apps["client_node"]().result()
-            deployed = self.apps["deploy"](
-                deployment, str(db_dir / "server"), self.cfg.startup_timeout_s
-            ).result()
+            deployed = self.apps["deploy"](deployment, str(db_dir / "server"), cfg.startup_timeout_s).result()
             endpoints = deployed.endpoints.model_dump()
             self.telemetry.attach(deployed.endpoints)
             atomic_write_json(db_dir / "endpoints.json", endpoints)
@@ -164,7 +194,7 @@ class VdbStages:
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )
             try:
-                fields.update(self._stages(target, db_dir), status="succeeded")
+                fields.update(self._stages(cfg, target, db_dir), status="succeeded")
             except Exception as exc:
                 lost = getattr(deployment, "lost", lambda: None)()  # a pilot job that ended mid-stage
                 if lost:
@@ -173,14 +203,14 @@ class VdbStages:
         except DatabaseError as exc:
             if name not in self.cfg.optional:
                 raise
-            log.warning("%s skipped (optional): %s", name, exc)
+            log.warning("%s skipped (optional): %s", point.label, exc)
             fields.update(status="skipped", reason=str(exc))
         finally:
             self.telemetry.phase("teardown")
             try:
                 deployment.stop()
             except Exception as exc:  # a failed teardown must not hide the stage's own error
-                log.error("%s: teardown failed: %s", name, exc)
+                log.error("%s: teardown failed: %s", point.label, exc)
             self.telemetry.stop()  # writes <db_dir>/telemetry.parquet; logs, never raises
             # The provenance gets what is known even when a stage failed (no raw-file list: it is long).
             known = {k: v for k, v in fields.items() if k != "queries"}
@@ -192,9 +222,9 @@ class VdbStages:
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
         return outcome
 
-    def _stages(self, target: DatabaseTarget, db_dir: Path) -> dict[str, Any]:
+    def _stages(self, cfg: VdbConfig, target: DatabaseTarget, db_dir: Path) -> dict[str, Any]:
         """insert (every batch size) -> searchable -> index -> query sweep, chained by futures."""
-        plan, cfg = self.plan, self.cfg
+        plan = self.plan
         dataset_dir = plan.stage("embed").directory
         rows = read_manifest(dataset_dir)["rows"]
         units = insert_stage.work_units(str(dataset_dir))
@@ -225,6 +255,15 @@ class VdbStages:
         index_record = index.result()
         self.telemetry.phase("query")
         return {"insert": inserts, "index": index_record, "queries": query.result()}
+
+
+def _link(link: Path, target: Path) -> None:
+    """``link`` -> ``target`` (a point's directory under its label in the stage directory)."""
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():  # a database directory of the layout before sweeps
+        shutil.rmtree(link)
+    link.symlink_to(target, target_is_directory=True)
 
 
 def insert_record(sent: InsertPart, visible: Searchable, batch_size: int, workers: int) -> InsertRecord:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_serializer, model_validator
 
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
 from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.sweep import (
+    Expansion,
+    SweepError,
+    SweepPoint,
+    expand,
+    restore,
+    validate_points,
+    written_loc,
+)
 from core.config import Strict
 
 # Every registered database's settings model, discriminated by ``name`` (pydantic only: no client library).
@@ -102,16 +111,76 @@ class VdbConfig(Strict):
         "None: start it locally (or attach to the url in its settings).",
     )
 
-    @model_validator(mode="after")
-    def _index_types_supported(self) -> VdbConfig:
-        for position, db in enumerate(self.databases):
+    sweep: Literal["cartesian", "zip"] = Field(
+        "cartesian",
+        description="How lists written where one value is expected combine into points: cartesian "
+        "(every combination) or zip (the i-th values together; equal lengths).",
+    )
+    repeats: int = Field(1, ge=1, description="Times every point is measured (each its own deployment).")
+    _expansion: Expansion | None = PrivateAttr(None)
+    _points: list[SweepPoint] = PrivateAttr(default_factory=list)
+
+    def index_type_problems(self, entry: int) -> list[tuple[tuple, str]]:
+        """(location, message) for a database that does not build the collection's index type."""
+        problems = []
+        for db in self.databases:
             supported = supported_index_types(db.name)
             if self.collection.index_type not in supported:
-                raise ValueError(
-                    f"vdb.collection.index_type {self.collection.index_type!r} is not built by "
-                    f"vdb.databases[{position}] ({db.name}); it builds: {', '.join(supported)}"
+                problems.append(
+                    (
+                        ("collection", "index_type"),
+                        f"{self.collection.index_type!r} is not built by vdb.databases[{entry}] "
+                        f"({db.name}); it builds: {', '.join(supported)}",
+                    )
                 )
-        return self
+        return problems
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _expand_sweep(cls, data: Any, handler: Any) -> VdbConfig:
+        """Lists where one value is expected -> points (apps/vdb/sweep.py); the model: first values."""
+        if not isinstance(data, dict):
+            return handler(data)
+        try:
+            expansion = expand(data, cls, settings_models())
+        except SweepError as exc:
+            raise ValidationError.from_exception_data(cls.__name__, [exc.details(None)]) from None
+        model = handler(expansion.base)
+        model._expansion = expansion
+        model._points = validate_points(
+            expansion, handler, lambda point, entry: point.index_type_problems(entry)
+        )
+        return model
+
+    @model_serializer(mode="wrap")
+    def _written_back(self, handler: Any) -> dict[str, Any]:
+        """The dump as written: the swept lists, labels and per-database overrides in place."""
+        data = handler(self)
+        if self._expansion is None or not self._sweeps:
+            return data
+        return restore(data, self._expansion)
+
+    @property
+    def _sweeps(self) -> bool:
+        return bool(self._expansion and (self._expansion.axes or any(self._expansion.entry_keys.values())))
+
+    @property
+    def swept(self) -> bool:
+        """True when the section sweeps something or repeats (its points are not just its databases)."""
+        return self._sweeps or self.repeats > 1
+
+    def written_loc(self, point: SweepPoint, loc: tuple) -> tuple:
+        """A location inside ``point.config`` (e.g. ("cluster", "workers")) -> where it was written, with
+        the index of the point's value when that field is a list."""
+        if self._expansion is None:
+            return loc
+        raw = {"databases": [{"name": point.database}]}
+        return written_loc(loc, point.entry, raw, self._expansion, point.taken)
+
+    @property
+    def points(self) -> list[SweepPoint]:
+        """Every point in run order: database entries x swept values x repeats."""
+        return list(self._points)
 
     def pilot_databases(self) -> list[DatabaseSettings]:
         """Databases that run as pilot jobs under ``cluster`` (first entry per name). In-process engines

@@ -156,6 +156,11 @@ class DatabaseOutcome(Record):
     database: str
     status: Literal["succeeded", "skipped"]
     reason: str | None = None  # why it was skipped
+    # The sweep point this is (pipeline/sweep.py): its label in the report, repeat, key and swept values.
+    label: str | None = None  # None: an outcome written before sweeps (its label is the database)
+    repeat: int = 0
+    key: str | None = None
+    params: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
     settings: DatabaseSettings
     collection: CollectionSpec
     server_version: str = ""

@@ -1,13 +1,13 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/jobs/pes2o-vdb.milvus-6bd3aed1
+# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/jobs/pes2o-vdb.milvus-da7b3d8e
 #!/bin/bash
 
 #PBS -S /bin/bash
-#PBS -N pes2o-vdb.milvus-6bd3aed1
+#PBS -N pes2o-vdb.milvus-da7b3d8e
 #PBS -m n
 #PBS -l walltime=06:00:00
 #PBS -l select=8:ncpus=208
-#PBS -o /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/jobs/pes2o-vdb.milvus-6bd3aed1.stdout
-#PBS -e /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/jobs/pes2o-vdb.milvus-6bd3aed1.stderr
+#PBS -o /projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/jobs/pes2o-vdb.milvus-da7b3d8e.stdout
+#PBS -e /projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/jobs/pes2o-vdb.milvus-da7b3d8e.stderr
 #PBS -l filesystems=home:flare:daos_user_fs
 #PBS -l place=scatter
 
@@ -16,7 +16,7 @@ module use /soft/modulefiles
 module load daos
 launch-dfuse.sh MyPool:vdb
 
-export JOBNAME="pes2o-vdb.milvus-6bd3aed1"
+export JOBNAME="pes2o-vdb.milvus-da7b3d8e"
 
-mpiexec -n 32 --ppn 4 --cpu-bind list:1-24,105-128:25-48,129-152:53-76,157-180:77-100,181-204 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/milvus/server/cluster/launch.sh'
+mpiexec -n 32 --ppn 4 --cpu-bind list:1-24,105-128:25-48,129-152:53-76,157-180:77-100,181-204 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/launch.sh'
 

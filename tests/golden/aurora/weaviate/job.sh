@@ -1,19 +1,19 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05
+# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a
 #!/bin/bash
 
 #PBS -S /bin/bash
-#PBS -N pes2o-vdb.weaviate-f581bf05
+#PBS -N pes2o-vdb.weaviate-05e0693a
 #PBS -m n
 #PBS -l walltime=06:00:00
 #PBS -l select=8:ncpus=208
-#PBS -o /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stdout
-#PBS -e /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stderr
+#PBS -o /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a.stdout
+#PBS -e /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a.stderr
 #PBS -l filesystems=home:flare
 #PBS -l place=scatter
 
 module load apptainer
 
-export JOBNAME="pes2o-vdb.weaviate-f581bf05"
+export JOBNAME="pes2o-vdb.weaviate-05e0693a"
 
-mpiexec -n 32 --ppn 4 --cpu-bind list:1-24,105-128:25-48,129-152:53-76,157-180:77-100,181-204 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/launch.sh'
+mpiexec -n 32 --ppn 4 --cpu-bind list:1-24,105-128:25-48,129-152:53-76,157-180:77-100,181-204 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/launch.sh'
 

@@ -1,13 +1,13 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05
+# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a
 #!/bin/bash
 
 #PBS -S /bin/bash
-#PBS -N pes2o-vdb.weaviate-f581bf05
+#PBS -N pes2o-vdb.weaviate-05e0693a
 #PBS -m n
 #PBS -l walltime=03:00:00
 #PBS -l select=10:ncpus=64:ngpus=4
-#PBS -o /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stdout
-#PBS -e /projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/jobs/pes2o-vdb.weaviate-f581bf05.stderr
+#PBS -o /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a.stdout
+#PBS -e /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a.stderr
 #PBS -l filesystems=home:eagle
 #PBS -l place=scatter
 
@@ -15,7 +15,7 @@ module use /soft/modulefiles
 module load spack-pe-base/0.6.2
 module load apptainer
 
-export JOBNAME="pes2o-vdb.weaviate-f581bf05"
+export JOBNAME="pes2o-vdb.weaviate-05e0693a"
 
-mpiexec -n 40 --ppn 4 --cpu-bind list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb/<vdb-key>/weaviate/server/cluster/launch.sh'
+mpiexec -n 40 --ppn 4 --cpu-bind list:0-7,32-39:8-15,40-47:16-23,48-55:24-31,56-63 /bin/bash '/projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/launch.sh'
 

@@ -1,0 +1,80 @@
+"""The points of the vector-database stage: each with its content key, directory and state.
+
+A point (:class:`apps.vdb.sweep.SweepPoint`: a database entry x one value per swept field x a repeat) is
+one deploy -> insert -> index -> query -> teardown chain. Its key hashes the point's concrete settings
+(the database, collection, insert, query sweep, cluster shape and timeouts it runs with, and its repeat)
+and the upstream keys (dataset, queries, ground truth); its label is not part of it, so renaming a point
+reruns nothing. Its directory ``<store>/vdb-points/<key>`` does not depend on the rest of the sweep:
+adding a point to a sweep reruns none of the others, and a finished point is never run again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apps.vdb.config import VdbConfig
+from apps.vdb.sweep import SweepPoint
+from core.store import complete_manifest, content_key
+
+POINT_VERSION = "1"
+POINTS_DIR = "vdb-points"
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    """One point of the plan: what it runs, its key and where its outputs go."""
+
+    number: int  # position in run order, from 0
+    point: SweepPoint
+    key: str
+    directory: Path
+    link: str  # its name under the vdb stage directory (the label, plus the repeat when repeated)
+
+    @property
+    def label(self) -> str:
+        return self.point.label
+
+    @property
+    def complete(self) -> bool:
+        """True when a manifest of this point's key is there and verifies (a partial point is redone)."""
+        manifest = complete_manifest(self.directory)
+        return manifest is not None and manifest.get("key") == self.key
+
+
+def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
+    """What a point's measurement depends on (its key's parameters): every concrete setting it runs with."""
+    cfg = point.config
+    params = cfg.model_dump(mode="json", exclude={"databases", "optional", "sweep", "repeats", "cluster"})
+    params["database"] = point.settings.model_dump(mode="json")
+    if cfg.cluster is not None:  # the deployment shape of this database (others' overrides do not matter)
+        params["cluster"] = cfg.cluster.for_database(point.database).model_dump(
+            mode="json", exclude={"overrides"}
+        )
+    return {**params, "metric": metric, "repeat": point.repeat}
+
+
+def slug(label: str) -> str:
+    """A label as a file name: ``milvus[hnsw_m=32,index_type=ivf_pq]`` stays readable."""
+    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120] or "point"
+
+
+def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -> list[PointPlan]:
+    """Every point of ``vdb`` in run order, keyed and placed (nothing is read but manifests)."""
+    plans = []
+    for number, point in enumerate(vdb.points):
+        key = content_key("vdb-point", POINT_VERSION, point_params(point, metric), upstream)
+        link = slug(point.label) if vdb.repeats == 1 else f"{slug(point.label)}.r{point.repeat}"
+        plans.append(PointPlan(number, point, key, store / POINTS_DIR / key, link))
+    return plans
+
+
+def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:
+    """Rows for ``plan``: (number, label, repeat, swept parameters, key, done)."""
+    rows = []
+    for p in plans:
+        params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "—"
+        rows.append((str(p.number), p.label, str(p.point.repeat), params, p.key, p.complete))
+    return rows
