@@ -180,7 +180,7 @@ def test_existing_table_with_another_dimension_or_metric(lance, bigann) -> None:
 
 
 def test_unsupported_settings_fail_naming_the_field(lance) -> None:
-    wrong = r"vdb\.collection\.index_type 'hnsw' is not built by .*lancedb"
+    wrong = r"collection\.index_type\n  .hnsw. is not built by .*lancedb"
     with pytest.raises(ValidationError, match=wrong):
         VdbConfig(databases=[{"name": "lancedb"}], collection={"index_type": "hnsw"})
     _, client = lance()
