@@ -75,6 +75,13 @@ class QuerySweepConfig(Strict):
     k: list[Positive] = Field([10], min_length=1, description="Neighbours per query (<= groundtruth.k).")
     max_queries: int | None = Field(None, ge=1, description="Use at most this many queries per setting.")
     warmup_queries: int = Field(16, ge=0, description="Queries sent (and discarded) before each setting.")
+    duration_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="Seconds each setting is measured, each client cycling through its share of the query "
+        "set (at least one full pass); QPS and latency rest on every request of that window, recall on "
+        "the first answer to each distinct query. None: send the query set once.",
+    )
 
 
 class VdbConfig(Strict):
