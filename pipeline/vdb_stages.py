@@ -25,6 +25,7 @@ from apps import insert as insert_stage
 from apps import query_sweep as query_stage
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
+from apps.vdb.binding import bind_local
 from apps.vdb.config import DatabaseSettings
 from apps.vdb.records import (
     DatabaseOutcome,
@@ -134,8 +135,10 @@ class VdbStages:
             from apps.vdb.cluster.pilot import cluster_deployment
 
             deployment = cluster_deployment(settings, self.plan.config, self.plan.loaded.base_dir)
-        else:
+        else:  # servers on this machine: vdb.cores_per_worker threads, pinned with vdb.bind: cores
+            settings, cpus = bind_local(settings, self.cfg.cores_per_worker, self.cfg.bind)
             deployment = get_adapter(name).deployment(settings)
+            deployment.cpus = cpus
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
