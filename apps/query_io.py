@@ -199,10 +199,10 @@ def read_window(path: str | Path) -> IoWindow | None:
 
 
 def io_columns(row: dict[str, Any], window: IoWindow | None) -> dict[str, Any]:
-    """Result columns of one evaluated query row (``queries``, ``qps``) from its io window."""
+    """Result columns of one evaluated query row (``queries_sent``, ``qps``) from its io window."""
     if window is None:
         return {}
-    queries = row.get("queries") or 0
+    queries = row.get("queries_sent") or 0  # every request of the window, repeats of a query included
     qps = row.get("qps")
 
     def per_query(value: int | None) -> float | None:

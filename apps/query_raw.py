@@ -3,6 +3,10 @@
 One row per query (:data:`RAW_QUERY_SCHEMA`): the returned ids and scores and the wall-clock start and
 end of the request (one batch) that carried the query. Metrics are computed afterwards from these rows
 (:mod:`apps.vdb_metrics`), so a metric can be corrected without re-running a cluster.
+
+A timed setting (``vdb.query.duration_s``) cycles through its queries: its raw rows keep the first answer
+to each distinct query, and a companion file (:data:`REQUEST_SCHEMA`, :func:`requests_path`) holds every
+request of the window, so a long window stays small on disk.
 """
 
 from __future__ import annotations
@@ -143,3 +147,82 @@ def read_raw(paths: str | Path | Iterable[str | Path]) -> pa.Table:
     if isinstance(paths, str | Path):
         paths = [paths]
     return concat_raw(pq.read_table(p) for p in paths)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every request of a timed window (a companion file beside the raw rows)
+# ---------------------------------------------------------------------------------------------------------
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        pa.field("client", pa.int32(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=True),
+        pa.field("request", pa.int32(), nullable=False),  # request index within the client, from 0
+        pa.field("queries", pa.int32(), nullable=False),  # queries the request carried (its batch)
+        pa.field("t_start", pa.float64(), nullable=False),
+        pa.field("t_end", pa.float64(), nullable=False),
+    ]
+)
+"""One row per request of a setting's measured window: every pass over the query set, not only the first.
+A timed setting (``duration_s``) cycles through its queries; its raw rows (:data:`RAW_QUERY_SCHEMA`) keep
+the first answer of each distinct query (recall), this file every request's timing (QPS, latency), so the
+stored size grows by ~30 bytes per request, not by the returned ids."""
+
+REQUESTS_SUFFIX = ".requests.parquet"
+
+
+def requests_path(raw_path: str | Path) -> Path:
+    """The requests file beside a raw file: ``raw/<s>.parquet`` -> ``raw/<s>.requests.parquet``."""
+    raw_path = Path(raw_path)
+    return raw_path.with_name(raw_path.name.removesuffix(".parquet") + REQUESTS_SUFFIX)
+
+
+def requests_table(
+    client: Sequence[int] | np.ndarray,
+    rank: Sequence[int | None] | np.ndarray,
+    request: Sequence[int] | np.ndarray,
+    queries: Sequence[int] | np.ndarray,
+    t_start: Sequence[float] | np.ndarray,
+    t_end: Sequence[float] | np.ndarray,
+) -> pa.Table:
+    """A table in :data:`REQUEST_SCHEMA` from per-request arrays (``rank`` entries may be None)."""
+    columns = {
+        "client": pa.array(np.asarray(client, np.int32)),
+        "rank": pa.array([None if r is None else int(r) for r in rank], pa.int32()),
+        "request": pa.array(np.asarray(request, np.int32)),
+        "queries": pa.array(np.asarray(queries, np.int32)),
+        "t_start": pa.array(np.asarray(t_start, np.float64)),
+        "t_end": pa.array(np.asarray(t_end, np.float64)),
+    }
+    lengths = {len(c) for c in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"requests: columns of different lengths {sorted(lengths)}")
+    return pa.Table.from_pydict(columns, schema=REQUEST_SCHEMA)
+
+
+def requests_from_raw(raw: pa.Table) -> pa.Table:
+    """The requests of raw rows (one per unique client × request): a file written without a requests
+    file (a single pass, or before timed windows existed) carries every request in its rows."""
+    raw = validate_raw(raw)
+    if raw.num_rows == 0:
+        return REQUEST_SCHEMA.empty_table()
+    client = raw.column("client").to_numpy().astype(np.int64)
+    request = raw.column("request").to_numpy().astype(np.int64)
+    keys, first, group = np.unique(
+        np.stack([client, request], axis=1), axis=0, return_index=True, return_inverse=True
+    )
+    group = group.reshape(-1)
+    start = np.full(len(keys), np.inf)
+    end = np.full(len(keys), -np.inf)
+    np.minimum.at(start, group, raw.column("t_start").to_numpy())
+    np.maximum.at(end, group, raw.column("t_end").to_numpy())
+    ranks = raw.column("rank").to_pylist()
+    return requests_table(keys[:, 0], [ranks[i] for i in first], keys[:, 1], np.bincount(group), start, end)
+
+
+def read_requests(raw_path: str | Path, raw: pa.Table | None = None) -> pa.Table:
+    """Every request of the setting in ``raw_path``: its requests file, else derived from its rows."""
+    path = requests_path(raw_path)
+    if path.exists():
+        return pq.read_table(path).cast(REQUEST_SCHEMA)
+    return requests_from_raw(read_raw(raw_path) if raw is None else raw)

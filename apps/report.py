@@ -237,6 +237,11 @@ def _stall_warning(run: ResultRows) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _rests_on(row: dict[str, Any]) -> str:
+    """Queries the setting's QPS rests on (sent in its window) / the distinct queries its recall rests on."""
+    return f"{_num(row['queries_sent'])} / {_num(row['distinct_queries'])}"
+
+
 def _query_table(run: ResultRows) -> list[str]:
     stalls = bool(run.stalled())  # the `stalled` column only appears when a setting stalled
     header = [
@@ -252,6 +257,8 @@ def _query_table(run: ResultRows) -> list[str]:
         "P95 (ms)",
         "P99 (ms)",
         "recall",
+        "queries sent / distinct",
+        "window (s)",
         "best",
         *(["stalled"] if stalls else []),
     ]
@@ -290,11 +297,44 @@ def _query_table(run: ResultRows) -> list[str]:
                     _num(row["clients"]),
                     _num(row["k"]),
                     *cells,
+                    _rests_on(row),
+                    _num(row["window_s"]),
                     "**best**" if marked else "",
                     *((["**stalled**" if row.get("stalled") else ""]) if stalls else []),
                 ]
             )
     return _table(header, body)
+
+
+def _insert_basis(run: ResultRows) -> list[str]:
+    """What the insert figures rest on: one upload each, its rows and seconds."""
+    rows = [r for db in run.databases for r in run.of(db, "insert") if is_ok(r)]
+    if not rows:
+        return []
+    vectors = sum(r["vectors"] or 0 for r in rows)
+    seconds = sum(r["upload_s"] or 0.0 for r in rows)
+    return [
+        f"Each insert figure rests on one upload (the vectors and upload seconds in its row): "
+        f"{len(rows)} uploads, {vectors:,} vectors in {seconds:,.1f} s in all.",
+        "",
+    ]
+
+
+def _query_basis(run: ResultRows) -> list[str]:
+    """What the query figures rest on: queries sent and seconds per setting, distinct queries."""
+    rows = [r for db in run.databases for r in run.of(db, "query") if is_ok(r) and r["window_s"]]
+    if not rows:
+        return []
+    windows = [r["window_s"] for r in rows]
+    sent = [r["queries_sent"] or 0 for r in rows]
+    distinct = sorted({r["distinct_queries"] for r in rows if r["distinct_queries"] is not None})
+    return [
+        f"QPS and latency rest on every request of a setting's measured window (after its warm-up); "
+        f"recall on the first answer to each distinct query. Per setting: {min(sent):,}–{max(sent):,} "
+        f"queries sent in {min(windows):.1f}–{max(windows):.1f} s; distinct queries: "
+        f"{', '.join(f'{d:,}' for d in distinct) or '—'}.",
+        "",
+    ]
 
 
 def write_report(
@@ -339,8 +379,8 @@ def write_report(
     lines += ["", *points_section(rows)]
     lines += ["## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += report_section(geometry)
-    lines += ["## Upload and index", "", *_ingest(run), "", *_insert_sweep(run)]
-    lines += ["## Query sweep", "", *_stall_warning(run), *_query_table(run), ""]
+    lines += ["## Upload and index", "", *_insert_basis(run), *_ingest(run), "", *_insert_sweep(run)]
+    lines += ["## Query sweep", "", *_query_basis(run), *_stall_warning(run), *_query_table(run), ""]
     lines += io_table(run)
     lines += repeats_section(spreads)
     lines += ["## Figures", ""]

@@ -61,9 +61,10 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("p99_ms", pa.float64()),
         pa.field("recall", pa.float64()),  # mean tie-aware recall@k
         pa.field("recall_min", pa.float64()),
-        pa.field("queries", pa.int64()),
-        pa.field("requests", pa.int64()),
-        pa.field("duration_s", pa.float64()),
+        pa.field("queries_sent", pa.int64()),  # queries answered in the window (QPS rests on them)
+        pa.field("distinct_queries", pa.int64()),  # distinct queries (recall: the first answer to each)
+        pa.field("requests", pa.int64()),  # requests in the window (latency rests on them)
+        pa.field("window_s", pa.float64()),  # first request sent -> last answer (QPS's wall time)
         pa.field("unknown_ids", pa.int64()),
         pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
         # query: storage I/O of the database processes in the setting's window (apps.query_io)

@@ -7,7 +7,9 @@ a cluster (ARCHITECTURE.md, "Metric definitions"):
   a batch of B queries counts B.
 * :func:`latency_stats`: end-to-end time of each request (unique ``client``, ``request``): mean, P50,
   P95, P99 in milliseconds.
-* recall: :mod:`apps.recall`.
+* :func:`window_stats`: both, for a timed setting, from every request of its window (the requests file
+  beside the raw rows, :data:`apps.query_raw.REQUEST_SCHEMA`): ``queries_sent``, ``window_s``, ``qps``.
+* recall: :mod:`apps.recall`, once per distinct query (the raw rows keep the first answer to each).
 * :func:`evaluate`: all of the above per setting; :func:`evaluate_files`: the raw files of a run in one
   pass over the dataset; :func:`best_operating_point`: the studies' selection rule (highest QPS among
   settings with recall ≥ 0.95).
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from apps.query_raw import read_raw, validate_raw
+from apps.query_raw import read_raw, read_requests, requests_from_raw, validate_raw
 from apps.recall import (
     VectorSource,
     as_lookup,
@@ -58,25 +60,11 @@ def qps(raw: pa.Table) -> float:
     """Queries completed ÷ wall time of the query phase (max ``t_end`` − min ``t_start``).
 
     Every row is one completed query, so a batch of B queries counts B. ``raw`` holds one database ×
-    setting. NaN when the phase has no measurable duration.
+    setting. NaN when the phase has no measurable duration. (A timed window's QPS rests on its requests
+    file: :func:`window_stats`.)
     """
     _single_group(raw, "qps")
-    wall = pc.max(raw.column("t_end")).as_py() - pc.min(raw.column("t_start")).as_py()
-    return raw.num_rows / wall if wall > 0 else math.nan
-
-
-def _requests(raw: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) per unique request (client, request)."""
-    client = raw.column("client").to_numpy().astype(np.int64)
-    request = raw.column("request").to_numpy().astype(np.int64)
-    _, group = np.unique(np.stack([client, request], axis=1), axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    count = int(group.max()) + 1
-    start = np.full(count, np.inf)
-    end = np.full(count, -np.inf)
-    np.minimum.at(start, group, raw.column("t_start").to_numpy())
-    np.maximum.at(end, group, raw.column("t_end").to_numpy())
-    return start, end
+    return float(window_stats(requests_from_raw(raw))["qps"])
 
 
 def latency_stats(raw: pa.Table) -> dict[str, float | int]:
@@ -86,13 +74,32 @@ def latency_stats(raw: pa.Table) -> dict[str, float | int]:
     linear interpolation between order statistics, numpy's default).
     """
     _single_group(raw, "latency_stats")
-    start, end = _requests(raw)
+    stats = window_stats(requests_from_raw(raw))
+    return {key: stats[key] for key in ("requests", "latency_mean_ms", "p50_ms", "p95_ms", "p99_ms")}
+
+
+def window_stats(requests: pa.Table) -> dict[str, float | int]:
+    """QPS and latency of a setting's measured window from every request in it (:data:`REQUEST_SCHEMA`).
+
+    ``queries_sent`` (queries answered in the window, a batch of B counts B), ``requests``,
+    ``window_s`` (first request sent -> last answer), ``qps`` = queries_sent / window_s (NaN for an
+    empty window), and ``latency_mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` over every request.
+    """
+    if requests.num_rows == 0:
+        raise ValueError("window_stats: no requests")
+    start = requests.column("t_start").to_numpy()
+    end = requests.column("t_end").to_numpy()
     latency_ms = (end - start) * 1000.0
     if (latency_ms < 0).any():
         raise ValueError("latency_stats: a request ends before it starts (t_end < t_start)")
+    sent = int(pc.sum(requests.column("queries")).as_py())
+    window = float(end.max() - start.min())
     p50, p95, p99 = np.percentile(latency_ms, [50, 95, 99])
     return {
+        "queries_sent": sent,
         "requests": len(latency_ms),
+        "window_s": window,
+        "qps": sent / window if window > 0 else math.nan,
         "latency_mean_ms": float(latency_ms.mean()),
         "p50_ms": float(p50),
         "p95_ms": float(p95),
@@ -124,15 +131,20 @@ def evaluate(
     *,
     rel_tol: float = 1e-5,
     abs_tol: float = 1e-6,
+    requests: Mapping[str, pa.Table] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics of every setting in the raw rows of ONE database: ``{setting: row}``.
 
+    Recall rests on the raw rows (the first answer to each distinct query); QPS and latency on every
+    request of the setting's window: ``requests[setting]`` (its requests file), else the raw rows' own
+    requests (a setting sent once).
+
     Each row is ready for :func:`apps.results.write_results` (add provenance keys): ``database``,
     ``stage="query"``, ``status="ok"``, ``setting``, ``ef``, ``batch_size``, ``clients``, ``k``,
-    ``queries``, ``requests``, ``duration_s``, ``qps``, ``latency_mean_ms``, ``p50_ms``, ``p95_ms``,
-    ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and ``unknown_ids`` (returned ids
-    that are not in ``base_lookup``: a sign of an id-mapping bug when the lookup came from
-    :func:`fetch_vectors`). Rows are ordered by k, batch size, clients, ef.
+    ``queries_sent``, ``distinct_queries``, ``requests``, ``window_s``, ``qps``, ``latency_mean_ms``,
+    ``p50_ms``, ``p95_ms``, ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and
+    ``unknown_ids`` (returned ids that are not in ``base_lookup``: a sign of an id-mapping bug when the
+    lookup came from :func:`fetch_vectors`). Rows are ordered by k, batch size, clients, ef.
     """
     raw_table = validate_raw(raw_table)
     if raw_table.num_rows == 0:
@@ -154,16 +166,14 @@ def evaluate(
         )
         returned = pc.list_flatten(part.column("ids")).to_numpy().astype(np.int64)
         returned = returned[returned >= 0]
-        wall = pc.max(part.column("t_end")).as_py() - pc.min(part.column("t_start")).as_py()
+        every = (requests or {}).get(setting)
         rows.append(
             {
                 **first,
                 "stage": "query",
                 "status": "ok",
-                "queries": part.num_rows,
-                "duration_s": float(wall),
-                "qps": qps(part),
-                **latency_stats(part),
+                "distinct_queries": len(np.unique(part.column("query_id").to_numpy())),
+                **window_stats(requests_from_raw(part) if every is None else every),
                 "recall": mean_recall,
                 "recall_min": float(per_query.min()),
                 "unknown_ids": int((~base.positions(returned)[1]).sum()),
@@ -189,6 +199,11 @@ def evaluate_files(
     tables = [read_raw(p) for p in raw_files]
     if not tables:
         return []
+    requests: dict[str, dict[str, pa.Table]] = {}  # database -> setting -> every request of its window
+    for path, table in zip(raw_files, tables, strict=True):
+        if table.num_rows:
+            database, setting = (table.column(c)[0].as_py() for c in ("database", "setting"))
+            requests.setdefault(database, {})[setting] = read_requests(path, table)
     stalled = dict(filter(None, (_stall_of(p) for p in raw_files)))
     rows: list[dict[str, Any]] = []
     for (database, setting), (reason, described) in stalled.items():
@@ -205,7 +220,7 @@ def evaluate_files(
     queries = read_query_vectors(queries_file)
     for database in pc.unique(raw.column("database")).to_pylist():
         part = raw.filter(pc.equal(raw.column("database"), database))
-        for row in evaluate(part, groundtruth, queries, base, metric).values():
+        for row in evaluate(part, groundtruth, queries, base, metric, requests=requests[database]).values():
             if (database, row["setting"]) in stalled:
                 row.update(stalled=True, error=f"stalled: {stalled[database, row['setting']][0]}")
             rows.append(row)

@@ -183,7 +183,12 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
     from apps.vdb_metrics import latency_stats, qps
 
     query_cfg = QuerySweepConfig(
-        ef=[args.ef], batch_size=[1], clients=[clients], k=[args.k], warmup_queries=args.warmup
+        ef=[args.ef],
+        batch_size=[1],
+        clients=[clients],
+        k=[args.k],
+        warmup_queries=args.warmup,
+        duration_s=None,  # the query set cycled to --project-queries, sent once
     )
     records = query_sweep(ingest.target_of(ctx), str(ctx["project_queries"]), query_cfg, str(out_dir), None)
     if records[0].stalled:

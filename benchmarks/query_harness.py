@@ -101,6 +101,7 @@ def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> 
         k=[setting["k"]],
         max_queries=ctx["max_queries"],
         warmup_queries=ctx["warmup"],
+        duration_s=None,  # one pass, as the direct loop it is compared with
     )
     called = time.time()
     records = query_sweep(ingest.target_of(ctx), str(ctx["queries_file"]), query_cfg, str(out_dir), None)

@@ -28,6 +28,7 @@ from apps import query_sweep as query_stage
 from apps.telemetry import DatabaseTelemetry
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
+from apps.vdb.binding import bind_local
 from apps.vdb.config import DatabaseSettings, VdbConfig
 from apps.vdb.records import (
     DatabaseOutcome,
@@ -158,8 +159,10 @@ class VdbStages:
 
             run_config = self.plan.config.model_copy(update={"vdb": cfg})
             deployment = cluster_deployment(settings, run_config, self.plan.loaded.base_dir)
-        else:
+        else:  # servers on this machine: vdb.cores_per_worker threads, pinned with vdb.bind: cores
+            settings, cpus = bind_local(settings, cfg.cores_per_worker, cfg.bind)
             deployment = get_adapter(name).deployment(settings)
+            deployment.cpus = cpus
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)

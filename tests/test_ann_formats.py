@@ -309,7 +309,9 @@ def test_vdb_stages_run_on_an_imported_dataset(bigann, tmp_path: Path) -> None:
         prepare_collection(target, False)
         insert_partition(target, work_units(str(directory)), 1000, 1, 0)
         index = build_index(target, 10_000, 300, None)
-        sweep = QuerySweepConfig(ef=[128], batch_size=[10], clients=[1], k=[10], warmup_queries=0)
+        sweep = QuerySweepConfig(
+            ef=[128], batch_size=[10], clients=[1], k=[10], warmup_queries=0, duration_s=None
+        )
         (record,) = query_sweep(
             target, str(directory / "queries.parquet"), sweep, str(tmp_path / "out"), index
         )

@@ -173,7 +173,7 @@ def test_query_set_with_other_dimension_is_refused(edge, tmp_path: Path) -> None
         ),
         queries,
     )
-    sweep = QuerySweepConfig(ef=[16], batch_size=[1], clients=[1], k=[10], max_queries=None, warmup_queries=0)
+    sweep = QuerySweepConfig(ef=[16], batch_size=[1], clients=[1], k=[10], warmup_queries=0, duration_s=None)
     with pytest.raises(ArtifactError, match="queries have dimension 384 but the qdrant collection has 784"):
         query_sweep(target, str(queries), sweep, str(tmp_path / "out"), None)
 
@@ -196,7 +196,7 @@ def test_query_sweep_writes_raw_results(edge, fmnist_dataset, shared_data: Path,
         path,
     )
     sweep = QuerySweepConfig(
-        ef=[16, 64], batch_size=[1, 10], clients=[1], k=[10], max_queries=None, warmup_queries=5
+        ef=[16, 64], batch_size=[1, 10], clients=[1], k=[10], warmup_queries=5, duration_s=None
     )
     records = query_sweep(target, str(path), sweep, str(tmp_path / "out"), index)
     assert [r.setting for r in records] == [

@@ -20,7 +20,14 @@ from tests.conftest import REPO, base_config, run_cli, sample_records, write_jso
 
 pytestmark = pytest.mark.slow
 
-SWEEP = {"ef": [16, 64], "batch_size": [1, 8], "clients": [1, 2], "k": [10], "warmup_queries": 4}
+SWEEP = {
+    "ef": [16, 64],
+    "batch_size": [1, 8],
+    "clients": [1, 2],
+    "k": [10],
+    "warmup_queries": 4,
+    "duration_s": 0.3,  # a timed window per setting (short: the test checks the path, not the figures)
+}
 QDRANT = {"name": "qdrant", "mode": "edge", "indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
 MILVUS = {"name": "milvus", "min_segment_rows_to_index": 0}
 WEAVIATE = {"name": "weaviate"}

@@ -53,6 +53,6 @@ def test_query_rows_record_the_rank_each_client_used(target) -> None:
         shares = [
             pool.submit(run_share, ids, vectors, 2, None, 2, 0, i, client_index=i).result() for i in range(3)
         ]
-    for i, (rows, stall) in enumerate(shares):
+    for i, (rows, _, stall) in enumerate(shares):
         assert stall is None
         assert rows["client"] == [i] * 4 and rows["rank"] == [RANKS[i]] * 4

@@ -42,7 +42,7 @@ def fake_client(monkeypatch) -> list[tuple[str, int, float]]:
 def test_run_share_warms_up_then_waits_for_the_release(fake_client) -> None:
     vectors = np.arange(10, dtype=np.float32)[:, None].repeat(4, axis=1)
     release_at = time.time() + 0.3
-    rows, stall = qs.run_share(np.arange(100, 110), vectors, 2, None, 3, 4, 1, release_at)
+    rows, requests, stall = qs.run_share(np.arange(100, 110), vectors, 2, None, 3, 4, 1, release_at)
     assert stall is None
     # warm-up: the first 4 queries in batches of 3 (3 + 1), unrecorded and before the release
     assert [n for _, n, _ in fake_client[:2]] == [3, 1]
@@ -53,15 +53,17 @@ def test_run_share_warms_up_then_waits_for_the_release(fake_client) -> None:
     assert rows["query_ids"] == list(range(100, 110))
     assert rows["ids"][7] == [700, 701] and rows["request"] == [0] * 3 + [1] * 3 + [2] * 3 + [3]
     assert rows["client"] == [1] * 10 and rows["rank"] == [3] * 10
+    assert requests["queries"].tolist() == [3, 3, 3, 1] and requests["rank"].tolist() == [3] * 4
 
 
 def test_a_timeout_keeps_the_rows_answered_before_it(monkeypatch) -> None:
     log: list[tuple[str, int, float]] = []
     monkeypatch.setattr(pool_module, "_CLIENT", FakeClient(log, "c", fail_at=2))
     vectors = np.arange(6, dtype=np.float32)[:, None].repeat(4, axis=1)
-    rows, stall = qs.run_share(np.arange(6), vectors, 2, None, 2, 0, 0)
+    rows, requests, stall = qs.run_share(np.arange(6), vectors, 2, None, 2, 0, 0)
     assert stall == "client 0: no answer within 1 s"
     assert rows["query_ids"] == [0, 1, 2, 3] and len(rows["ids"]) == 4
+    assert requests["request"].tolist() == [0, 1]
     assert pool_module._CLIENT is None  # dropped: a late answer cannot leak into the next attempt
 
 
@@ -77,7 +79,7 @@ class RecordingPool:
         self.thread = ThreadPoolExecutor(1)
 
     def submit(self, fn, *args: Any, client_index: int) -> Future:
-        self.calls.append((fn.__name__, client_index, args[-1] if fn is qs.run_share else None))
+        self.calls.append((fn.__name__, client_index, args[-2] if fn is qs.run_share else None))
 
         def run() -> Any:
             pool_module._CLIENT = FakeClient(self.log, f"client{client_index}", self.fail_at)
@@ -92,7 +94,7 @@ def test_measure_releases_every_client_at_one_instant_after_all_warmed_up(monkey
     ids = np.arange(8)
     vectors = ids.astype(np.float32)[:, None].repeat(4, axis=1)
     setting = QuerySetting(ef=None, batch_size=1, clients=2, k=2)
-    parts, stall = qs._measure(pool, setting, ids, vectors, warmup=2)  # type: ignore[arg-type]
+    parts, _, stall = qs._measure(pool, setting, ids, vectors, warmup=2)  # type: ignore[arg-type]
     assert stall is None
     names = [name for name, _, _ in pool.calls]
     assert names == ["warm_share", "warm_share", "run_share", "run_share"]  # all warmed before any runs
@@ -111,7 +113,22 @@ def test_a_warm_up_timeout_skips_the_run_and_counts_as_a_stall(monkeypatch) -> N
     pool = RecordingPool(1, fail_at=0)  # the client times out on its first request
     setting = QuerySetting(ef=None, batch_size=1, clients=1, k=2)
     ids = np.arange(4)
-    parts, stall = qs._measure(pool, setting, ids, ids.astype(np.float32)[:, None], warmup=1)  # type: ignore[arg-type]
+    parts, _, stall = qs._measure(pool, setting, ids, ids.astype(np.float32)[:, None], warmup=1)  # type: ignore[arg-type]
     assert stall is not None and stall.startswith("stalled twice")
     assert [name for name, _, _ in pool.calls] == ["warm_share", "warm_share"]  # never released
     assert parts == [qs.empty_rows()]
+
+
+def test_a_timed_share_cycles_through_its_queries_and_keeps_the_first_answers(fake_client) -> None:
+    """duration_s: the share is sent over and over until the window has lasted duration_s; the rows keep the
+    first answer to each query once, the requests every request of the window."""
+    vectors = np.arange(5, dtype=np.float32)[:, None].repeat(4, axis=1)
+    rows, requests, stall = qs.run_share(np.arange(10, 15), vectors, 2, None, 2, 0, 0, None, 0.05)
+    assert stall is None
+    assert rows["query_ids"] == [10, 11, 12, 13, 14]  # each distinct query once
+    n = len(requests["t_start"])
+    assert n > 3 and len(fake_client) == n  # more than one pass of 3 requests (2 + 2 + 1)
+    assert requests["queries"].tolist() == ([2, 2, 1] * n)[:n]
+    assert requests["t_end"][-1] - requests["t_start"][0] >= 0.05
+    assert requests["t_end"][-2] - requests["t_start"][0] < 0.05  # the last request is the one past it
+    assert rows["t_start"] == np.repeat(requests["t_start"][:3], [2, 2, 1]).tolist()

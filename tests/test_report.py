@@ -41,8 +41,10 @@ def query_row(db: str, ef: int, qps: float, recall: float, batch: int = 32, **ex
         "p99_ms": mean * 2.1,
         "recall": recall,
         "recall_min": recall - 0.2,
-        "queries": 500,
+        "queries_sent": 500,
+        "distinct_queries": 500,
         "requests": 16,
+        "window_s": 10.0,
         **PROVENANCE,
         **extra,
     }

@@ -209,7 +209,7 @@ def test_query_io_window_counts_the_server_reads_exactly(worker: Worker, tmp_pat
 
     write_parquet_atomic(pa.table({"x": [1]}), path, metadata=probe.metadata(None))
     assert read_window(path) == window
-    columns = io_columns({"queries": 1024, "qps": 500.0}, window)
+    columns = io_columns({"queries_sent": 1024, "qps": 500.0}, window)
     assert columns["read_calls_per_query"] == window.read_calls / 1024
     assert columns["bytes_read_per_query"] == window.read_bytes / 1024
     assert columns["qps_per_gb"] == pytest.approx(500.0 / (window.peak_rss_bytes / 1e9))
@@ -228,7 +228,7 @@ def test_query_io_of_servers_on_another_node_is_null(tmp_path: Path) -> None:
         pass
     assert probe.last.processes == 0 and probe.last.read_bytes is None
     assert probe.last.page_cache == "warm" and "compute-node-7" in probe.last.page_cache_note
-    assert io_columns({"queries": 10, "qps": 1.0}, probe.last)["bytes_read_per_query"] is None
+    assert io_columns({"queries_sent": 10, "qps": 1.0}, probe.last)["bytes_read_per_query"] is None
 
 
 def test_in_process_probe_reads_its_own_process(tmp_path: Path) -> None:

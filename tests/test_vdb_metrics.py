@@ -362,7 +362,8 @@ def test_evaluate_and_best_operating_point(fmnist) -> None:
     assert row["recall"] == pytest.approx(0.96) and row["recall_min"] == pytest.approx(0.9)
     assert row["qps"] == pytest.approx(100 / 0.2, rel=1e-6)
     assert row["latency_mean_ms"] == pytest.approx(20.0, abs=1e-3) and row["requests"] == 10
-    assert row["queries"] == 100 and row["unknown_ids"] == 0 and row["stage"] == "query"
+    assert row["queries_sent"] == row["distinct_queries"] == 100 and row["window_s"] == pytest.approx(0.2)
+    assert row["unknown_ids"] == 0 and row["stage"] == "query"
     assert result[setting_label(16, 10, 1, k)]["recall"] == pytest.approx(0.7)
     best = best_operating_point(result.values())
     assert best is not None and best["ef"] == 32

@@ -4,6 +4,7 @@ Each folder ``apps/vdb/<name>/`` holds everything about that database:
 
 * ``settings.py``: its config model (pydantic only), exported as ``SETTINGS``; ``PACKAGES``, the client
   packages whose versions the provenance records; ``INDEX_TYPES``, the index types it builds;
+  ``with_threads(settings, n)``, its settings with its own thread knobs set for n cores;
 * ``adapter.py``: ``ADAPTER``, built from its local deployment (``deploy.py``) and client (``client.py``);
 * ``env.py``: its server environment, used by both the local deployment and the HPC ranks;
 * ``ranks.py``: its ranks on an HPC pilot job (``plan_ranks``) and its image field (``image_field``);
@@ -69,6 +70,12 @@ def settings_models() -> list[type]:
 def supported_index_types(name: str) -> tuple[str, ...]:
     """The ``vdb.collection.index_type`` values database ``name`` builds (``INDEX_TYPES`` of its settings)."""
     return tuple(_part(name, "settings").INDEX_TYPES)
+
+
+def thread_setter(name: str) -> Callable[[Any, int], Any]:
+    """``with_threads(settings, n)`` of database ``name``: its settings with its thread knobs set for n cores
+    (values the user set win)."""
+    return _part(name, "settings").with_threads
 
 
 def client_packages() -> list[str]:

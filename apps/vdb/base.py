@@ -190,6 +190,9 @@ class Deployment(abc.ABC):
     # Why this server version opens listeners on every interface, when it can do nothing else ("": it must
     # not, and a run that sees one warns that it is reachable from other machines).
     wildcard_reason: str = ""
+    # CPUs every server process this deployment starts on this machine is pinned to (None: not pinned);
+    # set from vdb.cores_per_worker / vdb.bind (apps.vdb.binding) before ``start``.
+    cpus: list[int] | None = None
 
     @abc.abstractmethod
     def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:

@@ -90,6 +90,13 @@ class QuerySweepConfig(Strict):
         "does, so reads hit the disk: 'cold'). Dropping is machine-wide and needs root, so it is opt-in; "
         "a refused drop is recorded as warm with the reason.",
     )
+    duration_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="Seconds each setting is measured, each client cycling through its share of the query "
+        "set (at least one full pass); QPS and latency rest on every request of that window, recall on "
+        "the first answer to each distinct query. None: send the query set once.",
+    )
 
 
 class VdbConfig(Strict):
@@ -103,6 +110,18 @@ class VdbConfig(Strict):
     collection: CollectionConfig = Field(default_factory=CollectionConfig)
     insert: InsertConfig = Field(default_factory=InsertConfig)
     query: QuerySweepConfig = Field(default_factory=QuerySweepConfig)
+    cores_per_worker: int | None = Field(
+        None,
+        ge=1,
+        description="Servers started on this machine: cores per server (each database's thread knobs: "
+        "GOMAXPROCS, Qdrant's search and indexing threads), pinned to CPUs 0..n-1 with bind: cores. None: "
+        "neither. On HPC vdb.cluster.cores_per_worker does this per rank.",
+    )
+    bind: Literal["cores", "none"] = Field(
+        "cores",
+        description="cores: pin local servers to their cores_per_worker CPUs (sched_setaffinity); none: set "
+        "the thread knobs only, no affinity (the study's unbound runs). Same meaning as vdb.cluster.bind.",
+    )
     startup_timeout_s: float = Field(180, gt=0, description="Time a deployment has to become healthy.")
     index_timeout_s: float = Field(1800, gt=0, description="Time the index build has to reach steady state.")
     cluster: DatabaseClusterConfig | None = Field(

@@ -6,6 +6,7 @@ Shared by the adapters that start real servers locally (Weaviate, Milvus, a ``qd
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -94,8 +95,10 @@ class ServerProcess:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        cpus: Sequence[int] | None = None,
     ) -> None:
         self.name = name
+        self.cpus = None if cpus is None else sorted(cpus)  # CPU affinity of the server (None: inherited)
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.env = dict(os.environ if env is None else env)
@@ -105,9 +108,11 @@ class ServerProcess:
         self.record: Path | None = None
 
     def start(self) -> None:
-        """Launch the process; output goes to the log file."""
+        """Launch the process (pinned to ``cpus`` when given); output goes to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+        # Set in the child before exec: every thread the server starts inherits the affinity.
+        pin = None if self.cpus is None else functools.partial(os.sched_setaffinity, 0, self.cpus)
         try:
             self.proc = subprocess.Popen(
                 self.argv,
@@ -117,6 +122,7 @@ class ServerProcess:
                 env=self.env,
                 cwd=self.cwd,
                 start_new_session=True,  # own process group: one killpg stops everything it forks
+                preexec_fn=pin,
             )
             self.watchdog = start_watchdog(self.proc.pid, self.name, log)
             self.record = record_group(self.name, self.proc.pid, self.proc.pid, self.watchdog.pid)

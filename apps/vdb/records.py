@@ -148,6 +148,11 @@ class QueryRecord(Record):
     setting: str
     file: str
     stalled: str | None = None  # why the setting stalled twice (its figures are not normal ones)
+    # What the figures rest on (None: written before timed windows): distinct queries answered (recall),
+    # queries sent in the window (every pass), and the window's seconds (first request -> last answer).
+    distinct_queries: int | None = None
+    queries_sent: int | None = None
+    window_s: float | None = None
 
 
 class DatabaseOutcome(Record):

@@ -201,6 +201,7 @@ WEAVIATE_VDB = {
         "clients": [1],
         "k": [10],
         "warmup_queries": 4,
+        "duration_s": None,
     },
 }
 

@@ -137,6 +137,11 @@ class DatabaseClusterConfig(Strict):
     )
     workers_per_node: int = Field(1, ge=1, le=4, description="Ranks per node (at most 4, as in the study).")
     cores_per_worker: int = Field(8, ge=1, description="Physical cores bound to each rank (one socket).")
+    bind: Literal["cores", "none"] = Field(
+        "cores",
+        description="cores: the launcher binds each rank to its cores (mpiexec/srun --cpu-bind); none: no "
+        "binding, GOMAXPROCS still cores_per_worker x threads per core. Same meaning as vdb.bind locally.",
+    )
     gpu_indexing: bool = Field(False, description="Qdrant: GPU HNSW build (GPU image, apptainer --nv).")
     shards_per_worker: int = Field(
         1, ge=1, description="Collection shards per worker: vdb.collection.shards must equal workers x this."

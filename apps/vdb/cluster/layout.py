@@ -134,7 +134,8 @@ def plan_cluster(
                 f"vdb.cluster.executables.{database}: runtime native needs the server executable"
             )
         ranks = [native_spec(spec, image, directory) for spec in ranks]
-    cores = bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) or []
+    bound = cluster.bind == "cores"
+    cores = (bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) if bound else None) or []
     for spec in ranks:
         spec.node_slot, spec.local_index = divmod(spec.rank, cluster.workers_per_node)
         spec.cores = cores[spec.local_index] if spec.local_index < len(cores) else []

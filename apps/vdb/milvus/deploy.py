@@ -174,7 +174,8 @@ class MilvusDeployment(Deployment):
         }
         env = {**os.environ, **server_env(s, "STANDALONE", paths)}
         for attempt in range(s.start_attempts):
-            self.proc = ServerProcess("milvus", [str(exe), "run", "standalone"], log, env=env, cwd=base)
+            argv = [str(exe), "run", "standalone"]
+            self.proc = ServerProcess("milvus", argv, log, env=env, cwd=base, cpus=self.cpus)
             try:
                 ports = write_config(base, overrides, s.port)
                 self.proc.env["METRICS_PORT"] = str(ports["metrics_port"])  # also serves /healthz

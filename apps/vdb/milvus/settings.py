@@ -73,3 +73,9 @@ IMAGES = {
     "milvus": "milvusdb/milvus:v2.6.x image",
     "etcd": "quay.io/coreos/etcd:v3.5.x image (Milvus distributed)",
 }
+
+
+def with_threads(settings: MilvusSettings, threads: int) -> MilvusSettings:
+    """GOMAXPROCS = ``threads`` in the server's environment (Go does not follow CPU affinity), unless the
+    ``env`` setting gives one."""
+    return settings.model_copy(update={"env": {"GOMAXPROCS": str(threads), **settings.env}})

@@ -84,7 +84,11 @@ class QdrantDeployment(Deployment):
             http, grpc = free_ports(2)
             snapshots = str(workdir / "qdrant" / "snapshots")
             env = {**os.environ, **server_env("127.0.0.1", http, grpc, str(self.data_dir), snapshots)}
-            self.proc = ServerProcess("qdrant", [binary], log, env=env, cwd=self.data_dir.parent)
+            if self.settings.edge_search_threads:  # set for a core count (apps.vdb.binding)
+                threads = str(self.settings.edge_search_threads)
+                env["QDRANT__STORAGE__PERFORMANCE__MAX_SEARCH_THREADS"] = threads
+            cwd = self.data_dir.parent
+            self.proc = ServerProcess("qdrant", [binary], log, env=env, cwd=cwd, cpus=self.cpus)
             self.data_dir.mkdir(parents=True, exist_ok=True)
             try:
                 self.proc.start()

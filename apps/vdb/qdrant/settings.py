@@ -55,3 +55,15 @@ IMAGES = {
     "qdrant": "qdrant/qdrant:v1.16.x image",
     "qdrant_gpu": "qdrant/qdrant:v1.16.x-gpu-nvidia image, used when gpu_indexing is on",
 }
+
+
+def with_threads(settings: QdrantSettings, threads: int) -> QdrantSettings:
+    """Qdrant's own thread knobs = ``threads``: its search threads (edge: ``edge_search_threads``; a server:
+    QDRANT__STORAGE__PERFORMANCE__MAX_SEARCH_THREADS) and HNSW build threads (``max_indexing_threads``),
+    each unless set."""
+    return settings.model_copy(
+        update={
+            "edge_search_threads": settings.edge_search_threads or threads,
+            "max_indexing_threads": settings.max_indexing_threads or threads,
+        }
+    )

@@ -137,7 +137,8 @@ class WeaviateDeployment(Deployment):
                 if self.settings.gomaxprocs:
                     env["GOMAXPROCS"] = str(self.settings.gomaxprocs)
                 argv = [binary, "--host", "127.0.0.1", "--port", str(p["http"]), "--scheme", "http"]
-                proc = ServerProcess(f"weaviate node{i}", argv, workdir / "logs" / f"node{i}.log", env=env)
+                log = workdir / "logs" / f"node{i}.log"
+                proc = ServerProcess(f"weaviate node{i}", argv, log, env=env, cpus=self.cpus)
                 proc.start()
                 self.procs.append(proc)
                 if i == 0 and n > 1:  # joiners exit if node 0's gossip port is not up yet

@@ -55,3 +55,8 @@ INDEX_TYPES = ("hnsw", "flat", "dynamic")
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
 IMAGES = {"weaviate": "semitechnologies/weaviate:1.36.0 image"}
+
+
+def with_threads(settings: WeaviateSettings, threads: int) -> WeaviateSettings:
+    """GOMAXPROCS per node = ``threads`` (Go does not follow CPU affinity), unless ``gomaxprocs`` is set."""
+    return settings.model_copy(update={"gomaxprocs": settings.gomaxprocs or threads})
