@@ -222,3 +222,21 @@ def test_memory_medium_defaults_to_shm_and_is_removed_at_stop(tmp_path: Path) ->
     finally:
         deployment.stop()
     assert not Path(endpoints.data_dir).exists()
+
+
+def test_writes_survive_the_repository_datasets_folder_loaded_as_a_module(lance, bigann, monkeypatch) -> None:
+    """The clone's data folder ``datasets/`` imports as a namespace package when the repo root is on sys.path
+    (``python -m pipeline`` from a clone); LanceDB must not mistake it for Hugging Face's ``datasets``."""
+    import importlib
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / "datasets").is_dir()
+    monkeypatch.syspath_prepend(str(repo))
+    monkeypatch.delitem(sys.modules, "datasets", raising=False)
+    assert not hasattr(importlib.import_module("datasets"), "Dataset")  # the folder, not Hugging Face's
+    base = bigann[0]
+    _, client = lance()
+    load(client, base[:200], "flat", batch=100)
+    assert client.count() == 200
+    client.close()

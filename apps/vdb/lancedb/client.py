@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from datetime import timedelta
@@ -50,6 +51,19 @@ def check_spec(spec: CollectionSpec) -> None:
         raise DatabaseError("lancedb: one embedded table per run: set vdb.collection.shards: 1")
 
 
+def _forget_foreign_datasets() -> None:
+    """Drop a ``datasets`` module that is not Hugging Face's from ``sys.modules``.
+
+    LanceDB imports ``Dataset`` from any module named ``datasets`` it finds loaded, to accept Hugging Face
+    datasets as input. With this repository's root on ``sys.path`` (``python -m pipeline`` from a clone, or
+    pytest), its data folder ``datasets/`` imports as an empty namespace package under that name, and
+    every LanceDB write then fails with an ImportError.
+    """
+    module = sys.modules.get("datasets")
+    if module is not None and not hasattr(module, "Dataset"):
+        del sys.modules["datasets"]
+
+
 class LanceDBClient(Client):
     """A collection as a LanceDB table at ``<data_dir>/<collection>.lance``, opened in this process."""
 
@@ -81,6 +95,7 @@ class LanceDBClient(Client):
         """Create (or attach to) the table; an existing one must have the same dimension and metric."""
         import lancedb
 
+        _forget_foreign_datasets()
         check_spec(spec)
         path = Path(self.endpoints.data_dir)
         path.mkdir(parents=True, exist_ok=True)
@@ -113,6 +128,7 @@ class LanceDBClient(Client):
     def _arrow(self, ids: np.ndarray, vectors: np.ndarray) -> Any:
         import pyarrow as pa
 
+        _forget_foreign_datasets()
         spec = self._bound()
         vectors = self._matrix("vectors", vectors)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
