@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
+from apps.vdb.capabilities import collection_problems
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from core.config import Strict
 
@@ -105,6 +106,10 @@ class VdbConfig(Strict):
                     f"vdb.collection.index_type {self.collection.index_type!r} is not built by "
                     f"vdb.databases[{position}] ({db.name}); it builds: {', '.join(supported)}"
                 )
+            # Quantisation, on_disk and server-dependent limits (apps/vdb/capabilities.py).
+            problems = collection_problems(db, position, self.collection, self.cluster)
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
 
     def pilot_databases(self) -> list[DatabaseSettings]:
