@@ -121,7 +121,16 @@ def test_milvus_diskann_where_the_server_has_it() -> None:
         }
     )
     assert attached.collection.index_type == "diskann"
-    assert vdb("milvus", cluster={}, index_type="diskann", on_disk=True).collection.on_disk
+    with pytest.raises(ValidationError, match=r"config_overrides: \{queryNode\.enableDisk: true\}"):
+        vdb("milvus", cluster={}, index_type="diskann")
+    image = VdbConfig.model_validate(
+        {
+            "databases": [{"name": "milvus", "config_overrides": {"queryNode.enableDisk": True}}],
+            "collection": {"index_type": "diskann", "on_disk": True},
+            "cluster": {},
+        }
+    )
+    assert image.collection.on_disk
     with pytest.raises(ValidationError, match="built without DiskANN"):
         vdb("milvus", cluster={"runtime": "native"}, index_type="diskann")
 

@@ -64,7 +64,8 @@ SETTINGS = MilvusSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("pymilvus", "milvus")
 
-# vdb.collection.index_type values this database builds (docs/engines.md), the quantisation each takes
+# vdb.collection.index_type values this database builds (docs/vector-databases.md), the quantisation
+# each takes
 # (scalar: IVF_SQ8, pq: IVF_PQ; apps/vdb/milvus/indexes.py) and the on-disk one (apps/vdb/capabilities.py).
 INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "diskann", "flat")
 QUANTIZATIONS = {"ivf_flat": ("none", "scalar"), "ivf_pq": ("none", "pq")}
@@ -83,11 +84,21 @@ NO_DISKANN = (
 
 
 def index_problems(settings: MilvusSettings, collection: Any, cluster: Any) -> list[tuple[str, str]]:
-    """DISKANN only where the server has it: an existing server (``uri``) or the Milvus image on HPC."""
+    """DISKANN only where the server has it: an existing server (``uri``) or the Milvus image on HPC, whose
+    query nodes must load disk indexes (``queryNode.enableDisk``, false in milvus.yaml by default)."""
     if collection.index_type != "diskann" or settings.uri:
         return []
     runtime = cluster.for_database("milvus").runtime if cluster is not None else None
-    return [] if runtime == "apptainer" else [("index_type", f"'diskann': {NO_DISKANN}")]
+    if runtime != "apptainer":
+        return [("index_type", f"'diskann': {NO_DISKANN}")]
+    if settings.config_overrides.get("queryNode.enableDisk") is not True:
+        return [
+            (
+                "index_type",
+                "'diskann' on the Milvus image needs config_overrides: {queryNode.enableDisk: true}",
+            )
+        ]
+    return []
 
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.

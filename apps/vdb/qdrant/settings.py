@@ -46,7 +46,8 @@ SETTINGS = QdrantSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("qdrant-client", "qdrant-edge-py")
 
-# vdb.collection.index_type values this database builds (docs/engines.md), the quantisation each takes and
+# vdb.collection.index_type values this database builds (docs/vector-databases.md), the quantisation
+# each takes and
 # the ones that keep vectors on disk (apps/vdb/qdrant/storage.py; checked by apps/vdb/capabilities.py).
 INDEX_TYPES = ("hnsw", "flat")
 QUANTIZATIONS = {"hnsw": ("none", "scalar", "pq", "bq")}

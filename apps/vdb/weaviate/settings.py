@@ -49,7 +49,8 @@ SETTINGS = WeaviateSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("weaviate-client",)
 
-# vdb.collection.index_type values this database builds (docs/engines.md), the compression each takes and
+# vdb.collection.index_type values this database builds (docs/vector-databases.md), the compression
+# each takes and
 # the one that keeps vectors on disk (apps/vdb/weaviate/indexes.py; checked by apps/vdb/capabilities.py).
 INDEX_TYPES = ("hnsw", "flat", "dynamic")
 QUANTIZATIONS = {"hnsw": ("none", "scalar", "pq", "bq"), "flat": ("none", "bq"), "dynamic": ("none", "bq")}
