@@ -363,9 +363,7 @@ def build(client: MilvusVectorClient, base: np.ndarray, **fields: object) -> dic
 @pytest.mark.slow
 def test_ivf_sq8_scalar_quantisation_recall(client, fmnist) -> None:
     base, queries, truth = fmnist
-    details = build(
-        client, base, name="fm_sq8", index_type="ivf_flat", quantization="scalar", ivf_nlist=32
-    )
+    details = build(client, base, name="fm_sq8", index_type="ivf_flat", quantization="scalar", ivf_nlist=32)
     assert details["index_type"] == "IVF_SQ8" and details["indexed_rows"] == 1000
     assert recall_at_k(client.search(queries, k=10, ef=8).ids, truth, 10) >= 0.9  # int8 codes, 8 lists
     assert recall_at_k(client.search(queries, k=10, ef=1).ids, truth, 10) < 0.9  # one list: an IVF
