@@ -8,6 +8,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_serializer, mode
 
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
+from apps.vdb.capabilities import collection_problems
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.sweep import (
     Expansion,
@@ -33,7 +34,7 @@ class CollectionConfig(Strict):
     index_type: IndexType = Field(
         "hnsw",
         description="Vector index: hnsw, ivf_flat, ivf_pq, ivf_hnsw_sq, diskann, flat or dynamic "
-        "(each database builds the ones docs/engines.md lists).",
+        "(each database builds the ones docs/vector-databases.md lists).",
     )
     hnsw_m: int = Field(16, ge=2, description="HNSW graph degree M.")
     ef_construction: int = Field(128, ge=8, description="HNSW ef_construction.")
@@ -140,7 +141,8 @@ class VdbConfig(Strict):
     _points: list[SweepPoint] = PrivateAttr(default_factory=list)
 
     def index_type_problems(self, entry: int) -> list[tuple[tuple, str]]:
-        """(location, message) for a database that does not build the collection's index type."""
+        """(location, message) for a database that does not build the collection's index type, its
+        quantisation or on-disk storage (apps/vdb/capabilities.py)."""
         problems = []
         for db in self.databases:
             supported = supported_index_types(db.name)
@@ -152,6 +154,10 @@ class VdbConfig(Strict):
                         f"({db.name}); it builds: {', '.join(supported)}",
                     )
                 )
+                continue
+            # Quantisation, on_disk and server-dependent limits (apps/vdb/capabilities.py).
+            for message in collection_problems(db, entry, self.collection, self.cluster):
+                problems.append((("collection",), message))
         return problems
 
     @model_validator(mode="wrap")

@@ -348,3 +348,49 @@ def test_settings_reject_unknown_keys() -> None:
         MilvusSettings.model_validate({"name": "milvus", "prot": 19530})
     with pytest.raises(ValidationError):
         MilvusSettings.model_validate({"name": "qdrant"})
+
+
+def build(client: MilvusVectorClient, base: np.ndarray, **fields: object) -> dict:
+    """Create a collection of ``base`` with the spec ``fields``, index it, return describe()'s details."""
+    spec = CollectionSpec(dim=784, metric="l2", **fields)  # type: ignore[arg-type]
+    client.create_collection(spec, recreate=True)
+    load(client, base, batch=500)
+    client.wait_searchable(len(base), timeout=60)
+    client.build_index(timeout=180)
+    return client.describe().details
+
+
+@pytest.mark.slow
+def test_ivf_sq8_scalar_quantisation_recall(client, fmnist) -> None:
+    base, queries, truth = fmnist
+    details = build(client, base, name="fm_sq8", index_type="ivf_flat", quantization="scalar", ivf_nlist=32)
+    assert details["index_type"] == "IVF_SQ8" and details["indexed_rows"] == 1000
+    assert recall_at_k(client.search(queries, k=10, ef=8).ids, truth, 10) >= 0.9  # int8 codes, 8 lists
+    assert recall_at_k(client.search(queries, k=10, ef=1).ids, truth, 10) < 0.9  # one list: an IVF
+
+
+@pytest.mark.slow
+def test_ivf_pq_recall_follows_the_code_size(client, fmnist) -> None:
+    base, queries, truth = fmnist
+    fine = build(client, base, name="fm_pq196", index_type="ivf_pq", ivf_nlist=32, pq_m=196, pq_bits=8)
+    assert fine["index_type"] == "IVF_PQ" and "'m': '196'" in str(fine["index_params"])
+    assert "'nbits': '8'" in str(fine["index_params"]) and fine["indexed_rows"] == 1000
+    fine_recall = recall_at_k(client.search(queries, k=10, ef=32).ids, truth, 10)  # every list probed
+    assert 0.9 <= fine_recall < 1.0  # 4 dims per 8-bit code: close to exact, but quantised
+    assert recall_at_k(client.search(queries, k=10, ef=1).ids, truth, 10) < 0.8  # one list of 32
+
+    coarse = build(client, base, name="fm_pq16", index_type="ivf_pq", ivf_nlist=32, pq_m=16, pq_bits=8)
+    assert "'m': '16'" in str(coarse["index_params"])
+    coarse_recall = recall_at_k(client.search(queries, k=10, ef=32).ids, truth, 10)
+    assert 0.6 <= coarse_recall < fine_recall - 0.05  # 49 dims per code loses more
+
+
+@pytest.mark.slow
+def test_unbuildable_indexes_are_refused_before_any_row_is_sent(client) -> None:
+    with pytest.raises(DatabaseError, match=r"pq_m \(10\) to divide the dimension \(784\)"):
+        client.create_collection(CollectionSpec(name="fm_bad", dim=784, index_type="ivf_pq", pq_m=10))
+    with pytest.raises(DatabaseError, match=r"v2\.3\.5-lite: no DISKANN index: .*built without DiskANN"):
+        client.create_collection(CollectionSpec(name="fm_bad", dim=784, index_type="diskann"))
+    with pytest.raises(DatabaseError, match="on_disk with index_type 'hnsw'"):
+        client.create_collection(CollectionSpec(name="fm_bad", dim=784, on_disk=True))
+    assert not client.client.has_collection("fm_bad")

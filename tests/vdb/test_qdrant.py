@@ -251,3 +251,90 @@ def test_edge_client_has_no_request_limit(deploy) -> None:
 def test_settings_reject_unknown_keys() -> None:
     with pytest.raises(ValidationError):
         QdrantSettings(name="qdrant", indexing_threshold=5)
+
+
+@pytest.fixture(scope="module")
+def edge(tmp_path_factory: pytest.TempPathFactory):
+    """One edge deployment (small segments get HNSW) for the index-variant tests; always stopped."""
+    settings = QdrantSettings(**SMALL)
+    deployment = get_adapter("qdrant").deployment(settings)
+    try:
+        endpoints = deployment.start(tmp_path_factory.mktemp("qdrant-variants"), timeout=30)
+        client = get_adapter("qdrant").client(settings, endpoints)
+        yield client
+        client.close()
+    finally:
+        deployment.stop()
+
+
+# (spec fields, recall@10 at ef 64 at least, below (a quantised index is not exact), engine's quantization)
+VARIANTS = {
+    "on_disk": ({"on_disk": True}, 0.95, 1.01, "none"),
+    "scalar": ({"quantization": "scalar"}, 0.95, 1.01, '"type": "int8"'),
+    "scalar_on_disk": ({"quantization": "scalar", "on_disk": True}, 0.95, 1.01, '"always_ram": true'),
+    # 196 codes of 4 dims: ratio x16; 16 codes of 49 dims: x64, coarser
+    "pq_x16": ({"quantization": "pq", "pq_m": 196}, 0.93, 0.995, '"compression": "x16"'),
+    "pq_x64": ({"quantization": "pq", "pq_m": 16}, 0.8, 0.95, '"compression": "x64"'),
+    # fmnist's pixels are >= 0, so one bit per pixel keeps little: rescoring 4x oversampled candidates
+    "bq": ({"quantization": "bq", "options": {"oversampling": 4.0}}, 0.6, 0.9, '"binary"'),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_edge_quantisation_and_on_disk_recall(edge, fmnist, variant: str) -> None:
+    base, queries, truth = fmnist
+    fields, low, high, engine = VARIANTS[variant]
+    edge.create_collection(spec(**fields).model_copy(update={"name": f"fm_{variant}"}), recreate=True)
+    insert_all(edge, base)
+    edge.build_index(timeout=60)
+    stats = edge.describe()
+    assert stats.count == 1000 and stats.details["indexed_vectors_count"] == 1000
+    assert engine in str(stats.details["engine_quantization"])  # what the shard persisted
+    on_disk = bool(fields.get("on_disk"))
+    assert (
+        stats.details["engine_vectors_on_disk"] is on_disk and stats.details["engine_hnsw_on_disk"] is on_disk
+    )
+    shard = Path(edge.endpoints.data_dir) / f"fm_{variant}"
+    quantised = list(shard.rglob("quantized.data"))
+    assert bool(quantised) is ("quantization" in fields)  # the optimizer built the quantised vectors
+    recall = recall_at(edge.search(queries, k=10, ef=64).ids, truth, 10)
+    assert low <= recall < high, f"{variant}: recall {recall:.3f}"
+
+
+def test_edge_bq_without_oversampling_shows_the_binary_codes(edge, fmnist) -> None:
+    base, queries, truth = fmnist
+    edge.create_collection(spec(quantization="bq").model_copy(update={"name": "fm_bq1"}), recreate=True)
+    insert_all(edge, base)
+    edge.build_index(timeout=60)
+    assert recall_at(edge.search(queries, k=10, ef=64).ids, truth, 10) < 0.6  # candidates from 1-bit codes
+
+
+def test_server_client_sends_quantisation_on_disk_and_rescoring(deploy) -> None:
+    # No Qdrant server runs here and local mode ignores these settings: check the requests themselves
+    # (qdrant-client's own pydantic models, which a server receives as they are).
+    _, _, client = deploy(QdrantSettings(mode="server", url=":memory:"))
+    created: list[dict] = []
+    create = client.qc.create_collection
+    client.qc.create_collection = lambda name, **kw: (created.append(kw), create(name, **kw))[1]
+    client.create_collection(spec(dim=8, quantization="pq", pq_m=2, on_disk=True))
+    sent = created[0]
+    product = sent["quantization_config"].product
+    assert product.compression.value == "x16" and product.always_ram is True  # 4 * 8 / 2
+    assert sent["vectors_config"].on_disk is True and sent["hnsw_config"].on_disk is True
+    client.insert(np.arange(20, dtype=np.int64), np.random.default_rng(0).random((20, 8), dtype=np.float32))
+    queries: list = []
+    batch = client.qc.query_batch_points
+    client.qc.query_batch_points = lambda name, requests: (queries.append(requests), batch(name, requests))[1]
+    client.search(np.ones((2, 8), dtype=np.float32), k=3, ef=32)
+    params = queries[0][0].params
+    assert params.hnsw_ef == 32 and params.quantization.rescore is True
+    details = client.describe().details
+    assert details["quantization"] == "pq" and details["pq_ratio"] == 16 and details["on_disk"] is True
+    client.close()
+
+
+def test_unbuildable_quantisation_is_refused(edge) -> None:
+    with pytest.raises(DatabaseError, match="quantization 'scalar' needs index_type hnsw"):
+        edge.create_collection(spec(index_type="flat", quantization="scalar"))
+    with pytest.raises(DatabaseError, match="8-bit codes, not pq_bits 4"):
+        edge.create_collection(spec(quantization="pq", pq_bits=4))

@@ -288,3 +288,73 @@ def test_two_node_cluster_shards_and_answers_from_both(tmp_path, fmnist):
         if deployment is not None:
             deployment.stop()
     assert _servers_under(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def centred(fmnist):
+    """fmnist1k moved so the base has mean 0: L2 neighbours (the ground truth) are unchanged, and the sign
+    bits BQ keeps carry information (fmnist's pixels are all >= 0)."""
+    base, queries, truth = fmnist
+    mean = base.mean(axis=0)
+    return base - mean, queries - mean, truth
+
+
+# (spec fields, recall@10 at ef 64 at least, the server's compression): recall thresholds fail on a
+# broken index (a random answer scores ~0.01) but allow for what the quantiser loses.
+COMPRESSED = {
+    "hnsw_sq": ({"quantization": "scalar", "options": {"training_limit": 500}}, 0.9, "sq"),
+    "hnsw_pq": ({"quantization": "pq", "pq_m": 196, "options": {"training_limit": 500}}, 0.9, "pq"),
+    "hnsw_bq": ({"quantization": "bq"}, 0.8, "bq"),
+    "flat_bq": ({"index_type": "flat", "quantization": "bq"}, 0.5, "bq"),
+    "flat_bq_on_disk": ({"index_type": "flat", "quantization": "bq", "on_disk": True}, 0.5, "bq"),
+    "dynamic_bq": (
+        {"index_type": "dynamic", "quantization": "bq", "options": {"dynamic_threshold": 300}},
+        0.7,
+        "bq",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(COMPRESSED))
+def test_compressed_indexes_recall_and_server_config(client, centred, variant):
+    base, queries, truth = centred
+    fields, low, compression = COMPRESSED[variant]
+    spec = CollectionSpec(name=f"fm_{variant}", dim=784, metric="l2", **fields)
+    load(client, base, spec)  # build_index waits until the shard is compressed (SQ/PQ train first)
+    details = client.describe().details
+    kind = fields.get("index_type", "hnsw")
+    assert details["server_index_type"] == kind
+    parts = (
+        ("server_hnsw_compression", "server_flat_compression")
+        if kind == "dynamic"
+        else ["server_compression"]
+    )
+    assert all(details[part] == compression for part in parts)
+    assert [v for k, v in details.items() if k.endswith(".compressed")] == [True]
+    if kind == "flat":  # on_disk: BQ codes read from disk, not cached
+        assert details["server_bq_cache"] is not fields.get("on_disk", False)
+    assert recall(client.search(queries, k=K, ef=64).ids, truth) >= low
+
+
+@pytest.mark.slow
+def test_pq_stays_uncompressed_below_its_training_limit(client, fmnist):
+    base, queries, truth = fmnist
+    spec = CollectionSpec(name="fm_pq_untrained", dim=784, metric="l2", quantization="pq", pq_m=196)
+    load(client, base, spec)  # Weaviate's default training limit is 100000 objects
+    details = client.describe().details
+    assert details["server_compression"] == "pq"
+    assert [v for k, v in details.items() if k.endswith(".compressed")] == [False]
+    assert recall(client.search(queries, k=K, ef=64).ids, truth) >= 0.9
+
+
+@pytest.mark.slow
+def test_uncompressable_combinations_are_refused_before_creation(client):
+    for fields, message in (
+        ({"index_type": "flat", "quantization": "pq"}, "flat index compresses with none, bq, not 'pq'"),
+        ({"quantization": "pq", "pq_m": 10}, r"pq_m \(10\) to divide the dimension \(784\)"),
+        ({"on_disk": True}, "on_disk needs index_type flat"),
+    ):
+        with pytest.raises(DatabaseError, match=message):
+            client.create_collection(CollectionSpec(name="fm_refused", dim=784, **fields))
+    assert not client._client.collections.exists("Fm_refused")

@@ -42,6 +42,8 @@ PACKAGES = ("faiss-cpu",)
 
 # vdb.collection.index_type values FAISS builds (docs/vector-databases.md).
 INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "flat")
+# on_disk memory-maps the index file (IVF lists; HNSW and flat vectors): every type honours it.
+ON_DISK = INDEX_TYPES
 
 # No server, no Apptainer image, no pilot job: FAISS runs inside its clients on the client block. The
 # registry asks no ranks.py or env.py of a database that declares this.

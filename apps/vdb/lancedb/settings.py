@@ -63,6 +63,8 @@ PACKAGES = ("lancedb",)
 # vdb.collection.index_type values this database builds. Not built: hnsw (LanceDB's HNSW always sits inside
 # IVF lists), diskann, dynamic.
 INDEX_TYPES = ("ivf_pq", "ivf_hnsw_sq", "ivf_flat", "flat")
+# LanceDB keeps data and indexes in files on the chosen medium whatever on_disk says: every type is on disk.
+ON_DISK = INDEX_TYPES
 
 # No server and no HPC ranks: it runs inside its clients on the client block (no ranks.py / env.py, no image).
 IN_PROCESS_ONLY = True

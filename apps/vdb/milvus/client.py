@@ -2,7 +2,8 @@
 
 * Milvus 2.3 cannot load (so cannot count or search) a collection without an index: deferred
   indexing therefore uploads into a FLAT index (exhaustive search, as the study did) and
-  ``build_index`` swaps it for HNSW / IVF_FLAT (release, drop, create, wait, load);
+  ``build_index`` swaps it for the spec's index (release, drop, create, wait, load); the index types
+  and their parameters are in :mod:`apps.vdb.milvus.indexes`;
 * ``upsert`` (delete + insert by primary key) keeps a retried batch from duplicating rows.
 """
 
@@ -19,13 +20,13 @@ import numpy as np
 from pymilvus import DataType, MilvusClient, MilvusException
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
-from apps.vdb.milvus.settings import MilvusSettings
+from apps.vdb.milvus.indexes import build_params, index_search_params, milvus_index_type
+from apps.vdb.milvus.settings import LIMITS, NO_DISKANN, MilvusSettings
 from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
 from apps.vdb.process import directory_bytes
 
 log = logging.getLogger(__name__)
 METRICS = {"cosine": "COSINE", "ip": "IP", "l2": "L2"}
-INDEX_TYPES = {"hnsw": "HNSW", "ivf_flat": "IVF_FLAT", "flat": "FLAT"}
 ID_FIELD, VECTOR_FIELD = "id", "vector"
 
 
@@ -86,6 +87,7 @@ class MilvusVectorClient(Client):
         self.rank = node.rank
         self.uri = settings.uri or f"http://{node.host}:{node.port}"
         self.data_dir = endpoints.data_dir
+        self.server_version = endpoints.server_version
         self.spec: CollectionSpec | None = None
         self.request_timeout = settings.request_timeout
         self._template: Any = None  # (collection, one-row InsertRequest) for packed inserts; False: off
@@ -104,28 +106,23 @@ class MilvusVectorClient(Client):
             raise DatabaseError("milvus: call create_collection(spec) first (it attaches to an existing one)")
         return self.spec
 
-    @staticmethod
-    def _build_params(spec: CollectionSpec, index_type: str) -> dict[str, int]:
-        if index_type == "HNSW":
-            return {"M": spec.hnsw_m, "efConstruction": spec.ef_construction}
-        return {"nlist": spec.ivf_nlist} if index_type == "IVF_FLAT" else {}
-
     def _index_params(self, spec: CollectionSpec, index_type: str) -> Any:
         index = MilvusClient.prepare_index_params()
         index.add_index(
             field_name=VECTOR_FIELD,
             index_type=index_type,
             metric_type=METRICS[spec.metric],
-            params=self._build_params(spec, index_type),
+            params=build_params(spec, index_type),
         )
         return index
 
     def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
         """Create (or attach to) the collection: int64 row-id key, float vector of ``spec.dim``."""
-        if spec.index_type not in INDEX_TYPES:
-            raise DatabaseError(
-                f"milvus: index_type {spec.index_type!r} unsupported; use {sorted(INDEX_TYPES)}"
-            )
+        target = milvus_index_type(spec)  # DatabaseError for a combination Milvus lacks
+        if spec.on_disk and target != "DISKANN":
+            raise DatabaseError(f"milvus: on_disk with index_type {spec.index_type!r}: {LIMITS['on_disk']}")
+        if target == "DISKANN" and self.server_version.endswith("-lite"):
+            raise DatabaseError(f"milvus {self.server_version}: no DISKANN index: {NO_DISKANN}")
         name, c = spec.name, self.client
         with _errors(f"create collection {name!r}"):
             if c.has_collection(name) and recreate:
@@ -146,7 +143,7 @@ class MilvusVectorClient(Client):
             schema.add_field(ID_FIELD, DataType.INT64, is_primary=True)
             schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=spec.dim)
             # 2.3 only loads indexed collections: deferred indexing uploads into FLAT (exhaustive search).
-            first = "FLAT" if spec.deferred_indexing else INDEX_TYPES[spec.index_type]
+            first = "FLAT" if spec.deferred_indexing else target
             c.create_collection(
                 name, schema=schema, index_params=self._index_params(spec, first), num_shards=spec.shards
             )
@@ -268,12 +265,12 @@ class MilvusVectorClient(Client):
     def build_index(self, timeout: float) -> None:
         """Replace the upload index by the spec's index, wait until every row is indexed, load."""
         spec = self._spec()
-        name, c, target = spec.name, self.client, INDEX_TYPES[spec.index_type]
+        name, c, target = spec.name, self.client, milvus_index_type(spec)
         deadline = time.monotonic() + timeout
         with _errors(f"build {target} index"):
             c.flush(name)
             current = c.describe_index(name, VECTOR_FIELD) if c.list_indexes(name) else {}
-            wanted = {k: str(v) for k, v in self._build_params(spec, target).items()}  # as describe_index
+            wanted = {k: str(v) for k, v in build_params(spec, target).items()}  # as describe_index
             if any(current.get(k) != v for k, v in {"index_type": target, **wanted}.items()):
                 c.release_collection(name)  # 2.3 refuses to drop the index of a loaded collection
                 if current:
@@ -292,14 +289,12 @@ class MilvusVectorClient(Client):
             c.load_collection(name, timeout=max(1.0, deadline - time.monotonic()))
 
     def search(self, queries: np.ndarray, k: int, ef: int | None) -> SearchResult:
-        """One search request for the batch; ``ef`` is HNSW's ef (>= k) or IVF's nprobe."""
+        """One search request for the batch; ``ef`` is HNSW's ef (>= k), IVF's nprobe or DiskANN's
+        search_list (>= k)."""
         spec = self._spec()
         self._check_dim(queries, "queries")
-        params: dict[str, int] = {}
-        if spec.index_type == "hnsw":
-            params = {"ef": max(ef or self.settings.default_ef, k)}  # Milvus rejects ef < k
-        elif spec.index_type == "ivf_flat":
-            params = {"nprobe": min(ef or self.settings.default_nprobe, spec.ivf_nlist)}
+        s = self.settings
+        params = index_search_params(spec, ef, k, s.default_ef, s.default_nprobe)
         search_params = {"metric_type": METRICS[spec.metric], "params": params}
         with _errors(f"search of {len(queries)} queries"):
             fast = self._packed_search(queries, k, search_params)
@@ -412,7 +407,7 @@ class MilvusVectorClient(Client):
         parts = (
             {f"bytes_{p.name}": directory_bytes(p) for p in data.iterdir()} if data and data.is_dir() else {}
         )
-        params = {k: v for k, v in index.items() if k in ("M", "efConstruction", "nlist")}
+        params = {k: v for k, v in index.items() if k in ("M", "efConstruction", "nlist", "m", "nbits")}
         return StorageStats(
             count=self.count(),
             segments=len(loaded),

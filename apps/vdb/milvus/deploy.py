@@ -117,6 +117,7 @@ def server_overrides(settings: MilvusSettings, host: str) -> dict[str, Any]:
         "common.gracefulStopTimeout": 5,  # else the query node's graceful stop may wait 1800 s
         "proxy.http.enabled": False,  # the client port listens on every interface: no REST API there
         "indexCoord.segment.minSegmentNumRowsToEnableIndex": settings.min_segment_rows_to_index,
+        "queryNode.enableDisk": True,  # load DISKANN indexes (2.3's default refuses them; 2.6 loads them)
         **{f"{section}.ip": host for section in IP_SECTIONS},
         **settings.config_overrides,
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -64,8 +64,41 @@ SETTINGS = MilvusSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("pymilvus", "milvus")
 
-# vdb.collection.index_type values this database builds (docs/engines.md).
-INDEX_TYPES = ("hnsw", "ivf_flat", "flat")
+# vdb.collection.index_type values this database builds (docs/vector-databases.md), the quantisation
+# each takes
+# (scalar: IVF_SQ8, pq: IVF_PQ; apps/vdb/milvus/indexes.py) and the on-disk one (apps/vdb/capabilities.py).
+INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "diskann", "flat")
+QUANTIZATIONS = {"ivf_flat": ("none", "scalar"), "ivf_pq": ("none", "pq")}
+ON_DISK = ("diskann",)
+LIMITS = {
+    "quantization": "Milvus 2.3 quantises only inside IVF indexes (IVF_SQ8 = ivf_flat + scalar, IVF_PQ = "
+    "ivf_pq); HNSW_SQ/HNSW_PQ and binary vectors need Milvus 2.5+",
+    "on_disk": "Milvus 2.3 keeps indexes in memory but DISKANN (collection mmap came in 2.4)",
+}
+# Why the local server cannot build DISKANN: the PyPI package's knowhere has no DiskANN (the index build
+# fails with 'C Runtime Exception: bad_function_call' and is retried for ever).
+NO_DISKANN = (
+    "the PyPI `milvus` 2.3.5 server (local, or vdb.cluster.runtime: native) is built without DiskANN; "
+    "use the milvusdb/milvus image (vdb.cluster with runtime: apptainer) or an existing server (uri)"
+)
+
+
+def index_problems(settings: MilvusSettings, collection: Any, cluster: Any) -> list[tuple[str, str]]:
+    """DISKANN only where the server has it: an existing server (``uri``) or the Milvus image on HPC, whose
+    query nodes must load disk indexes (``queryNode.enableDisk``, false in milvus.yaml by default)."""
+    if collection.index_type != "diskann" or settings.uri:
+        return []
+    runtime = cluster.for_database("milvus").runtime if cluster is not None else None
+    if runtime != "apptainer":
+        return [("index_type", f"'diskann': {NO_DISKANN}")]
+    if settings.config_overrides.get("queryNode.enableDisk") is not True:
+        return [
+            (
+                "index_type",
+                "'diskann' on the Milvus image needs config_overrides: {queryNode.enableDisk: true}",
+            )
+        ]
+    return []
 
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.

@@ -14,6 +14,7 @@ import numpy as np
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult
 from apps.vdb.qdrant.settings import QdrantSettings
+from apps.vdb.qdrant.storage import plan
 
 DISTANCE = {"cosine": "Cosine", "ip": "Dot", "l2": "Euclid"}  # names shared by edge and qdrant-client
 
@@ -40,6 +41,7 @@ class QdrantClientBase(Client):
     def _check_spec(self, spec: CollectionSpec) -> None:
         if spec.index_type not in ("hnsw", "flat"):
             raise DatabaseError(f"qdrant supports index_type hnsw or flat, not {spec.index_type!r}")
+        plan(spec)  # DatabaseError for a quantisation Qdrant cannot build
 
     def _check_existing(self, spec: CollectionSpec, dim: int, distance: str) -> None:
         if dim != spec.dim or distance != DISTANCE[spec.metric]:

@@ -17,6 +17,7 @@ from apps.vdb.base import CollectionSpec, DatabaseError, SearchResult, StorageSt
 from apps.vdb.process import directory_bytes
 from apps.vdb.qdrant.client import DISTANCE, QdrantClientBase, knob
 from apps.vdb.qdrant.handles import EDGE
+from apps.vdb.qdrant.storage import edge_quantization, edge_search_params, plan
 
 
 class _EdgeHandle:
@@ -48,14 +49,20 @@ class EdgeClient(QdrantClientBase):
     def _config(self, spec: CollectionSpec, indexing_threshold: int) -> Any:
         import qdrant_edge as qe
 
-        s, opt = self.settings, lambda n: knob(self.settings, spec, n)
+        s, opt, storage = self.settings, lambda n: knob(self.settings, spec, n), plan(spec)
         return qe.EdgeConfig(
-            vectors=qe.EdgeVectorParams(size=spec.dim, distance=getattr(qe.Distance, DISTANCE[spec.metric])),
+            vectors=qe.EdgeVectorParams(
+                size=spec.dim,
+                distance=getattr(qe.Distance, DISTANCE[spec.metric]),
+                on_disk=storage.on_disk or None,
+                quantization_config=edge_quantization(storage),
+            ),
             hnsw_config=qe.HnswIndexConfig(
                 m=spec.hnsw_m,
                 ef_construct=spec.ef_construction,
                 full_scan_threshold=opt("full_scan_threshold_kb"),
                 max_indexing_threads=s.max_indexing_threads,
+                on_disk=storage.on_disk or None,
             ),
             optimizers=qe.EdgeOptimizersConfig(
                 indexing_threshold=indexing_threshold,
@@ -130,7 +137,7 @@ class EdgeClient(QdrantClientBase):
         import qdrant_edge as qe
 
         queries = self._check_batch("queries", queries)
-        params = qe.SearchParams(hnsw_ef=ef) if ef else None
+        params = edge_search_params(plan(self._bound()), ef)
         batch = qe.QueryBatchRequest(
             [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q), params=params) for q in queries.tolist()]
         )
@@ -145,10 +152,12 @@ class EdgeClient(QdrantClientBase):
         return self.handle.shard.count(CountRequest(exact=True))
 
     def describe(self) -> StorageStats:
-        """Points, segments (indexed ones plus the appendable one) and bytes of the shard directory."""
+        """Points, segments (indexed ones plus the appendable one), bytes of the shard directory, and the
+        vector storage the shard persisted (quantisation, on-disk vectors and graph)."""
         path = self._path(self._bound())
         self.handle.shard.flush()
         info = self.handle.shard.info()
+        persisted = json.loads((path / "edge_config.json").read_text())
         return StorageStats(
             count=info.points_count,
             segments=info.segments_count,
@@ -156,6 +165,8 @@ class EdgeClient(QdrantClientBase):
             details={
                 "indexed_vectors_count": info.indexed_vectors_count,
                 "apparent_bytes": directory_bytes(path, apparent=True),
+                **plan(self._bound()).details(),  # what was asked; engine_*: what it holds
+                **persisted_storage(persisted),
             },
         )
 
@@ -164,3 +175,15 @@ class EdgeClient(QdrantClientBase):
         if self.spec is not None:
             EDGE.release(str(self._path(self.spec)))
             self.spec = None
+
+
+def persisted_storage(config: dict) -> dict[str, str | bool | None]:
+    """Quantisation and on-disk flags as the shard persisted them (``edge_config.json``)."""
+    vectors = config.get("vectors", {}).get("", {})
+    quant = vectors.get("quantization_config") or config.get("quantization_config") or {}
+    hnsw = vectors.get("hnsw_config") or config.get("hnsw_config") or {}
+    return {
+        "engine_quantization": json.dumps(quant, sort_keys=True) if quant else "none",
+        "engine_vectors_on_disk": bool(vectors.get("on_disk")),
+        "engine_hnsw_on_disk": bool(hnsw.get("on_disk")),
+    }

@@ -20,6 +20,7 @@ from apps.vdb.process import directory_bytes
 from apps.vdb.qdrant.client import DISTANCE, QdrantClientBase, knob
 from apps.vdb.qdrant.handles import LOCAL
 from apps.vdb.qdrant.settings import QdrantSettings
+from apps.vdb.qdrant.storage import client_quantization, client_search_params, plan
 
 
 class ServerClient(QdrantClientBase):
@@ -82,16 +83,21 @@ class ServerClient(QdrantClientBase):
         from qdrant_client import models as m
 
         opt = lambda n: knob(self.settings, spec, n)  # noqa: E731
+        storage = plan(spec)
         self.qc.create_collection(
             spec.name,
-            vectors_config=m.VectorParams(size=spec.dim, distance=m.Distance(DISTANCE[spec.metric])),
+            vectors_config=m.VectorParams(
+                size=spec.dim, distance=m.Distance(DISTANCE[spec.metric]), on_disk=storage.on_disk or None
+            ),
             shard_number=spec.shards,
             hnsw_config=m.HnswConfigDiff(
                 m=spec.hnsw_m,
                 ef_construct=spec.ef_construction,
                 full_scan_threshold=opt("full_scan_threshold_kb"),
                 max_indexing_threads=self.settings.max_indexing_threads,
+                on_disk=storage.on_disk or None,
             ),
+            quantization_config=client_quantization(storage),
             optimizers_config=m.OptimizersConfigDiff(
                 indexing_threshold=indexing_threshold,
                 default_segment_number=opt("default_segment_number"),
@@ -151,7 +157,7 @@ class ServerClient(QdrantClientBase):
         from qdrant_client import models as m
 
         queries = self._check_batch("queries", queries)
-        params = m.SearchParams(hnsw_ef=ef) if ef else None
+        params = client_search_params(plan(self._bound()), ef)
         requests = [
             m.QueryRequest(query=q, limit=k, params=params, with_payload=False) for q in queries.tolist()
         ]
@@ -166,6 +172,8 @@ class ServerClient(QdrantClientBase):
         """Count, segments and, when the storage is on this machine, its bytes."""
         name = self._bound().name
         info = self.qc.get_collection(name)
+        config = info.config
+        quant = config.quantization_config
         data = Path(self.endpoints.data_dir) if self.endpoints.data_dir else None
         # Server storage: <storage>/collections/<name>; local mode: <path>/collection/<name>.
         sub = "collection" if self.location else "collections"
@@ -178,6 +186,10 @@ class ServerClient(QdrantClientBase):
                 "status": info.status.value,
                 "indexed_vectors_count": info.indexed_vectors_count,
                 "local_mode": self.location is not None,
+                **plan(self._bound()).details(),  # what was asked; engine_*: what it holds
+                "engine_quantization": quant.model_dump_json(exclude_none=True) if quant else "none",
+                "engine_vectors_on_disk": bool(getattr(config.params.vectors, "on_disk", False)),
+                "engine_hnsw_on_disk": bool(config.hnsw_config.on_disk),
             },
         )
 

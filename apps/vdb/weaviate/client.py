@@ -38,10 +38,10 @@ from apps.vdb.base import (
 )
 from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy, urlopen
 from apps.vdb.process import directory_bytes, get_json
+from apps.vdb.weaviate.indexes import compression_training_limit, server_index, vector_index
 from apps.vdb.weaviate.settings import WeaviateSettings
 
 log = logging.getLogger(__name__)
-_METRICS = {"cosine": "COSINE", "ip": "DOT", "l2": "L2_SQUARED"}
 
 
 def class_name(name: str) -> str:
@@ -110,9 +110,13 @@ class WeaviateClient(Client):
         return self._handle[1]
 
     def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
-        """Create (or reopen) the collection; the spec's dim and metric are kept in its description."""
-        from weaviate.classes.config import Configure, VectorDistances
+        """Create (or reopen) the collection; the spec's dim and metric are kept in its description.
 
+        The vector index and its compression come from :func:`apps.vdb.weaviate.indexes.vector_index`.
+        """
+        from weaviate.classes.config import Configure
+
+        index = vector_index(spec, self.settings.async_indexing)  # refused before anything is changed
         name = class_name(spec.name)
         if recreate:
             self._client.collections.delete(name)
@@ -125,23 +129,6 @@ class WeaviateClient(Client):
                 )
             self._spec = spec
             return
-        distance = VectorDistances[_METRICS[spec.metric]]
-        hnsw = Configure.VectorIndex.hnsw(
-            distance_metric=distance, max_connections=spec.hnsw_m, ef_construction=spec.ef_construction
-        )
-        if spec.index_type == "hnsw":
-            index = hnsw
-        elif spec.index_type == "flat":
-            index = Configure.VectorIndex.flat(distance_metric=distance)
-        elif spec.index_type == "dynamic":
-            if not self.settings.async_indexing:
-                raise DatabaseError("Weaviate's dynamic index needs async indexing: set async_indexing: true")
-            threshold = spec.options.get("dynamic_threshold")
-            index = Configure.VectorIndex.dynamic(
-                distance_metric=distance, hnsw=hnsw, threshold=int(threshold) if threshold else None
-            )
-        else:
-            raise DatabaseError(f"Weaviate has no {spec.index_type!r} index (use hnsw, flat or dynamic)")
         self._client.collections.create(
             name,
             description=json.dumps({"dim": spec.dim, "metric": spec.metric}),
@@ -258,14 +245,26 @@ class WeaviateClient(Client):
         self._wait(check, timeout, "searchability", interval=0.05)
 
     def build_index(self, timeout: float) -> None:
-        """Weaviate indexes on insert or from its async queue: wait until every shard is READY, drained."""
+        """Weaviate indexes on insert or from its async queue: wait until every shard is READY, drained,
+        and compressed once it holds the quantizer's training limit (SQ and PQ train in the background)."""
+        limit = compression_training_limit(self._spec)
+        single = len(self.endpoints.nodes) == 1 and self._spec.shards == 1
 
         def check() -> tuple[bool, str]:
             shards = self._shards()
+            # The nodes API's counts lag behind memtable flushes: one shard's exact count is the collection's.
+            total = self.count() if single and limit is not None else 0
             state = ", ".join(
-                f"{s.node}/{s.name}: {s.vector_indexing_status} q={s.vector_queue_length}" for s in shards
+                f"{s.node}/{s.name}: {s.vector_indexing_status} q={s.vector_queue_length} "
+                f"compressed={s.compressed}"
+                for s in shards
             )
-            return all(
+            due = [
+                s
+                for s in shards
+                if limit is not None and max(s.object_count, total) >= limit and not s.compressed
+            ]
+            return not due and all(
                 s.vector_queue_length == 0 and s.vector_indexing_status == "READY" for s in shards
             ), state
 
@@ -383,12 +382,15 @@ class WeaviateClient(Client):
         shards = self._shards()
         details: dict[str, str | int | float | bool | None] = {
             "index_type": self._spec.index_type,
+            "quantization": self._spec.quantization,
             "ef": self._ef,
             "async_indexing": self.settings.async_indexing,
+            **server_index(self._rest(self.endpoints.nodes[0], "")["vectorConfig"]["default"]),
         }
         for s in shards:
             details[f"shard.{s.node}.{s.name}.objects"] = s.object_count
             details[f"shard.{s.node}.{s.name}.status"] = s.vector_indexing_status
+            details[f"shard.{s.node}.{s.name}.compressed"] = s.compressed
         dirs = [Path(str(n.extra["data_dir"])) for n in self.endpoints.nodes if "data_dir" in n.extra]
         disk = None
         if dirs and all(d.is_dir() for d in dirs):  # only when the data dirs are on this machine

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -49,8 +49,28 @@ SETTINGS = WeaviateSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("weaviate-client",)
 
-# vdb.collection.index_type values this database builds (docs/engines.md).
+# vdb.collection.index_type values this database builds (docs/vector-databases.md), the compression
+# each takes and
+# the one that keeps vectors on disk (apps/vdb/weaviate/indexes.py; checked by apps/vdb/capabilities.py).
 INDEX_TYPES = ("hnsw", "flat", "dynamic")
+QUANTIZATIONS = {"hnsw": ("none", "scalar", "pq", "bq"), "flat": ("none", "bq"), "dynamic": ("none", "bq")}
+ON_DISK = ("flat",)
+LIMITS = {
+    "quantization": "Weaviate's flat index (and so the flat stage of dynamic) compresses with BQ only",
+    "on_disk": "Weaviate keeps an HNSW graph in memory; its flat index searches the vectors on disk",
+}
+
+
+def index_problems(settings: WeaviateSettings, collection: Any, cluster: Any) -> list[tuple[str, str]]:
+    """Weaviate's PQ has at most 256 centroids per segment; dynamic needs async indexing."""
+    problems = []
+    if collection.quantization == "pq" and collection.pq_bits > 8:
+        problems.append(
+            ("pq_bits", f"{collection.pq_bits}: Weaviate's PQ has at most 256 centroids (8 bits)")
+        )
+    if collection.index_type == "dynamic" and not settings.async_indexing:
+        problems.append(("index_type", "'dynamic' needs async_indexing: true (ASYNC_INDEXING)"))
+    return problems
 
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
