@@ -167,6 +167,26 @@ def test_loader_error_has_the_line_of_the_bad_list_item(small_corpus: Path, tmp_
     assert caught.value.line == line
 
 
+def test_an_entry_overrides_query_and_cluster_sections_merged_key_by_key() -> None:
+    cluster = {"images": {"milvus": "m.sif"}, "storage": {"medium": "memory", "ssd_path": "/ssd"}}
+    section = {
+        "databases": [
+            {"name": "milvus", "label": "media", "cluster": {"storage": {"medium": ["memory", "ssd"]}}},
+            {"name": "milvus", "label": "short", "query": {"duration_s": 1.0}},
+        ],
+        "cluster": cluster,
+        "query": {"duration_s": 5.0},
+    }
+    vdb = VdbConfig.model_validate(section)
+    media, short = vdb.points[:2], vdb.points[2]
+    assert [p.label for p in vdb.points] == ["media[medium=memory]", "media[medium=ssd]", "short"]
+    assert [p.config.cluster.storage.medium for p in media] == ["memory", "ssd"]
+    assert {p.config.cluster.storage.ssd_path for p in media} == {"/ssd"}  # the shared keys stay
+    assert [p.config.query.duration_s for p in vdb.points] == [5.0, 5.0, 1.0]
+    assert short.params == {"query.duration_s": 1.0}
+    assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
+
+
 # --- HPC: one database job shape per point that changes it ----------------------------------------------
 
 

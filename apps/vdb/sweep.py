@@ -30,7 +30,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails
 
 # Keys of a database entry that are not fields of the database's settings model.
-ENTRY_SECTIONS = ("collection", "insert")
+# A section an entry overrides is merged into the shared one key by key, nested sections too (an entry's
+# ``cluster: {storage: {medium: ssd}}`` keeps the shared storage paths).
+ENTRY_SECTIONS = ("collection", "insert", "query", "cluster")
 ENTRY_KEYS = ("label", *ENTRY_SECTIONS)
 # Fields of the vdb section that shape the sweep itself, or are lists by nature.
 NOT_AXES = ("sweep", "repeats", "databases", "optional")
@@ -109,6 +111,25 @@ def _unwrap(annotation: Any) -> Any:
         if len(args) == 1:
             return _unwrap(args[0])
     return annotation
+
+
+def _leaves(values: dict[str, Any], path: Path) -> list[Path]:
+    """The paths of the non-mapping values in ``values`` (nested mappings walked)."""
+    out: list[Path] = []
+    for key, value in values.items():
+        out += _leaves(value, (*path, key)) if isinstance(value, dict) and value else [(*path, key)]
+    return out
+
+
+def merged(shared: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``shared`` with ``override`` written over it, nested mappings merged key by key (copies)."""
+    out = copy.deepcopy(shared)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:
@@ -263,9 +284,14 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                 raise SweepError(("databases", i, section), f"a mapping of {section} fields, not {values!r}")
             section_model = _model(vdb_model.model_fields[section].annotation)
             own += find_axes(values, section_model, ("databases", i, section), section)
-            overridden |= {(section, k) for k in values}
-            fixed |= {f"{section}.{k}": v for k, v in values.items() if not isinstance(v, list)}
-        axes = [a for a in shared_axes if a.path[:2] not in overridden] + own
+            overridden |= set(_leaves(values, (section,)))
+            for leaf in _leaves(values, ()):
+                value = _get(values, leaf)
+                if not isinstance(value, list):
+                    fixed[".".join(map(str, (section, *leaf)))] = value
+        # A shared axis the entry overrides (its field, or a section above it written as one value) is not
+        # this entry's axis.
+        axes = [a for a in shared_axes if not any(a.path[: len(o)] == o for o in overridden)] + own
         out.axes += own
         first = copy.deepcopy(settings)
         for axis in own:
@@ -279,7 +305,7 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
             point["databases"] = [copy.deepcopy(settings)]
             for section in ENTRY_SECTIONS:
                 if section in entry:
-                    point[section] = {**(shared.get(section) or {}), **copy.deepcopy(entry[section])}
+                    point[section] = merged(shared.get(section) or {}, entry[section])
             params = dict(fixed)
             taken: dict[Path, int] = {}
             for axis, index in zip(axes, combination, strict=True):
