@@ -255,7 +255,10 @@ def _point_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             continue
         seen.add(id(point.config))
         own = point.config.cluster.model_copy(
-            update={"overrides": {k: v for k, v in vdb.cluster.overrides.items() if k == point.database}}
+            # the point's own overrides: an entry may override (or clear) the shared ones
+            update={
+                "overrides": {k: v for k, v in point.config.cluster.overrides.items() if k == point.database}
+            }
         )
         config = run_config.model_copy(update={"vdb": point.config.model_copy(update={"cluster": own})})
         found = _queue_problems(run_config.executor, config.vdb) if config.executor.queues else []

@@ -300,6 +300,8 @@ def test_qdrant_with_a_cluster_is_a_pilot_or_runs_inside_its_clients(hpc_env: Pa
     data["vdb"]["databases"][0]["url"] = "http://elsewhere:6333"  # an external server: not with a cluster
     assert ("vdb", "databases", 0, "url") in problems_of(hpc_env, data)
     data["vdb"]["databases"][0] = {"name": "qdrant", "mode": "edge"}  # in-process: no pilot, no image
+    # the study's Qdrant sweeps run servers from the image: left out here
+    data["vdb"]["databases"] = [db for db in data["vdb"]["databases"] if "label" not in db]
     data["vdb"]["cluster"]["images"].pop("qdrant", None)
     found = problems_of(hpc_env, data)
     assert not {k: v for k, v in found.items() if "qdrant" in f"{k} {v}"}, found

@@ -62,9 +62,16 @@ def artifacts(platform: str) -> dict[str, str]:
 # --- golden files ------------------------------------------------------------------------------------------
 
 
+def study_point(name: str) -> bool:
+    """An artifact of one of the study's swept entries (its directory is a swept label: ``fig4-...[...]``)."""
+    return "[" in name.split("/")[0]
+
+
 @pytest.mark.parametrize("platform", ["polaris", "aurora"])
 def test_golden_artifacts(fixed_env: None, platform: str) -> None:
-    rendered = artifacts(platform)
+    # The study's sweeps render dozens of job shapes from the same templates; the golden files hold the
+    # main deployment, and test_study_sweeps_render_a_job_per_shape checks the rest.
+    rendered = {name: text for name, text in artifacts(platform).items() if not study_point(name)}
     root = GOLDEN / platform
     if UPDATE:
         for old in root.rglob("*") if root.exists() else []:
@@ -77,6 +84,27 @@ def test_golden_artifacts(fixed_env: None, platform: str) -> None:
     assert sorted(stored) == sorted(rendered), "artifacts added or removed: UPDATE_GOLDEN=1 (see module doc)"
     for name, text in rendered.items():
         assert text == stored[name], f"{platform}/{name} differs from its golden file (UPDATE_GOLDEN=1)"
+
+
+@pytest.mark.parametrize(("platform", "shapes"), [("polaris", 21), ("aurora", 42)])
+def test_study_sweeps_render_a_job_per_shape(fixed_env: None, platform: str, shapes: int) -> None:
+    """configs/<platform>.yaml holds the study's sweeps (000 §V): one database job per deployment shape."""
+    from pipeline.hpc_plan import pilot_shapes
+
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+    rendered = artifacts(platform)
+    jobs = [name for name in rendered if study_point(name) and name.endswith("/job.sh")]
+    assert len(jobs) == shapes == len(pilot_shapes(loaded.config.vdb)) - 3  # the main three apart
+    nodes = {
+        name.split("/")[0]: int(re.search(r"select=(\d+)", rendered[name]).group(1))  # type: ignore[union-attr]
+        for name in jobs
+    }
+    assert nodes[
+        "fig4-workers-qdrant[shards=32,workers=32,nodes=8]"
+        if platform == "polaris"
+        else "fig7-nodes-weaviate[shards=256,nodes=64,workers=256]"
+    ] == (8 if platform == "polaris" else 64)
+    assert all(n >= 1 for n in nodes.values())
 
 
 def test_job_scripts_come_from_the_parsl_templates(fixed_env: None) -> None:

@@ -168,10 +168,15 @@ def test_loader_error_has_the_line_of_the_bad_list_item(small_corpus: Path, tmp_
 
 
 def test_an_entry_overrides_query_and_cluster_sections_merged_key_by_key() -> None:
-    cluster = {"images": {"milvus": "m.sif"}, "storage": {"medium": "memory", "ssd_path": "/ssd"}}
+    cluster = {
+        "images": {"milvus": "m.sif"},
+        "storage": {"medium": "memory", "ssd_path": "/ssd"},
+        "overrides": {"milvus": {"workers_per_node": 2}},
+    }
+    media = {"storage": {"medium": ["memory", "ssd"]}, "overrides": {}}  # {}: no shared overrides
     section = {
         "databases": [
-            {"name": "milvus", "label": "media", "cluster": {"storage": {"medium": ["memory", "ssd"]}}},
+            {"name": "milvus", "label": "media", "cluster": media},
             {"name": "milvus", "label": "short", "query": {"duration_s": 1.0}},
         ],
         "cluster": cluster,
@@ -183,6 +188,7 @@ def test_an_entry_overrides_query_and_cluster_sections_merged_key_by_key() -> No
     assert [p.config.cluster.storage.medium for p in media] == ["memory", "ssd"]
     assert {p.config.cluster.storage.ssd_path for p in media} == {"/ssd"}  # the shared keys stay
     assert [p.config.query.duration_s for p in vdb.points] == [5.0, 5.0, 1.0]
+    assert [bool(p.config.cluster.overrides) for p in vdb.points] == [False, False, True]
     assert short.params == {"query.duration_s": 1.0}
     assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
 
@@ -204,7 +210,7 @@ def swept_polaris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     def write(nodes: list[int]) -> Path:
         config = yaml.safe_load(text)
         vdb = config["vdb"]
-        vdb["databases"] = [db for db in vdb["databases"] if db["name"] == "qdrant"]
+        vdb["databases"] = [db for db in vdb["databases"] if db["name"] == "qdrant" and "label" not in db]
         vdb["cluster"]["overrides"] = {}
         vdb["cluster"].update(workers=[40, 80], nodes=nodes)
         vdb["collection"]["shards"] = [40, 80]

@@ -122,10 +122,11 @@ def _leaves(values: dict[str, Any], path: Path) -> list[Path]:
 
 
 def merged(shared: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """``shared`` with ``override`` written over it, nested mappings merged key by key (copies)."""
+    """``shared`` with ``override`` written over it, nested mappings merged key by key (copies); an empty
+    mapping clears the shared one (``overrides: {}``)."""
     out = copy.deepcopy(shared)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, dict) and value and isinstance(out.get(key), dict):
             out[key] = merged(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
