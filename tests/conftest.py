@@ -118,6 +118,26 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 @pytest.fixture(scope="session")
+def fmnist() -> tuple[Any, Any, Any]:
+    """The shared fmnist1k sample: base (1000x784), queries (500x784), exact L2 neighbours (500x100)."""
+    from apps.vecs import read_vecs
+
+    folder = SHARED / "ann" / "fmnist1k"
+    if not folder.is_dir():
+        pytest.fail(f"{folder} not present (the shared ANN samples beside the clone)")
+    names = ("fmnist1k_base.fvecs", "fmnist1k_query.fvecs", "fmnist1k_groundtruth.ivecs")
+    base, queries, truth = (read_vecs(folder / name) for name in names)
+    return base, queries, truth
+
+
+def recall_at(ids: Any, truth: Any, k: int) -> float:
+    """Mean |returned top-k ∩ exact top-k| / k over the queries (rows of ``ids`` and ``truth``)."""
+    import numpy as np
+
+    return float(np.mean([len(set(r[:k]) & set(t[:k])) / k for r, t in zip(ids, truth, strict=True)]))
+
+
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"shared data not found at {SHARED}; set PIPELINE_SHARED_DATA")

@@ -21,28 +21,13 @@ from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.faiss import build
 from apps.vdb.faiss.settings import FaissSettings
 from apps.vecs import read_vecs
+from tests.conftest import SHARED, recall_at
 
+DATA = SHARED / "ann" / "fmnist1k"
 REPO = Path(__file__).resolve().parents[2]
-DATA = Path("/work/shared/data/ann/fmnist1k")
 # 1,000 rows: 16 lists; ivf_pq with 49 sub-vectors of 16 dimensions, 8 bits (256 codes, trained on all rows).
 IVF = {"ivf_nlist": 16}
 PQ = {"ivf_nlist": 16, "pq_m": 49, "pq_bits": 8}
-
-
-@pytest.fixture(scope="module")
-def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Base vectors (1000x784), queries (500x784) and exact L2 neighbours (500x100)."""
-    if not DATA.exists():
-        pytest.fail(f"{DATA} not present (the shared ANN samples)")
-    base = read_vecs(DATA / "fmnist1k_base.fvecs")
-    queries = read_vecs(DATA / "fmnist1k_query.fvecs")
-    truth = read_vecs(DATA / "fmnist1k_groundtruth.ivecs")
-    return base, queries, truth
-
-
-def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Mean |returned top-k ∩ exact top-k| / k."""
-    return float(np.mean([len(set(r[:k]) & set(t[:k])) / k for r, t in zip(ids, truth, strict=True)]))
 
 
 def spec(index_type: str = "hnsw", metric: str = "l2", **kw: object) -> CollectionSpec:

@@ -20,25 +20,7 @@ from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.pgvector import sql as q
 from apps.vdb.pgvector.settings import PgvectorSettings
 from apps.vdb.server_facts import listeners
-from apps.vecs import read_vecs
-
-DATA = Path("/work/shared/data/ann/fmnist1k")
-
-
-@pytest.fixture(scope="module")
-def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Base vectors (1000x784), queries (500x784) and exact L2 neighbours (500x100)."""
-    if not DATA.exists():
-        pytest.skip(f"{DATA} not present")
-    base = read_vecs(DATA / "fmnist1k_base.fvecs")
-    queries = read_vecs(DATA / "fmnist1k_query.fvecs")
-    truth = read_vecs(DATA / "fmnist1k_groundtruth.ivecs")
-    return base, queries, truth
-
-
-def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Mean |returned top-k ∩ exact top-k| / k."""
-    return float(np.mean([len(set(r[:k]) & set(t[:k])) / k for r, t in zip(ids, truth, strict=True)]))
+from tests.conftest import recall_at
 
 
 def spec(index_type: str = "hnsw", **kw: object) -> CollectionSpec:

@@ -14,29 +14,10 @@ from pydantic import ValidationError
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.qdrant.settings import QdrantSettings
-from apps.vecs import read_vecs
+from tests.conftest import recall_at
 
-DATA = Path("/work/shared/data/ann/fmnist1k")
 # Small segments must still get (and use) HNSW, otherwise every search would be an exact scan.
 SMALL = {"indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
-
-
-@pytest.fixture(scope="module")
-def fmnist() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Base vectors (1000x784), queries (500x784) and exact L2 neighbours (500x100)."""
-    if not DATA.exists():
-        pytest.skip(f"{DATA} not present")
-    base = read_vecs(DATA / "fmnist1k_base.fvecs")
-    queries = read_vecs(DATA / "fmnist1k_query.fvecs")
-    truth = read_vecs(DATA / "fmnist1k_groundtruth.ivecs")
-    return base, queries, truth
-
-
-def recall_at(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """Mean |returned top-k ∩ exact top-k| / k."""
-    return float(
-        np.mean([len(set(row[:k]) & set(exact[:k])) / k for row, exact in zip(ids, truth, strict=True)])
-    )
 
 
 def spec(dim: int = 784, **kw: object) -> CollectionSpec:
