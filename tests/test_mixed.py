@@ -195,6 +195,14 @@ def test_mixed_run_on_milvus_recall_equals_an_independent_recomputation(milvus, 
         recalls.append(float((d <= kth + max(1e-5 * abs(kth), 1e-6)).sum()) / cfg.k)
     assert rows["mixed"]["recall"] == pytest.approx(float(np.mean(recalls)), abs=1e-12)
     assert len(used) > 1  # the queries really ran while rows were being inserted
+    assert rows["mixed"]["recall"] > 0.5 and rows["mixed_baseline"]["recall"] > 0.5  # random: ~0.01
+    print(
+        {
+            stage: {k: row[k] for k in ("qps", "latency_p99_ms", "recall", "queries_sent")}
+            for stage, row in rows.items()
+        },
+        sorted(used),
+    )
 
     # The queries stopped when the last insert was acknowledged (up to one request in flight).
     longest = max(r["t_end"] - r["t_start"] for r in raw)
