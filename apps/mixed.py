@@ -235,6 +235,7 @@ def mixed_workload(
             target.database, setting, parts, requests, stall, str(out / "baseline")
         )
         shares = np.array_split(np.arange(len(query_ids)), queries.size)
+        inserts.warm()  # every insert client connected and attached before the clock
         warm = [
             queries.submit(
                 query_sweep.warm_share,

@@ -117,7 +117,9 @@ def milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     from apps.vdb import get_adapter
     from apps.vdb.milvus.settings import MilvusSettings
 
-    settings = MilvusSettings(name="milvus", min_segment_rows_to_index=100, consistency_level="Strong")
+    # Bounded consistency (the default): rows inserted in the last moments may not be visible yet, so the
+    # mixed recall is not trivially 1 (Strong waits ~200 ms per search for Milvus's time tick).
+    settings = MilvusSettings(name="milvus", min_segment_rows_to_index=100)
     deployment = get_adapter("milvus").deployment(settings)
     try:
         endpoints = deployment.start(tmp_path_factory.mktemp("milvus"), timeout=180)
@@ -151,10 +153,10 @@ def test_mixed_run_on_milvus_recall_equals_an_independent_recomputation(milvus, 
         checkpoint_fraction=0.1,
         insert_clients=2,
         insert_batch_size=10,
-        insert_rate=500,  # 500 rows in about a second
+        insert_rate=250,  # 500 rows in about two seconds
         query_clients=1,
         query_batch_size=4,
-        ef=32,
+        ef=10,  # a small ef: recall below 1, so the comparison below can fail
         k=10,
         warmup_queries=4,
         baseline_duration_s=1.0,
