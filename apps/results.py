@@ -22,9 +22,8 @@ import pyarrow.parquet as pq
 from apps.vdb_metrics import best_operating_point
 from core.store import write_parquet_atomic
 
-# The stages that write result rows, in pipeline order (the mixed insert + query workload adds its own
-# stage here together with the records that feed it).
-STAGES = ("deploy", "insert", "index", "query")
+# The stages that write result rows, in pipeline order (mixed_baseline and mixed: apps/mixed_report.py).
+STAGES = ("deploy", "insert", "index", "query", "mixed_baseline", "mixed")
 SWEEP = "sweep"  # a row's swept parameters (name -> value): one column each in results.parquet
 MIN_RECALL = 0.95
 
@@ -35,7 +34,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("label", pa.string()),  # the sweep point (unique per entry x swept values); null: database
         pa.field("repeat", pa.int32()),  # 0 .. vdb.repeats - 1
         pa.field("point", pa.string()),  # the point's content key
-        pa.field("stage", pa.string(), nullable=False),  # deploy | insert | index | query
+        pa.field("stage", pa.string(), nullable=False),  # one of STAGES
         pa.field("setting", pa.string()),  # e.g. "ef=64,batch=32,clients=2,k=10"; null for deploy
         pa.field("status", pa.string(), nullable=False),  # ok | failed | skipped
         pa.field("error", pa.string()),  # the reason when status != ok
@@ -59,6 +58,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("p50_ms", pa.float64()),
         pa.field("p95_ms", pa.float64()),
         pa.field("p99_ms", pa.float64()),
+        pa.field("latency_p99_ms", pa.float64()),  # mixed / mixed_baseline rows: p99_ms under this name
         pa.field("recall", pa.float64()),  # mean tie-aware recall@k
         pa.field("recall_min", pa.float64()),
         pa.field("queries_sent", pa.int64()),  # queries answered in the window (QPS rests on them)

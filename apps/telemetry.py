@@ -69,7 +69,7 @@ TELEMETRY_SCHEMA = pa.schema(
         pa.field("threads", pa.int32()),
     ]
 )
-PHASES = ("deploy", "insert", "index", "query", "teardown")
+PHASES = ("deploy", "insert", "index", "query", "mixed", "teardown")
 ENGINE_DIR_SUFFIX = ".engine-pids"
 SERVER_PIDS = "server_pids.json"
 

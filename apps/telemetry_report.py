@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from apps.report_figures import _colors, _figure, _save
 from apps.results import ResultRows, is_ok, param_order
 
-PHASE_ORDER = ("deploy", "insert", "index", "query", "teardown")
+PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
 Key = tuple[str, str]  # (node, process) with children folded into their server
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.geometry_stage import load_record
+from apps.mixed_report import mixed_figure, mixed_rows
 from apps.query_io import io_columns, read_window
 from apps.report import write_report
 from apps.results import write_results
@@ -107,6 +108,15 @@ def result_rows(plan: Plan, outcomes: list[DatabaseOutcome], run_id: str) -> lis
             {**row, **keys, **point_columns(outcome), **io_columns(row, windows.get(row["setting"]))}
             for row in evaluated
         )
+    for outcome in outcomes:  # the mixed insert + query workload (vdb.mixed)
+        if outcome.mixed is not None:
+            mixed = mixed_rows(
+                outcome.mixed,
+                plan.stage("embed").directory,
+                plan.stage("queries").directory / "queries.parquet",
+                plan.config.groundtruth.metric,
+            )
+            rows.extend({**row, **keys, **point_columns(outcome)} for row in mixed)
     return rows
 
 
@@ -126,6 +136,11 @@ def write_benchmark_report(
         geometry=geometry,
     )
     files = [{"file": "report/results.parquet", **results}]
-    for path in [written["report"], *written["figures"].values()]:
+    figures = list(written["figures"].values())
+    for point, outcome in zip(plan.points, outcomes, strict=True):  # latency over time while inserting
+        if outcome.mixed is not None:
+            title = f"{outcome.label or outcome.database}: mixed insert + query ({outcome.mixed.setting})"
+            figures.append(mixed_figure(outcome.mixed, title, out_dir / f"mixed-{point.link}.png"))
+    for path in [written["report"], *filter(None, figures)]:
         files.append({"file": f"report/{Path(path).name}", "bytes": Path(path).stat().st_size})
     return {"files": files, "report": str(written["report"]), "rows": len(rows)}

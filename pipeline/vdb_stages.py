@@ -24,6 +24,7 @@ from pydantic_core import to_jsonable_python
 
 from apps import index as index_stage
 from apps import insert as insert_stage
+from apps import mixed as mixed_stage
 from apps import query_sweep as query_stage
 from apps.telemetry import DatabaseTelemetry
 from apps.vdb import get_adapter
@@ -96,6 +97,7 @@ class VdbStages:
             "searchable": python_app(insert_stage.wait_searchable, executors=[clients]),
             "index": python_app(index_stage.build_index, executors=[clients]),
             "query": python_app(query_stage.query_sweep, executors=[clients]),
+            "mixed": python_app(mixed_stage.mixed_workload, executors=[clients]),
         }
 
     def spec(self, cfg: VdbConfig, settings: DatabaseSettings | None = None) -> CollectionSpec:
@@ -257,7 +259,14 @@ class VdbStages:
         query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
         index_record = index.result()
         self.telemetry.phase("query")
-        return {"insert": inserts, "index": index_record, "queries": query.result()}
+        stages = {"insert": inserts, "index": index_record, "queries": query.result()}
+        if cfg.mixed is not None:  # on a fresh collection: the task recreates and preloads it (apps/mixed.py)
+            self.telemetry.phase("mixed")
+            mixed = self.apps["mixed"](
+                target, str(dataset_dir), queries_file, cfg.mixed, str(db_dir), cfg.insert.batch_sizes[-1]
+            )
+            stages["mixed"] = mixed.result()
+        return stages
 
 
 def _link(link: Path, target: Path) -> None:

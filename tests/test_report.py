@@ -252,10 +252,14 @@ def test_pareto_frontier() -> None:
     assert pareto_frontier([]) == []
 
 
-def test_no_mixed_stage_until_a_stage_writes_it(tmp_path: Path) -> None:
-    """Nothing produces a mixed insert + query stage yet: its rows are refused, the report has no section."""
-    with pytest.raises(ValueError, match="stage 'mixed' is not one of"):
-        normalize_rows([{"database": "qdrant", "stage": "mixed", "qps": 10.0}])
+def test_mixed_stages_are_results_rows_and_a_run_without_them_has_no_mixed_section(tmp_path: Path) -> None:
+    """apps/mixed_report.py writes mixed and mixed_baseline rows; another stage name is still refused."""
+    rows = normalize_rows(
+        [{"database": "qdrant", "stage": s, "latency_p99_ms": 3.0} for s in ("mixed", "mixed_baseline")]
+    )
+    assert [(r["stage"], r["latency_p99_ms"]) for r in rows] == [("mixed", 3.0), ("mixed_baseline", 3.0)]
+    with pytest.raises(ValueError, match="stage 'mixing' is not one of"):
+        normalize_rows([{"database": "qdrant", "stage": "mixing", "qps": 10.0}])
     text = write_report(study_rows(), tmp_path / "r")["report"].read_text()
     assert "Mixed" not in text and "mixed" not in text
 

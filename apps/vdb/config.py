@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, PrivateAttr, ValidationError, model_serializer, model_validator
 
+from apps.mixed_config import MixedConfig, mixed_problems
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
 from apps.vdb.capabilities import collection_problems
@@ -111,6 +112,10 @@ class VdbConfig(Strict):
     collection: CollectionConfig = Field(default_factory=CollectionConfig)
     insert: InsertConfig = Field(default_factory=InsertConfig)
     query: QuerySweepConfig = Field(default_factory=QuerySweepConfig)
+    mixed: MixedConfig | None = Field(
+        None,
+        description="The mixed insert + query workload after the query sweep (apps/mixed.py); None: off.",
+    )
     cores_per_worker: int | None = Field(
         None,
         ge=1,
@@ -173,7 +178,11 @@ class VdbConfig(Strict):
         model = handler(expansion.base)
         model._expansion = expansion
         model._points = validate_points(
-            expansion, handler, lambda point, entry: point.index_type_problems(entry)
+            expansion,
+            handler,
+            lambda point, entry: (
+                point.index_type_problems(entry) + mixed_problems(point.mixed, point.databases)
+            ),
         )
         return model
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from apps.mixed_config import MixedRecord
 from apps.telemetry import announce_engine
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.config import DatabaseSettings
@@ -174,4 +175,5 @@ class DatabaseOutcome(Record):
     insert: list[InsertRecord] = Field(default_factory=list)
     index: IndexRecord | None = None
     queries: list[QueryRecord] = Field(default_factory=list)
+    mixed: MixedRecord | None = None  # the mixed insert + query workload (vdb.mixed), when configured
     files: list[dict[str, str | int]] = Field(default_factory=list)  # for complete_manifest: none to verify
