@@ -181,8 +181,11 @@ def _x_of(spec: Spec, row: Row) -> tuple[str, float] | None:
     if spec.axis is None:
         return ("clients", row["clients"]) if row.get("clients") is not None else None
     for name, value in (row.get("sweep") or {}).items():
-        if spec.axis(name) and isinstance(value, int | float) and not isinstance(value, bool):
-            return name, value
+        if spec.axis(name) and not isinstance(value, bool):
+            try:  # numbers, or numbers written as text (an env value: GOMAXPROCS "4")
+                return name, float(value)
+            except (TypeError, ValueError):
+                continue
     return None
 
 

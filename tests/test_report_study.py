@@ -176,6 +176,16 @@ def test_an_axis_swept_together_with_another_joins_it() -> None:
     assert "swept together with weaviate.nodes" in caption(data)
 
 
+def test_a_thread_count_written_as_text_is_a_cores_axis() -> None:
+    rows = [
+        {**point("milvus", {"milvus.env.GOMAXPROCS": threads}), "repeat": 0, "stage": "index", "index_s": s}
+        for threads, s in (("1", 9.0), ("2", 5.0), ("auto", 4.0))
+    ]
+    data = figure_data(normalize_rows(rows), SPEC["study_index_cores"])
+    assert data.axis == "milvus.env.GOMAXPROCS"
+    assert [(p.x, p.median) for p in data.of("index_s")[0].points] == [(1.0, 9.0), (2.0, 5.0)]
+
+
 def test_mixed_degradation_table(tmp_path: Path) -> None:
     rows = []
     for repeat, s in enumerate(SPREAD):
