@@ -151,6 +151,7 @@ class Series:
     line: str
     metric: str
     points: tuple[Point, ...]
+    entry: str = ""  # the database entry (its colour)
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:
             by_x: dict[float, list[tuple[Any, float]]] = {}
             for r in members:
                 by_x.setdefault(r["_x"], []).append(((r["label"], r["repeat"]), _value(r, metric)))
-            series.append(Series(line, metric, _stats(by_x)))
+            series.append(Series(line, metric, _stats(by_x), _base(members[0])))
     if not series:
         return None
     axes = sorted({r["_axis"] for r in used})
@@ -333,7 +334,7 @@ def _segments(rows: Iterable[Row]) -> dict[str, float]:
 def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None) -> Path:
     """One PNG: a panel per metric, a line per series with min–max error bars."""
     figure = _figure(6.0 * len(data.spec.panels), 4.6)
-    bases = sorted({s.line.split(" ")[0] for s in data.series})
+    bases = sorted({s.entry for s in data.series})
     colors = _colors(bases)
     styles = ["-", "--", ":", "-."]
     xs = sorted({p.x for s in data.series for p in s.points})
@@ -359,7 +360,7 @@ def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None)
                 marker="o",
                 ms=4,
                 capsize=3,
-                color=colors[series.line.split(" ")[0]],
+                color=colors[series.entry],
                 label=series.line,
             )
         if segments and i == 0:
