@@ -230,7 +230,8 @@ def _fixed_setting(rows: list[Row]) -> str | None:
     candidates = {s: v for s, v in by_setting.items() if len(v) == widest}
 
     def medians(per_x: dict[float, list[Row]], metric: str) -> list[float]:
-        return [statistics.median(r[metric] for r in rs) for rs in per_x.values()]
+        values = ([r[metric] for r in rs if r.get(metric) is not None] for rs in per_x.values())
+        return [statistics.median(v) if v else 0.0 for v in values]
 
     good = [s for s, v in candidates.items() if min(medians(v, "recall")) >= MIN_RECALL]
     if good:
