@@ -366,10 +366,10 @@ def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None)
             )
         if segments and i == 0:
             for r in {(r["_x"], point_name(r)): r for r in data.rows}.values():
-                count = segments.get(point_name(r))
-                if count is not None:
+                counted = segments.get(point_name(r))
+                if counted is not None:
                     axes.annotate(
-                        f"{count:g} seg.",
+                        f"{counted:g} seg.",
                         (r["_x"], 0),
                         xycoords=("data", "axes fraction"),
                         xytext=(0, 4),

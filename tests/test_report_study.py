@@ -222,3 +222,17 @@ def test_report_draws_study_figures_from_results_parquet(tmp_path: Path) -> None
     assert "## Study figures" in report and "(study_segments.png)" in report
     assert set(SPEC) <= set(written["figures"])
     assert "recall_qps" in written["figures"]  # the Pareto plot stays
+
+
+def test_drawn_lines_sit_on_their_x_values_in_every_panel(tmp_path: Path, monkeypatch) -> None:
+    """One line per panel: no side-by-side shift; the segments labels do not disturb the second panel."""
+    import apps.report_study as study
+
+    figures = []
+    monkeypatch.setattr(study, "_save", lambda figure, path: figures.append(figure) or path)
+    rows = sweep_rows()
+    data = figure_data(rows, SPEC["study_segments"])
+    study.draw(data, tmp_path / "s.png", study._segments(rows))
+    (figure,) = figures
+    assert [list(axes.lines[0].get_xdata()) for axes in figure.axes] == [[1.0, 4.0], [1.0, 4.0]]
+    assert [t.get_text() for t in figure.axes[0].texts] == ["2 seg.", "5 seg."]
