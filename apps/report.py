@@ -16,6 +16,7 @@ from typing import Any
 from apps.geometry import GeometryRecord
 from apps.geometry_stage import report_section
 from apps.report_figures import draw_figures
+from apps.report_study import study_section
 from apps.report_sweep import combine_repeats, points_section, repeats_section
 from apps.results import (
     MIN_RECALL,
@@ -397,6 +398,9 @@ def write_report(
             lines += [f"![{caption}]({figures[name].name})", ""]
         else:
             lines += [f"_{caption}: not drawn, no data._", ""]
+    study, drawn = study_section(rows, out)  # every repeat: medians with min–max bars
+    lines += study
+    figures.update(drawn)
     if telemetry:
         section, drawn = telemetry_section(telemetry, out)
         lines += section

@@ -76,6 +76,10 @@ def test_two_points_two_repeats_give_rows_with_parameter_columns(corpus: Path, t
     report = (report_dir / "report.md").read_text()
     assert "qdrant[default_segment_number=2]" in report
     assert "Repeats" in report and "median" in report
+    # the study's segments figure from the real sweep: both points, 2 repeats each, named in its caption
+    assert (report_dir / "study_segments.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(study_segments.png)" in report and "4 query rows (2 points, 2 repeats each)" in report
+    assert "(`study_query_cores`): not drawn, the sweep has no axis" in report
     tasks = prov["stages"]["vdb"]["tasks"]
     assert [(t["label"], t["repeat"]) for t in tasks] == [
         ("qdrant[default_segment_number=1]", 0),
