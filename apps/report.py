@@ -344,13 +344,16 @@ def write_report(
     title: str = "Vector database benchmark",
     telemetry: dict[str, Path] | None = None,
     geometry: GeometryRecord | None = None,
+    mixed_figures: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.md`` and its PNG figures into ``out_dir``; returns their paths.
 
     ``results_path_or_rows``: a ``results.parquet`` path or the rows themselves. Figures without data
     (e.g. no query result at all) are not drawn and the report says so. ``telemetry``: each database's
     ``telemetry.parquet`` (:mod:`apps.telemetry_report` adds its section and figures). ``geometry``: the
-    dataset geometry stage's record, shown as its own section. Returns
+    dataset geometry stage's record, shown as its own section. ``mixed_figures``: caption -> figure of the
+    mixed workload, drawn by the report stage (:mod:`apps.mixed_report`), linked after the study figures.
+    Returns
     ``{"report": Path, "figures": {name: Path}}``.
     """
     if isinstance(results_path_or_rows, str | Path):
@@ -401,6 +404,8 @@ def write_report(
     study, drawn = study_section(rows, out)  # every repeat: medians with min–max bars
     lines += study
     figures.update(drawn)
+    for caption, path in (mixed_figures or {}).items():
+        lines += [f"![{caption}: latency of every request and rows acknowledged over time]({path.name})", ""]
     if telemetry:
         section, drawn = telemetry_section(telemetry, out)
         lines += section

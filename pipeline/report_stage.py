@@ -127,6 +127,13 @@ def write_benchmark_report(
     rows = result_rows(plan, outcomes, run_id)
     results = write_results(rows, out_dir / "results.parquet")
     geometry = load_record(plan.stage("geometry").directory) if "geometry" in plan.stages else None
+    mixed: dict[str, Path] = {}  # latency over time while inserting, one figure per point with the phase
+    for point, outcome in zip(plan.points, outcomes, strict=True):
+        if outcome.mixed is not None:
+            title = f"{outcome.label or outcome.database}: mixed insert + query ({outcome.mixed.setting})"
+            drawn = mixed_figure(outcome.mixed, title, out_dir / f"mixed-{point.link}.png")
+            if drawn is not None:
+                mixed[title] = drawn
     written = write_report(
         out_dir / "results.parquet",
         out_dir,
@@ -134,13 +141,9 @@ def write_benchmark_report(
         # Each point's samples, named by its link (a slug of its label): a file-name-safe figure name.
         telemetry={p.link: p.directory / "telemetry.parquet" for p in plan.points},
         geometry=geometry,
+        mixed_figures=mixed,
     )
     files = [{"file": "report/results.parquet", **results}]
-    figures = list(written["figures"].values())
-    for point, outcome in zip(plan.points, outcomes, strict=True):  # latency over time while inserting
-        if outcome.mixed is not None:
-            title = f"{outcome.label or outcome.database}: mixed insert + query ({outcome.mixed.setting})"
-            figures.append(mixed_figure(outcome.mixed, title, out_dir / f"mixed-{point.link}.png"))
-    for path in [written["report"], *filter(None, figures)]:
+    for path in [written["report"], *written["figures"].values(), *mixed.values()]:
         files.append({"file": f"report/{Path(path).name}", "bytes": Path(path).stat().st_size})
     return {"files": files, "report": str(written["report"]), "rows": len(rows)}
