@@ -193,6 +193,29 @@ def test_an_entry_overrides_query_and_cluster_sections_merged_key_by_key() -> No
     assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
 
 
+def test_an_entry_sweeps_its_own_cores_and_binding() -> None:
+    section = {
+        "databases": [
+            {"name": "weaviate", "label": "cores", "cores_per_worker": [1, 2]},
+            {"name": "weaviate", "label": "free", "bind": "none"},
+            {"name": "milvus"},
+        ],
+        "cores_per_worker": 2,
+    }
+    vdb = VdbConfig.model_validate(section)
+    got = [(p.label, p.config.cores_per_worker, p.config.bind) for p in vdb.points]
+    assert got == [
+        ("cores[cores_per_worker=1]", 1, "cores"),
+        ("cores[cores_per_worker=2]", 2, "cores"),
+        ("free", 2, "none"),
+        ("milvus", 2, "cores"),
+    ]
+    assert vdb.points[0].params == {"cores_per_worker": 1}
+    assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
+    bad = {"databases": [{"name": "weaviate", "cores_per_worker": [1, 0]}]}
+    assert errors(bad)[0][0] == ("databases", 0, "cores_per_worker", 1)
+
+
 # --- HPC: one database job shape per point that changes it ----------------------------------------------
 
 

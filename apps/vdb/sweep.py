@@ -32,8 +32,11 @@ from pydantic_core import InitErrorDetails
 # Keys of a database entry that are not fields of the database's settings model.
 # A section an entry overrides is merged into the shared one key by key, nested sections too (an entry's
 # ``cluster: {storage: {medium: ssd}}`` keeps the shared storage paths).
-ENTRY_SECTIONS = ("collection", "insert", "query", "cluster")
-ENTRY_KEYS = ("label", *ENTRY_SECTIONS)
+ENTRY_SECTIONS = ("collection", "insert", "query", "cluster", "mixed")
+# Single fields of the vdb section an entry may override too (one value or a sweep list).
+ENTRY_FIELDS = ("cores_per_worker", "bind")
+ENTRY_KEYS = ("label", *ENTRY_SECTIONS, *ENTRY_FIELDS)
+ENTRY_OWN = (*ENTRY_SECTIONS, *ENTRY_FIELDS)  # entry paths that are not the database's settings
 # Fields of the vdb section that shape the sweep itself, or are lists by nature.
 NOT_AXES = ("sweep", "repeats", "databases", "optional")
 
@@ -292,11 +295,17 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                     fixed[".".join(map(str, (section, *leaf)))] = value
         # A shared axis the entry overrides (its field, or a section above it written as one value) is not
         # this entry's axis.
+        for name in ENTRY_FIELDS:
+            if name in entry:
+                own += find_axes({name: entry[name]}, vdb_model, ("databases", i), "")
+                overridden.add((name,))
+                if not isinstance(entry[name], list):
+                    fixed[name] = entry[name]
         axes = [a for a in shared_axes if not any(a.path[: len(o)] == o for o in overridden)] + own
         out.axes += own
         first = copy.deepcopy(settings)
         for axis in own:
-            if axis.path[2] not in ENTRY_SECTIONS:
+            if axis.path[2] not in ENTRY_OWN:
                 _set(first, axis.path[2:], axis.values[0])
         base["databases"].append(first)
         for combination in _combinations(axes, mode):
@@ -307,11 +316,14 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
             for section in ENTRY_SECTIONS:
                 if section in entry:
                     point[section] = merged(shared.get(section) or {}, entry[section])
+            for name in ENTRY_FIELDS:
+                if name in entry:
+                    point[name] = copy.deepcopy(entry[name])
             params = dict(fixed)
             taken: dict[Path, int] = {}
             for axis, index in zip(axes, combination, strict=True):
                 local = axis.path if axis.path[0] != "databases" else axis.path[2:]
-                if axis.path[0] == "databases" and axis.path[2] not in ENTRY_SECTIONS:
+                if axis.path[0] == "databases" and axis.path[2] not in ENTRY_OWN:
                     local = ("databases", 0, *axis.path[2:])
                 _set(point, local, axis.values[index])
                 params[axis.name] = axis.values[index]
@@ -401,7 +413,7 @@ def written_loc(
         and loc[0] in ENTRY_SECTIONS
         and len(loc) > 1
         and loc[1] in expansion.entry_keys.get(entry, {}).get(loc[0], {})
-    ):
+    ) or (loc and loc[0] in ENTRY_FIELDS and loc[0] in expansion.entry_keys.get(entry, {})):
         written = ("databases", entry, *loc)
     else:
         written = loc
@@ -415,7 +427,7 @@ def restore(dumped: dict[str, Any], expansion: Expansion) -> dict[str, Any]:
     """The dump of the base section with the lists, labels and overrides written back (a round trip)."""
     out = copy.deepcopy(dumped)
     for axis in expansion.axes:
-        if axis.path[0] == "databases" and axis.path[2] in ENTRY_SECTIONS:
+        if axis.path[0] == "databases" and axis.path[2] in ENTRY_OWN:
             continue  # written back with the entry's overrides below
         try:
             _set(out, axis.path, list(axis.values))
