@@ -14,7 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipeline.config_loader import load_config
 from pipeline.headline import seconds
+from pipeline.plan import build_plan
 from tests.conftest import base_config, run_cli, sample_records, write_jsonl
 
 QDRANT = {
@@ -53,7 +55,13 @@ def finished_run(tmp_path_factory) -> dict:
     (run_dir,) = [p for p in (root / "wd" / "runs").iterdir() if (p / "provenance.json").is_file()]
     prov = json.loads((run_dir / "provenance.json").read_text())
     report_dir = Path(prov["stages"]["vdb"]["directory"]) / "report"
-    return {"stdout": result.stdout, "run_dir": run_dir, "report": report_dir, "workdir": root / "wd"}
+    return {
+        "stdout": result.stdout,
+        "run_dir": run_dir,
+        "report": report_dir,
+        "workdir": root / "wd",
+        "config": path,
+    }
 
 
 def headline_lines(stdout: str) -> dict[str, str]:
@@ -193,6 +201,32 @@ def test_report_names_a_missing_raw_file(finished_run) -> None:
     assert result.returncode != 0
     assert str(raw) in result.stderr and "missing" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_report_of_a_partly_finished_run(finished_run) -> None:
+    """A sweep that failed at its third point: the report is written from the two points it finished."""
+    config = yaml.safe_load(finished_run["config"].read_text())
+    config["vdb"]["databases"][0]["default_segment_number"] = [1, 2, 3]
+    path = finished_run["config"].with_name("three.yaml")
+    path.write_text(yaml.safe_dump(config))
+    third = build_plan(load_config(path)).points[2]
+    third.directory.parent.mkdir(parents=True, exist_ok=True)
+    third.directory.write_text("in the way\n")  # the third point cannot start
+    try:
+        failed = run_cli("run", str(path))
+    finally:
+        third.directory.unlink()
+    assert failed.returncode != 0 and "best QPS" not in failed.stdout
+    runs = [p for p in (finished_run["workdir"] / "runs").iterdir() if p != finished_run["run_dir"]]
+    (run_dir,) = [p for p in runs if json.loads((p / "provenance.json").read_text())["status"] == "failed"]
+    result = run_cli("report", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(headline_lines(result.stdout)) == set(LABELS)  # the two reused points, not the third
+    assert "default_segment_number=3" not in result.stdout
+    report_dir = Path(json.loads((run_dir / "provenance.json").read_text())["stages"]["vdb"]["directory"])
+    assert "default_segment_number=3" not in (report_dir / "report" / "report.md").read_text()
+    assert (report_dir / "report" / "report.md").read_text().count("qdrant[default_segment_number=") > 2
 
 
 def _rows(label: str, recalls: list[float], failed: str | None = None) -> list[dict]:
