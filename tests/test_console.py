@@ -188,6 +188,22 @@ def test_run_without_a_vdb_stage_is_a_clear_error(finished_run, tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_report_of_a_run_recorded_before_points_were(finished_run, tmp_path: Path) -> None:
+    """A provenance without the point list (older runs): the complete stage's manifest lists the points."""
+    copy = tmp_path / "runs" / "older"
+    shutil.copytree(finished_run["run_dir"], copy, symlinks=True)
+    prov = json.loads((copy / "provenance.json").read_text())
+    del prov["stages"]["vdb"]["points"]
+    (copy / "provenance.json").write_text(json.dumps(prov))
+    report = finished_run["report"] / "report.md"
+    before = report.read_text()
+    result = run_cli("report", str(copy))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert set(headline_lines(result.stdout)) == set(LABELS)
+    assert without_timestamps(report.read_text()) == without_timestamps(before)
+
+
+@pytest.mark.slow
 def test_report_names_a_missing_raw_file(finished_run) -> None:
     prov = json.loads((finished_run["run_dir"] / "provenance.json").read_text())
     point = Path(prov["stages"]["vdb"]["points"][-1]["directory"])
