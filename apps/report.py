@@ -79,6 +79,45 @@ def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def summary_rows(run: ResultRows) -> list[dict[str, Any]]:
+    """The summary's figures per point (label; the database without a sweep), repeats already folded.
+
+    Each: ``name``, ``version``, ``best`` (the query row of the best QPS at recall ≥ 0.95, else the
+    highest-recall row, else None), ``is_best``, ``reason`` (why there is no query row), and the
+    ``insert``, ``index`` and ``deploy`` rows (None when absent). The report's summary table and the
+    console's headline (``pipeline/headline.py``) both show these.
+    """
+    summary = []
+    for db in run.databases:
+        best, is_best = operating_point(run.queries(db))
+        version = next(
+            (r["server_version"] for r in run.rows if point_name(r) == db and r["server_version"]), None
+        )
+        reason = None
+        if best is None:
+            failed = run.failure(db)
+            reason = _failure(failed) if failed else "no query results"
+        summary.append(
+            {
+                "name": db,
+                "version": version,
+                "best": best,
+                "is_best": is_best,
+                "reason": reason,
+                "insert": run.primary(db, "insert"),
+                "index": run.primary(db, "index"),
+                "deploy": run.primary(db, "deploy"),  # start -> every server healthy
+            }
+        )
+    return summary
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`summary_rows` of result rows as the report shows them (each point's repeats: their median)."""
+    folded, _spreads = combine_repeats(rows)
+    return summary_rows(ResultRows(folded))
+
+
 def _summary(run: ResultRows) -> list[str]:
     header = [
         "database",
@@ -93,49 +132,31 @@ def _summary(run: ResultRows) -> list[str]:
         "deploy (s)",
     ]
     body = []
-    for db in run.databases:
-        queries = run.queries(db)
-        best, is_best = operating_point(queries)
-        insert, index = run.primary(db, "insert"), run.primary(db, "index")
-        deploy = run.primary(db, "deploy")  # start -> every server healthy
-        version = next(
-            (r["server_version"] for r in run.rows if point_name(r) == db and r["server_version"]), None
-        )
+    for row in summary_rows(run):
+        best, insert, index, deploy = row["best"], row["insert"], row["index"], row["deploy"]
+        times = [
+            _num(insert and insert["upload_s"]),
+            _num(index and index["index_s"]),
+            _num(deploy and deploy["deploy_s"]),
+        ]
         if best is None:
-            failed = run.failure(db)
-            reason = _failure(failed) if failed else "no query results"
-            body.append(
-                [
-                    db,
-                    version or "—",
-                    reason,
-                    "—",
-                    "—",
-                    "—",
-                    "—",
-                    _num(insert and insert["upload_s"]),
-                    _num(index and index["index_s"]),
-                    _num(deploy and deploy["deploy_s"]),
-                ]
-            )
+            body.append([row["name"], row["version"] or "—", row["reason"], *["—"] * 4, *times])
             continue
         label = (
             f"**{best['setting']}**"
-            if is_best
+            if row["is_best"]
             else f"none at recall ≥ {MIN_RECALL} (highest recall: {best['setting']})"
         )
         body.append(
             [
-                db,
-                version or "—",
+                row["name"],
+                row["version"] or "—",
                 label,
                 _num(best["recall"], 3),
                 _num(best["qps"], 1),
                 _num(best["latency_mean_ms"]),
                 _num(best["p99_ms"]),
-                _num(insert and insert["upload_s"]),
-                _num(index and index["index_s"]),
-                _num(deploy and deploy["deploy_s"]),
+                *times,
             ]
         )
     return _table(header, body)

@@ -1,4 +1,4 @@
-"""``python -m pipeline validate|plan|run|status|submit|dataset``."""
+"""``python -m pipeline validate|plan|run|status|submit|report|compare|dataset``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from core.errors import PipelineError
+from pipeline import cli_results
 from pipeline.cli_dataset import app as dataset_app
 from pipeline.cli_output import console, out
 from pipeline.cli_output import error as _error
@@ -112,12 +113,12 @@ def _stage_status(directory: Path) -> tuple[str, str]:
 
 @app.command()
 def run(config: ConfigArg) -> None:
-    """Run the workflow; complete stages are reused, interrupted ones resume."""
+    """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table."""
     from pipeline import workflow
 
     try:
         loaded = load_config(config)
-        workflow.run(loaded, console)
+        run_dir = workflow.run(loaded, console)
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
@@ -130,6 +131,7 @@ def run(config: ConfigArg) -> None:
         from pipeline.dag import root_cause
 
         _error(f"{describe(root_cause(exc))} (the traceback is in the run's pipeline.log)", 1)
+    cli_results.run_headline(run_dir)
 
 
 @app.command()
@@ -217,6 +219,10 @@ def status(
             _stage_status(Path(stage["directory"]))[0],
         )
     out.print(table)
+
+
+app.command()(cli_results.report)  # pipeline/cli_results.py
+app.command()(cli_results.compare)
 
 
 def main() -> None:

@@ -132,6 +132,17 @@ class VdbStages:
                 )
             _link(directory / point.link, point.directory)
             outcomes.append(outcome)
+            # The points this run's report rests on (run or reused): `pipeline report <run>` reads them.
+            self.provenance.stages["vdb"].setdefault("points", []).append(
+                {
+                    "label": point.label,
+                    "repeat": point.point.repeat,
+                    "key": point.key,
+                    "link": point.link,
+                    "directory": str(point.directory),
+                    "status": outcome.status,
+                }
+            )
             self.progress.advance("vdb", 1)
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name

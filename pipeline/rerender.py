@@ -1,0 +1,108 @@
+"""``python -m pipeline report <run>``: the report of a run rewritten from its raw results.
+
+The outcomes (:class:`apps.vdb.records.DatabaseOutcome`) are read back from the manifests of the points
+the run used; the metrics are computed again from the raw query files and the exact ground truth by the
+report stage's own code (:func:`pipeline.report_stage.write_benchmark_report`), so a corrected metric
+reaches an old run without starting a database. The new files are rendered into a temporary directory
+beside ``<vdb stage dir>/report`` and each is then renamed over its old version: a failure leaves the
+old report as it was, and a reader never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from apps.query_raw import requests_path
+from apps.vdb.records import DatabaseOutcome
+from core.errors import ArtifactError
+from core.store import atomic_write_json, read_manifest
+from pipeline.report_stage import write_benchmark_report
+from pipeline.runs import PointRef, RunRecord
+
+
+def read_point(run: RunRecord, point: PointRef) -> DatabaseOutcome:
+    """The outcome a point left (``manifest.json``, or ``skipped.json`` for a skipped optional one)."""
+    name = "skipped.json" if point.status == "skipped" else "manifest.json"
+    path = point.directory / name
+    try:
+        return DatabaseOutcome.model_validate_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(
+            f"run {run.run_id}: point {point.label} (repeat {point.repeat}) has no {name}: {path} is missing"
+        ) from None
+    except (OSError, ValidationError) as exc:
+        raise ArtifactError(f"run {run.run_id}: {path}: not a readable point outcome ({exc})") from None
+
+
+def read_outcomes(run: RunRecord) -> list[DatabaseOutcome]:
+    """Every outcome the run's report rests on, in run order; an error names what is missing."""
+    run.vdb  # noqa: B018 - raises for a run without a vdb stage
+    if not run.points:
+        raise ArtifactError(
+            f"run {run.run_id}: no point of its vdb stage finished ({run.vdb.directory}); nothing to report"
+        )
+    outcomes = [read_point(run, point) for point in run.points]
+    check_inputs(run, outcomes)
+    return outcomes
+
+
+def check_inputs(run: RunRecord, outcomes: list[DatabaseOutcome]) -> None:
+    """Every file the metrics are computed from is there: raw query files, queries, ground truth, dataset."""
+    needed: list[tuple[Path, str]] = []
+    for stage, name in (("queries", "queries.parquet"), ("groundtruth", "groundtruth.parquet")):
+        if stage not in run.stages:
+            raise ArtifactError(f"run {run.run_id}: its provenance records no {stage} stage")
+        needed.append((run.stage(stage).directory / name, f"the {stage} stage's output"))
+    if "embed" not in run.stages:
+        raise ArtifactError(f"run {run.run_id}: its provenance records no embed stage")
+    dataset = run.stage("embed").directory
+    needed.append((dataset / "manifest.json", "the dataset's manifest"))
+    for outcome in outcomes:
+        for query in outcome.queries:
+            raw = Path(query.file)
+            needed.append((raw, f"raw query results of {outcome.label or outcome.database} {query.setting}"))
+            if query.window_s is not None:  # written with timed windows: its requests file too
+                needed.append((requests_path(raw), f"requests of {outcome.label} {query.setting}"))
+    missing = [(path, what) for path, what in needed if not path.is_file()]
+    if missing:
+        path, what = missing[0]
+        more = f" (and {len(missing) - 1} more missing file(s))" if len(missing) > 1 else ""
+        raise ArtifactError(f"run {run.run_id}: raw file {path} is missing ({what}){more}")
+
+
+def rerender(run: RunRecord) -> dict[str, Any]:
+    """Rewrite ``results.parquet``, ``report.md`` and the figures of ``run``; returns the written files.
+
+    Returns ``{"report": Path, "results": Path, "rows": int, "files": [...]}``. The vdb stage's manifest,
+    when the stage is complete, is updated to list the new files (so the stage still verifies).
+    """
+    outcomes = read_outcomes(run)
+    report_dir = run.report_dir
+    report_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = report_dir.parent / f".report-rerender-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        written = write_benchmark_report(run, outcomes, scratch, run.run_id)  # type: ignore[arg-type]
+        report_dir.mkdir(exist_ok=True)
+        # results.parquet last but one, report.md last: whoever reads report.md finds its figures.
+        names = sorted(p.name for p in scratch.iterdir() if p.is_file())
+        names.sort(key=lambda n: (n == "report.md", n == "results.parquet"))
+        for name in names:
+            os.replace(scratch / name, report_dir / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    manifest = read_manifest(run.vdb.directory)
+    if manifest is not None:
+        manifest["files"] = written["files"]
+        atomic_write_json(run.vdb.directory / "manifest.json", manifest)
+    return {
+        "report": report_dir / "report.md",
+        "results": report_dir / "results.parquet",
+        "rows": written["rows"],
+        "files": written["files"],
+    }
