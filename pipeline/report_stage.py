@@ -132,8 +132,8 @@ def write_benchmark_report(
         if outcome.mixed is not None:
             title = f"{outcome.label or outcome.database}: mixed insert + query ({outcome.mixed.setting})"
             drawn = mixed_figure(outcome.mixed, title, out_dir / f"mixed-{point.link}.png")
-            if drawn is not None:
-                mixed[title] = drawn
+            if drawn is not None:  # captioned by the point's link: its label and repeat
+                mixed[f"{point.link}: mixed insert + query ({outcome.mixed.setting})"] = drawn
     written = write_report(
         out_dir / "results.parquet",
         out_dir,
