@@ -15,6 +15,7 @@ from typing import Any
 
 from apps.geometry import GeometryRecord
 from apps.geometry_stage import report_section
+from apps.report_engines import engines_section
 from apps.report_figures import draw_figures
 from apps.report_study import study_section
 from apps.report_sweep import combine_repeats, points_section, repeats_section
@@ -401,7 +402,7 @@ def write_report(
     for key, values in run.provenance().items():
         if values:
             lines.append(f"- {key}: " + ", ".join(f"`{v}`" for v in values))
-    lines += ["", *points_section(rows)]
+    lines += ["", *points_section(rows), *engines_section(rows)]
     lines += ["## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += report_section(geometry)
     lines += ["## Upload and index", "", *_insert_basis(run), *_ingest(run), "", *_insert_sweep(run)]

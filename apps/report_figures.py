@@ -26,11 +26,27 @@ def _figure(width: float = 7.0, height: float = 4.6):
     return figure
 
 
+# Past this many series (points of a run across engines) a figure puts its legend beside the axes, one
+# entry per series, and labels best points by the star only (the tables name their settings).
+MANY = 6
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
 def _colors(databases: Sequence[str]) -> dict[str, Any]:
     from matplotlib import colormaps
 
-    palette = colormaps["tab10"].colors
+    palette = colormaps["tab10" if len(databases) <= 10 else "tab20"].colors
     return {db: palette[i % len(palette)] for i, db in enumerate(databases)}
+
+
+def _marker(databases: Sequence[str], db: str) -> str:
+    """A marker per series, so that two series of similar colour stay apart."""
+    return MARKERS[list(databases).index(db) % len(MARKERS)] if len(databases) > MANY else "o"
+
+
+def _series_figure(count: int, height: float = 4.6):
+    """A figure for ``count`` series: wider when the legend goes beside the axes."""
+    return _figure(width=9.5 if count > MANY else 7.0, height=height)
 
 
 def _save(figure: Any, path: Path) -> Path:
@@ -41,13 +57,17 @@ def _save(figure: Any, path: Path) -> Path:
     return path
 
 
-def _finish(axes: Any, xlabel: str, ylabel: str, title: str) -> None:
-    """Axis labels, title, a light grid and the legend of a line/scatter figure."""
+def _finish(axes: Any, xlabel: str, ylabel: str, title: str, entries: int = 0) -> None:
+    """Axis labels, title, a light grid and the legend of a line/scatter figure (beside the axes when it
+    has more than MANY ``entries``)."""
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7, loc="best")
+    if entries > MANY:
+        axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        axes.legend(fontsize=7, loc="best")
 
 
 def pareto_frontier(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -68,31 +88,44 @@ def _plot_recall_qps(run: ResultRows, colors: dict[str, Any], path: Path) -> Pat
     }
     if not any(series.values()):
         return None
-    figure = _figure()
+    drawn = [db for db, points in series.items() if points]
+    many = len(drawn) > MANY
+    figure = _series_figure(len(drawn))
     axes = figure.add_subplot()
     all_qps = []
     for db, points in series.items():
         if not points:
             continue
-        color = colors[db]
+        color, marker = colors[db], _marker(drawn, db)
         recalls = [p[0] for p in points]
         rates = [p[1] for p in points]
         all_qps += rates
-        axes.scatter(recalls, rates, color=color, alpha=0.45, s=22, label=f"{db}: all settings")
+        axes.scatter(
+            recalls,
+            rates,
+            color=color,
+            marker=marker,
+            alpha=0.45,
+            s=22,
+            label=None if many else f"{db}: all settings",
+        )
         frontier = pareto_frontier(zip(recalls, rates, strict=True))
         axes.plot(
             [f[0] for f in frontier],
             [f[1] for f in frontier],
-            "-o",
+            "-",
+            marker=marker,
             color=color,
             ms=4,
-            label=f"{db}: Pareto frontier",
+            label=db if many else f"{db}: Pareto frontier",
         )
         best = best_operating_point([p[2] for p in points], MIN_RECALL)
         if best is not None:
             axes.scatter(
                 [best["recall"]], [best["qps"]], marker="*", s=220, color=color, edgecolor="black", zorder=5
             )
+            if many:  # fifteen setting names would cover the curves: the tables name them
+                continue
             axes.annotate(
                 best["setting"] or "",
                 (best["recall"], best["qps"]),
@@ -114,9 +147,10 @@ def _plot_recall_qps(run: ResultRows, colors: dict[str, Any], path: Path) -> Pat
     )
     if all_qps and max(all_qps) / max(min(all_qps), 1e-12) > 20:
         axes.set_yscale("log")
-    _finish(
-        axes, "recall@k (tie-aware)", "QPS (queries / s)", "Recall versus QPS (★ best QPS at recall ≥ 0.95)"
-    )
+    title = "Recall versus QPS (★ best QPS at recall ≥ 0.95)"
+    if many:
+        title = "Recall versus QPS: each point's Pareto frontier (★ best QPS at recall ≥ 0.95)"
+    _finish(axes, "recall@k (tie-aware)", "QPS (queries / s)", title, len(drawn))
     return _save(figure, path)
 
 
@@ -131,7 +165,7 @@ def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | 
                 groups.setdefault((db, row["clients"]), []).append(point)
     if not groups:
         return None
-    figure = _figure()
+    figure = _series_figure(len(groups))
     axes = figure.add_subplot()
     styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
     clients_seen = sorted({c for _, c in groups if c is not None})
@@ -162,6 +196,9 @@ def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | 
                 )
     if len(batches) > 1:
         axes.set_xscale("log", base=2)
+    rates = [p[1] for points in groups.values() for p in points]
+    if max(rates) / max(min(rates), 1e-12) > 20:  # in-process engines append far faster than servers
+        axes.set_yscale("log")
     axes.set_xticks(sorted(batches), [str(b) for b in sorted(batches)])
     capped = any(p[2] is not None for points in groups.values() for p in points)
     xlabel = (
@@ -169,8 +206,22 @@ def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | 
         if capped
         else "insert batch size (vectors per request)"
     )
-    _finish(axes, xlabel, "insert throughput (vectors / s)", "Insert throughput versus batch size")
+    title = "Insert throughput versus batch size"
+    _finish(axes, xlabel, "insert throughput (vectors / s)", title, len(groups))
     return _save(figure, path)
+
+
+def _varying(settings: Sequence[str]) -> Any:
+    """A function shortening a setting ("ef=64,batch=32,clients=1,k=10") to the parts that differ among
+    ``settings`` (ef alone when none does)."""
+    parts = [dict(p.split("=", 1) for p in s.split(",") if "=" in p) for s in settings]
+    keys = [k for k in (parts[0] if parts else {}) if len({p.get(k) for p in parts}) > 1] or ["ef"]
+
+    def shorten(setting: str) -> str:
+        found = dict(p.split("=", 1) for p in setting.split(",") if "=" in p)
+        return ",".join(f"{k}={found[k]}" for k in keys if k in found) or setting
+
+    return shorten
 
 
 def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | None:
@@ -181,7 +232,8 @@ def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path |
             chosen.append((db, row, is_best))
     if not chosen:
         return None
-    figure = _figure()
+    many = len(chosen) > MANY
+    figure = _figure(width=max(7.0, 0.62 * len(chosen) + 1.5), height=5.6 if many else 4.6)
     axes = figure.add_subplot()
     stats = [("latency_mean_ms", "mean"), ("p50_ms", "P50"), ("p95_ms", "P95"), ("p99_ms", "P99")]
     width = 0.8 / len(stats)
@@ -199,12 +251,20 @@ def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path |
             lw=0.5,
             label=label,
         )
-        axes.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-    axes.set_xticks(
-        x,
-        [f"{db}\n{row['setting']}{'' if best else ' (recall < 0.95)'}" for db, row, best in chosen],
-        fontsize=7,
-    )
+        if not many or key == "p99_ms":  # many groups: only P99 is labelled, the rest would overlap
+            axes.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
+    if many:  # one line per group, slanted: the setting's ef (or the recall miss) under the label
+        shown = _varying([row["setting"] or "" for _, row, _ in chosen])
+        names = [
+            f"{db} {shown(row['setting'] or '') if best else '(recall < 0.95)'}" for db, row, best in chosen
+        ]
+        axes.set_xticks(x, names, fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
+    else:
+        axes.set_xticks(
+            x,
+            [f"{db}\n{row['setting']}{'' if best else ' (recall < 0.95)'}" for db, row, best in chosen],
+            fontsize=7,
+        )
     axes.set_ylabel("request latency (ms)")
     axes.set_title("Latency per request at each database's operating point")
     axes.grid(alpha=0.3, axis="y")

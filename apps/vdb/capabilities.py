@@ -7,6 +7,8 @@ Each database's ``settings.py`` may declare (pydantic only, no client library):
 * ``QUANTIZATIONS``: index type -> the ``vdb.collection.quantization`` values it builds with it
   (absent index type or module attribute: only ``none``);
 * ``ON_DISK``: the index types that honour ``vdb.collection.on_disk: true`` (absent: none);
+* ``ALWAYS_ON_DISK``: the index types kept on disk whatever ``on_disk`` says (PostgreSQL's and Lance's
+  files, Milvus DISKANN; absent: none);
 * ``LIMITS``: field name -> why the database refuses other values (appended to the error);
 * ``index_problems(settings, collection, cluster)``: further refusals, each ``(field, message)``
   (``cluster``: the ``vdb.cluster`` block or None; e.g. a server build that lacks an index).
@@ -32,6 +34,22 @@ def quantizations(name: str, index_type: str) -> tuple[str, ...]:
 def on_disk_index_types(name: str) -> tuple[str, ...]:
     """The index types of database ``name`` that keep vectors on disk when ``on_disk`` is true."""
     return tuple(getattr(_settings_module(name), "ON_DISK", ()))
+
+
+def storage_medium(name: str, collection: dict[str, Any], settings: dict[str, Any]) -> str:
+    """Where database ``name`` kept a collection (``collection``, ``settings``: the dumped models) for the
+    report: "memory", "disk (on_disk)" (vectors, and the graph where the database can, read from disk),
+    "disk (files)" (always on disk) and LanceDB's ``medium`` ("memory (tmpfs)" for /dev/shm)."""
+    module, index = _settings_module(name), collection.get("index_type")
+    medium = settings.get("medium")
+    if medium == "memory":
+        return "memory (tmpfs files)"
+    where = f", {medium}" if medium else ""
+    if index in getattr(module, "ALWAYS_ON_DISK", ()):
+        return f"disk (files{where})"
+    if collection.get("on_disk") and index in on_disk_index_types(name):
+        return f"disk (on_disk{where})"
+    return "memory"
 
 
 def collection_problems(settings: Any, position: int, collection: Any, cluster: Any) -> list[str]:

@@ -240,3 +240,36 @@ def test_writes_survive_the_repository_datasets_folder_loaded_as_a_module(lance,
     load(client, base[:200], "flat", batch=100)
     assert client.count() == 200
     client.close()
+
+
+def test_lancedb_imports_after_the_datasets_folder_was_loaded(tmp_path: Path) -> None:
+    """A Parsl worker that embedded text first has the clone's ``datasets/`` folder loaded as a module
+    (sentence-transformers imports ``datasets`` when it can) before LanceDB is first imported; LanceDB
+    registers its Hugging Face converter at import time, so the client must drop it before importing."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    script = f"""
+import sys, numpy as np
+sys.path.insert(0, {str(repo)!r})
+import datasets
+assert not hasattr(datasets, "Dataset") and "lancedb" not in sys.modules
+from apps.vdb import get_adapter
+from apps.vdb.base import CollectionSpec
+from apps.vdb.lancedb.settings import LanceDBSettings
+settings = LanceDBSettings()
+adapter = get_adapter("lancedb")
+deployment = adapter.deployment(settings)
+endpoints = deployment.start(__import__("pathlib").Path({str(tmp_path / "run")!r}))
+client = adapter.client(settings, endpoints)
+client.create_collection(CollectionSpec(dim=4, metric="cosine", index_type="flat"))
+client.insert_new(np.arange(3), np.eye(3, 4, dtype=np.float32))
+print("rows", client.count())
+deployment.stop()
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rows 3" in result.stdout

@@ -57,7 +57,8 @@ def _forget_foreign_datasets() -> None:
     LanceDB imports ``Dataset`` from any module named ``datasets`` it finds loaded, to accept Hugging Face
     datasets as input. With this repository's root on ``sys.path`` (``python -m pipeline`` from a clone, or
     pytest), its data folder ``datasets/`` imports as an empty namespace package under that name, and
-    every LanceDB write then fails with an ImportError.
+    ``import lancedb`` itself and every LanceDB write then fail with an ImportError. A worker that embedded
+    text before has it loaded (sentence-transformers imports ``datasets`` when it can).
     """
     module = sys.modules.get("datasets")
     if module is not None and not hasattr(module, "Dataset"):
@@ -93,9 +94,9 @@ class LanceDBClient(Client):
 
     def create_collection(self, spec: CollectionSpec, *, recreate: bool = False) -> None:
         """Create (or attach to) the table; an existing one must have the same dimension and metric."""
+        _forget_foreign_datasets()  # before the import: LanceDB registers its converters when imported
         import lancedb
 
-        _forget_foreign_datasets()
         check_spec(spec)
         path = Path(self.endpoints.data_dir)
         path.mkdir(parents=True, exist_ok=True)

