@@ -79,7 +79,7 @@ REFUSED = [
     (
         "qdrant",
         {"index_type": "ivf_pq"},
-        r"vdb\.collection\.index_type 'ivf_pq' is not built by .*\(qdrant\)",
+        r"collection\.index_type\n  .ivf_pq. is not built by .*\(qdrant\)",
     ),
     (
         "weaviate",
