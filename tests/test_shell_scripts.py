@@ -56,9 +56,10 @@ def test_every_rank_script(platform: str, tmp_path: Path) -> None:
     node = node_shape(cfg.executor)
     scripts: list[Path] = []
     one_per_role: dict[tuple[str, str], Path] = {}
-    for settings in cfg.vdb.databases:
+    for entry, settings in enumerate(cfg.vdb.databases):  # a database may have several (the study's sweeps)
         cluster = cfg.vdb.cluster.for_database(settings.name)
-        layout = plan_cluster(settings, cluster, node, tmp_path / settings.name, loaded.base_dir)
+        directory = tmp_path / f"{entry}-{settings.name}"
+        layout = plan_cluster(settings, cluster, node, directory, loaded.base_dir)
         write_files(layout, cluster)
         for spec in layout.ranks:
             path = layout.directory / "ranks" / f"rank-{spec.rank:03d}.sh"
