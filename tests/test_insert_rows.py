@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pydantic import ValidationError
 
@@ -144,3 +145,32 @@ def test_a_point_with_rows_loads_them_and_is_exact_against_the_prefix_truth(tmp_
     against_full = evaluate_files(raw, full, queries_file, directory, "l2")[0]
     assert against_prefix["recall"] == 1.0 and against_prefix["unknown_ids"] == 0
     assert against_full["recall"] < 0.9  # the full truth holds rows the point never loaded
+
+
+def test_the_report_scores_a_prefix_point_against_the_prefix_truth(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from pipeline.report_stage import point_groundtruth
+
+    directory, _, _ = make_dataset(tmp_path / "data")
+    make_queries(tmp_path / "queries" / "queries.parquet")
+    full = tmp_path / "gt" / "groundtruth.parquet"
+    write_parquet_atomic(
+        prefix_groundtruth(directory, full.parent.parent / "queries" / "queries.parquet", 300, 10, "l2"), full
+    )
+    dirs = {"embed": directory, "queries": tmp_path / "queries", "groundtruth": tmp_path / "gt"}
+    plan = SimpleNamespace(
+        stage=lambda name: SimpleNamespace(directory=dirs[name]),
+        config=SimpleNamespace(groundtruth=SimpleNamespace(metric="l2", memory_budget_mb=64)),
+    )
+    point = tmp_path / "point"
+    loaded = SimpleNamespace(insert=[SimpleNamespace(rows=N)], label="faiss", database="faiss")
+    assert point_groundtruth(plan, loaded, point) == point / "groundtruth-prefix.parquet"  # type: ignore[arg-type]
+    expected = prefix_groundtruth(directory, tmp_path / "queries" / "queries.parquet", N, 10, "l2")
+    assert (
+        pq.read_table(point / "groundtruth-prefix.parquet")
+        .select(["neighbors"])
+        .equals(expected.select(["neighbors"]))
+    )
+    every = SimpleNamespace(insert=[SimpleNamespace(rows=300)], label="faiss", database="faiss")
+    assert point_groundtruth(plan, every, point) == full  # type: ignore[arg-type]
