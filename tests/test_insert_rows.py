@@ -7,6 +7,7 @@ dataset's row order, not an id range.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from apps.vdb.config import QuerySweepConfig, VdbConfig
 from apps.vdb.faiss.settings import FaissSettings
 from apps.vdb.records import DatabaseTarget
 from apps.vdb_metrics import evaluate_files
-from core.store import write_parquet_atomic
+from core.store import atomic_write_json, write_parquet_atomic
 
 DIM, SHARD_ROWS, N = 8, 150, 170  # 300 rows in row groups of 40: N ends inside a row group of part 1
 
@@ -174,3 +175,31 @@ def test_the_report_scores_a_prefix_point_against_the_prefix_truth(tmp_path: Pat
     )
     every = SimpleNamespace(insert=[SimpleNamespace(rows=300)], label="faiss", database="faiss")
     assert point_groundtruth(plan, every, point) == full  # type: ignore[arg-type]
+
+
+def test_the_plan_refuses_more_rows_than_the_dataset_holds(tmp_path: Path) -> None:
+    import yaml
+
+    from core.errors import ConfigError
+    from pipeline.config_loader import load_config
+    from pipeline.plan import build_plan
+    from tests.conftest import base_config, sample_records, write_jsonl
+
+    directory, _, _ = make_dataset(tmp_path / "data")
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", sample_records(5))
+    vdb = {"databases": [{"name": "faiss"}], "insert": {"rows": [100, 400]}}
+    config = base_config(corpus, tmp_path / "wd", dataset={"dir": str(directory)}, vdb=vdb)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    # the dataset as the embed stage of this configuration would have written it (dataset.dir: its key)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    vdb["insert"]["rows"] = [100, 300]
+    path.write_text(yaml.safe_dump({**config, "vdb": vdb}))
+    plan = build_plan(load_config(path))
+    assert not plan.stage("embed").complete
+    atomic_write_json(directory / "manifest.json", {**manifest, "key": plan.stage("embed").key})
+    assert [p.point.config.insert.rows for p in build_plan(load_config(path)).points] == [100, 300]
+    vdb["insert"]["rows"] = [100, 400]
+    path.write_text(yaml.safe_dump({**config, "vdb": vdb}))
+    with pytest.raises(ConfigError, match=r"vdb\.insert\.rows\.1: 400 rows asked of a dataset of 300 rows"):
+        build_plan(load_config(path))
