@@ -27,14 +27,31 @@ from apps.vdb.base import DatabaseError
 from apps.vdb.pool import client, reset_client, shared_pool
 from apps.vdb.records import DatabaseTarget, InsertPart, Searchable
 
-Unit = tuple[str, int]  # (part file, row group)
+# (part file, row group) or (part file, row group, rows of it to load): the last unit of a prefix
+Unit = tuple[str, int] | tuple[str, int, int]
 
 
-def work_units(dataset_dir: str) -> list[Unit]:
-    """Every (part, row group) of a dataset, in dataset order."""
-    units = []
+def work_units(dataset_dir: str, rows: int | None = None) -> list[Unit]:
+    """Every (part, row group) of a dataset, in dataset order; with ``rows``, only the first ``rows`` rows
+    (``vdb.insert.rows``): the units holding them, the last one clipped to ``(part, row group, stop)``.
+
+    Raises ValueError naming ``vdb.insert.rows`` when the dataset holds fewer rows.
+    """
+    units: list[Unit] = []
+    position = 0
     for part in dataset_parts(Path(dataset_dir)):
-        units.extend((str(part), rg) for rg in range(pq.ParquetFile(part).num_row_groups))
+        metadata = pq.ParquetFile(part).metadata
+        for rg in range(metadata.num_row_groups):
+            if rows is not None and position >= rows:
+                return units
+            size = metadata.row_group(rg).num_rows
+            if rows is not None and position + size > rows:
+                units.append((str(part), rg, rows - position))
+            else:
+                units.append((str(part), rg))
+            position += size
+    if rows is not None and position < rows:
+        raise ValueError(f"vdb.insert.rows = {rows} exceeds the dataset's {position} rows ({dataset_dir})")
     return units
 
 
@@ -80,10 +97,13 @@ def request_size(batch_size: int, db_client: Any) -> int:
     return batch_size if limit is None else max(1, min(batch_size, int(limit)))
 
 
-def read_unit(part: str, row_group: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, float32 vectors) of one work unit; the vectors a read-only view of the Arrow buffer when
-    they are float32 without nulls (a copy costs as much as a third of the read)."""
+def read_unit(part: str, row_group: int, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, float32 vectors) of one work unit (its first ``stop`` rows when given); the vectors a
+    read-only view of the Arrow buffer when they are float32 without nulls (a copy costs as much as a
+    third of the read)."""
     table = pq.ParquetFile(part).read_row_group(row_group, columns=["id", "embedding"])
+    if stop is not None:
+        table = table.slice(0, stop)
     column = table.column("embedding").combine_chunks()
     ids = table.column("id").to_numpy()
     if column.null_count == 0 and column.values.null_count == 0 and column.type.value_type == pa.float32():
@@ -113,7 +133,7 @@ def insert_units(
     pending: deque[Future] = deque()
     with ThreadPoolExecutor(1) as reader, ThreadPoolExecutor(in_flight) as senders:
         ahead = reader.submit(read_unit, *units[0]) if units else None
-        for n, (part, row_group) in enumerate(units):
+        for n, (part, row_group, *_) in enumerate(units):
             ids, vectors = ahead.result()
             if n + 1 < len(units):
                 ahead = reader.submit(read_unit, *units[n + 1])

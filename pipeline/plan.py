@@ -229,6 +229,12 @@ def build_plan(loaded: LoadedConfig) -> Plan:
                 ("groundtruth", "k"),
                 f"{cfg.groundtruth.k} neighbours asked of a dataset of {rows} rows ({dataset_dir})",
             )
+        for point in cfg.vdb.points if cfg.vdb is not None and isinstance(rows, int) else []:
+            if (asked := point.config.insert.rows) is not None and asked > rows:  # vdb.insert.rows
+                raise loaded.error_at(
+                    ("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))),
+                    f"{asked} rows asked of a dataset of {rows} rows ({dataset_dir})",
+                )
 
     geometry_params = {**cfg.geometry.model_dump(exclude={"enabled"}), "metric": cfg.groundtruth.metric}
     if cfg.queries:

@@ -11,13 +11,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from apps.geometry_stage import load_record
 from apps.mixed_report import mixed_figure, mixed_rows
+from apps.prefix_truth import prefix_groundtruth_file
 from apps.query_io import io_columns, read_window
 from apps.report import write_report
 from apps.results import write_results
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb_metrics import evaluate_files
+from core.store import read_manifest
 from pipeline.plan import Plan
 
 
@@ -31,6 +35,27 @@ def point_columns(outcome: DatabaseOutcome) -> dict[str, Any]:
         "sweep": dict(outcome.params),
         "server_version": outcome.server_version or None,
     }
+
+
+def point_groundtruth(plan: Plan, outcome: DatabaseOutcome, directory: Path | None) -> Path:
+    """The ground truth a point's recall is scored against: the run's, or, for a point that loaded only
+    the first N rows (``vdb.insert.rows``), the exact top-k of those rows, cached in its ``directory``."""
+    full = plan.stage("groundtruth").directory / "groundtruth.parquet"
+    loaded = outcome.insert[-1].rows if outcome.insert else None
+    dataset_dir = plan.stage("embed").directory
+    if loaded is None or loaded >= read_manifest(dataset_dir)["rows"]:
+        return full
+    if directory is None:
+        raise ValueError(f"{outcome.label or outcome.database}: loaded {loaded} rows but has no directory")
+    return prefix_groundtruth_file(
+        directory,
+        dataset_dir,
+        plan.stage("queries").directory / "queries.parquet",
+        loaded,
+        pq.read_schema(full).field("neighbors").type.list_size,
+        plan.config.groundtruth.metric,
+        plan.config.groundtruth.memory_budget_mb,
+    )
 
 
 def database_rows(outcome: DatabaseOutcome) -> list[dict[str, Any]]:
@@ -92,13 +117,14 @@ def result_rows(plan: Plan, outcomes: list[DatabaseOutcome], run_id: str) -> lis
         "run_id": run_id,
     }
     rows = [{**row, **keys} for outcome in outcomes for row in database_rows(outcome)]
-    for outcome in outcomes:  # each point's raw files alone: several points may share a database
+    points = getattr(plan, "points", None) or [None] * len(outcomes)
+    for point, outcome in zip(points, outcomes, strict=True):  # each point's raw files alone
         raw_files = [q.file for q in outcome.queries]
         if not raw_files:
             continue
         evaluated = evaluate_files(
             raw_files,
-            plan.stage("groundtruth").directory / "groundtruth.parquet",
+            point_groundtruth(plan, outcome, point.directory if point is not None else None),
             plan.stage("queries").directory / "queries.parquet",
             plan.stage("embed").directory,
             plan.config.groundtruth.metric,

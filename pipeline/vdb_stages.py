@@ -26,6 +26,7 @@ from apps import index as index_stage
 from apps import insert as insert_stage
 from apps import mixed as mixed_stage
 from apps import query_sweep as query_stage
+from apps.prefix_truth import loaded_rows
 from apps.telemetry import DatabaseTelemetry
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
@@ -242,8 +243,9 @@ class VdbStages:
         """insert (every batch size) -> searchable -> index -> query sweep, chained by futures."""
         plan = self.plan
         dataset_dir = plan.stage("embed").directory
-        rows = read_manifest(dataset_dir)["rows"]
-        units = insert_stage.work_units(str(dataset_dir))
+        # vdb.insert.rows: the first N rows only (a ValueError naming the field when N exceeds the dataset)
+        rows = loaded_rows(read_manifest(dataset_dir)["rows"], cfg.insert.rows)
+        units = insert_stage.work_units(str(dataset_dir), cfg.insert.rows)
         inserts = []
         searchable: Future | None = None
         self.telemetry.phase("insert")

@@ -67,6 +67,12 @@ class InsertConfig(Strict):
         description="Vectors per insert request; each size is a full upload into a fresh collection (the "
         "throughput-versus-batch-size curve); the last one is kept for indexing and queries.",
     )
+    rows: int | None = Field(
+        None,
+        ge=1,
+        description="Load only the first N rows of the dataset, in its row order (a sweepable knob: "
+        "`rows: [2000, 8000]`); recall is scored against the exact top-k of those rows. None: every row.",
+    )
     workers: int = Field(1, ge=1, description="Parsl tasks the rows are partitioned across.")
     clients_per_worker: int = Field(
         2, ge=1, description="Client processes per task (processes, not asyncio: conversion is CPU-bound)."
