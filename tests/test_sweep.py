@@ -216,6 +216,13 @@ def test_an_entry_sweeps_its_own_cores_and_binding() -> None:
     assert errors(bad)[0][0] == ("databases", 0, "cores_per_worker", 1)
 
 
+def test_a_section_built_in_code_keeps_each_points_values() -> None:
+    """VdbConfig(...) validates into the instance being built: the points must still be their own."""
+    built = VdbConfig(databases=[QDRANT], insert={"workers": [1, 2]})
+    assert [p.config.insert.workers for p in built.points] == [1, 2]
+    assert built.insert.workers == 1  # the section itself holds the first values
+
+
 # --- HPC: one database job shape per point that changes it ----------------------------------------------
 
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, PrivateAttr, ValidationError, model_serializer, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
 from apps.mixed_config import MixedConfig, mixed_problems
 from apps.vdb import settings_models, supported_index_types
@@ -22,6 +29,7 @@ from apps.vdb.sweep import (
 )
 from core.config import Strict
 
+_POINT = "vdb-sweep-point"  # validation context: a point of a sweep, already expanded
 # Every registered database's settings model, discriminated by ``name`` (pydantic only: no client library).
 DatabaseSettings = Annotated[Union[tuple(settings_models())], Field(discriminator="name")]  # noqa: UP007
 # One item of a sweep list (k, ef, batch sizes, clients): 0 or a negative would fail mid-run.
@@ -173,9 +181,9 @@ class VdbConfig(Strict):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _expand_sweep(cls, data: Any, handler: Any) -> VdbConfig:
+    def _expand_sweep(cls, data: Any, handler: Any, info: ValidationInfo) -> VdbConfig:
         """Lists where one value is expected -> points (apps/vdb/sweep.py); the model: first values."""
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or (info.context or {}).get(_POINT):
             return handler(data)
         try:
             expansion = expand(data, cls, settings_models())
@@ -183,9 +191,11 @@ class VdbConfig(Strict):
             raise ValidationError.from_exception_data(cls.__name__, [exc.details(None)]) from None
         model = handler(expansion.base)
         model._expansion = expansion
+        # Each point is a model of its own: under VdbConfig(...) ``handler`` fills this very instance, so
+        # validating the points with it would leave every point (and the section) holding the last one.
         model._points = validate_points(
             expansion,
-            handler,
+            lambda raw: cls.model_validate(raw, context={_POINT: True}),
             lambda point, entry: (
                 point.index_type_problems(entry) + mixed_problems(point.mixed, point.databases)
             ),
