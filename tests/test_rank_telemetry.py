@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from apps.telemetry import TELEMETRY_SCHEMA, DatabaseTelemetry
 from apps.telemetry_merge import merge_rank_files, phase_at
 from apps.vdb.cluster.layout import node_shape, plan_cluster
 from apps.vdb.cluster.render import render_files
+from apps.vdb.sweep import SweepPoint
 from core.store import write_parquet_atomic
 from pipeline.config_loader import load_config
 from tests.conftest import REPO
@@ -145,3 +147,21 @@ def test_rank_scripts_start_the_sampler_only_when_enabled(platform: str) -> None
             name
         ].splitlines()
         assert "VDB_TELEMETRY" not in off_files[name]
+
+
+@pytest.mark.usefixtures("fixed_env")
+def test_switching_rank_telemetry_keeps_every_point_key() -> None:
+    from pipeline.sweep import point_params
+
+    def with_cluster(point: SweepPoint, **changes: object) -> SweepPoint:
+        cfg = point.config
+        return replace(
+            point, config=cfg.model_copy(update={"cluster": cfg.cluster.model_copy(update=changes)})
+        )
+
+    points = load_config(REPO / "configs" / "polaris.yaml").config.vdb.points
+    assert points and all(p.config.cluster.telemetry for p in points)
+    for point in points:
+        params = point_params(point, "cosine")
+        assert point_params(with_cluster(point, telemetry=False), "cosine") == params
+        assert point_params(with_cluster(point, cores_per_worker=3), "cosine") != params  # a setting counts
