@@ -370,7 +370,8 @@ def _alive(pid: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m apps.telemetry``: sample given pids until they exit or SIGTERM; write Parquet."""
+    """``python -m apps.telemetry``: sample given pids until they exit, SIGTERM, or the ``--while-alive``
+    process exits; write Parquet."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--pids", help="comma-separated pids to sample (with their children)")
@@ -380,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase", default="run", help="phase label of every row")
     parser.add_argument("--node", help="node label of every row (default: this host's name)")
     parser.add_argument("--rank", type=int, help="pilot rank of the server: rows named rank-NNN")
+    parser.add_argument(
+        "--while-alive", type=int, help="also stop when this process (the rank's shell) has exited"
+    )
     args = parser.parse_args(argv)
     text = args.pids if args.pids else args.pid_file.read_text()
     pids = [int(p) for p in text.replace(",", " ").split()]
@@ -394,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     sampler.start(args.phase)
     try:
         while not stopped.wait(args.interval) and any(_alive(p) for p in pids):
-            pass
+            if args.while_alive is not None and not _alive(args.while_alive):
+                break
     except KeyboardInterrupt:
         pass
     sampler.stop()

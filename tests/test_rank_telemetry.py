@@ -124,6 +124,28 @@ def test_standalone_sampler_labels_rows_with_rank_and_node(tmp_path: Path) -> No
     }
 
 
+def test_standalone_sampler_stops_when_the_rank_shell_exits(tmp_path: Path) -> None:
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    shell = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])  # the rank's shell
+    out = tmp_path / "rank-000.parquet"
+    try:
+        args = ["--pids", str(server.pid), "--out", str(out), "--interval", "0.2", "--rank", "0"]
+        sampler = subprocess.run(
+            [sys.executable, "-m", "apps.telemetry", *args, "--while-alive", str(shell.pid)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert server.poll() is None  # the server still runs: the sampler ended with its rank's shell
+    finally:
+        for proc in (server, shell):
+            proc.kill()
+            proc.wait()
+    assert sampler.returncode == 0, sampler.stderr
+    assert pq.read_table(out).num_rows >= 2
+
+
 @pytest.mark.usefixtures("fixed_env")
 @pytest.mark.parametrize("platform", ["polaris", "aurora"])
 def test_rank_scripts_start_the_sampler_only_when_enabled(platform: str) -> None:

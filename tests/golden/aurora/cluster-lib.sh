@@ -61,7 +61,7 @@ vdb_telemetry_start() {  # sample the server (and its children) once a second, o
   [ -n "${VDB_TELEMETRY:-}" ] || return 0
   mkdir -p "$(dirname "$VDB_TELEMETRY")"
   "$VDB_PYTHON" -m apps.telemetry --pids "$VDB_PID" --out "$VDB_TELEMETRY" --interval 1 --rank "$VDB_RANK" \
-    --node "${SLURMD_NODENAME:-${PBS_NODENUM:-$(hostname)}}" >> "$VDB_LOG" 2>&1 &
+    --node "${SLURMD_NODENAME:-${PBS_NODENUM:-$(hostname)}}" --while-alive $$ >> "$VDB_LOG" 2>&1 &
   VDB_TELEMETRY_PID=$!
 }
 
