@@ -20,10 +20,12 @@ and ``teardown``, ``<stage dir>/<database>/telemetry.parquet``, and ``server_pid
 and their host, read by the query stage's exact per-setting I/O counters, :mod:`apps.query_io`). It
 never raises: a failed sample or write is logged and the benchmark goes on.
 
-On HPC the servers run on other nodes through a pilot job; the driver cannot read their ``/proc``, so
-they are not sampled by the runner. ``python -m apps.telemetry --pids ... --out ...`` is the same sampler
-as a standalone program a rank script can start beside its server (not yet wired into the rendered
-scripts).
+On HPC the servers run on other nodes through a pilot job; the driver cannot read their ``/proc``. Each
+rank script starts ``python -m apps.telemetry --pids <server pid> --out <cluster>/telemetry/rank-NNN.parquet
+--rank N`` beside its server (``lib.sh`` ``vdb_telemetry_start``, ``vdb.cluster.telemetry``) and stops it
+when the rank stops; after teardown :meth:`DatabaseTelemetry.stop` merges those files into the point's
+``telemetry.parquet``, their phases assigned from the driver's phase switch times
+(:mod:`apps.telemetry_merge`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ TELEMETRY_SCHEMA = pa.schema(
         pa.field("net_sent", pa.int64()),
         pa.field("net_recv", pa.int64()),
         pa.field("threads", pa.int32()),
+        # The pilot rank whose sampler took the row (HPC, :mod:`apps.telemetry_merge`); null locally.
+        pa.field("rank", pa.int32()),
     ]
 )
 PHASES = ("deploy", "insert", "index", "query", "mixed", "teardown")
@@ -118,10 +122,18 @@ def write_server_pids(db_dir: Path, pids: dict[str, int]) -> None:
 class Sampler:
     """Samples the processes ``roots()`` names (and their children) every ``interval`` s in a thread."""
 
-    def __init__(self, roots: Callable[[], Roots], out: Path, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        roots: Callable[[], Roots],
+        out: Path,
+        interval: float = 1.0,
+        node: str | None = None,
+        rank: int | None = None,
+    ) -> None:
         self.roots, self.out, self.interval = roots, out, interval
         self.phase = "start"
-        self.node = socket.gethostname()
+        self.node = node or socket.gethostname()
+        self.rank = rank
         self.rows: list[dict[str, Any]] = []
         self.errors = 0
         self._procs: dict[int, psutil.Process] = {}
@@ -234,6 +246,7 @@ class Sampler:
                     "cpu_percent": cpu,
                     "net_sent": net.bytes_sent if net else None,
                     "net_recv": net.bytes_recv if net else None,
+                    "rank": self.rank,
                     **values,
                 }
             )
@@ -283,11 +296,22 @@ class DatabaseTelemetry:
 
     ``start()`` before deploy, ``attach(endpoints)`` once healthy, ``phase(name)`` at each stage and
     ``stop()`` in the ``finally`` after teardown; writes ``<db_dir>/telemetry.parquet``.
+
+    ``rank_files``: the Parquet files a pilot's rank samplers wrote (``ClusterDeployment.telemetry_files``),
+    asked after teardown and merged into the same file; ``switches`` keeps the time of every phase change
+    to label their rows (a rank's sampler cannot know the driver's phases).
     """
 
-    def __init__(self, db_dir: Path, server_pids: Callable[[], dict[str, int]], interval: float = 1.0):
-        self.db_dir, self.server_pids = db_dir, server_pids
+    def __init__(
+        self,
+        db_dir: Path,
+        server_pids: Callable[[], dict[str, int]],
+        interval: float = 1.0,
+        rank_files: Callable[[], list[Path]] | None = None,
+    ):
+        self.db_dir, self.server_pids, self.rank_files = db_dir, server_pids, rank_files
         self.data_dir: str | None = None
+        self.switches: list[tuple[float, str]] = []  # (time.time(), phase) of every phase change
         self.sampler = Sampler(self._roots, db_dir / "telemetry.parquet", interval)
 
     def _roots(self) -> Roots:
@@ -298,6 +322,7 @@ class DatabaseTelemetry:
 
     def start(self) -> None:
         """Start sampling in phase ``deploy`` (servers are picked up as the deployment starts them)."""
+        self.switches.append((time.time(), "deploy"))
         self._guard("start", lambda: self.sampler.start("deploy"))
 
     def attach(self, endpoints: Any) -> None:
@@ -312,11 +337,22 @@ class DatabaseTelemetry:
 
     def phase(self, name: str) -> None:
         """Label the samples from now on with phase ``name``."""
+        self.switches.append((time.time(), name))
         self._guard("phase", lambda: self.sampler.set_phase(name))
 
     def stop(self) -> None:
-        """Stop the thread and write the Parquet file (errors logged: a stage's error stays visible)."""
+        """Stop the thread and write the Parquet file, with the pilot ranks' rows when there are any
+        (errors logged: a stage's error stays visible)."""
         self._guard("stop", self.sampler.stop)
+        if self.rank_files is not None:
+            self._guard("merge", self._merge_ranks)
+
+    def _merge_ranks(self) -> None:
+        from apps.telemetry_merge import merge_rank_files  # it builds on this module's schema
+
+        files = self.rank_files() if self.rank_files is not None else []
+        if files:
+            merge_rank_files(self.sampler.out, files, self.switches)
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> None:
         try:
@@ -325,8 +361,17 @@ class DatabaseTelemetry:
             log.error("telemetry %s failed for %s: %s", what, self.db_dir.name, exc)
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (an exited process not yet reaped by its parent, a zombie, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m apps.telemetry``: sample given pids until they exit or SIGTERM; write Parquet."""
+    """``python -m apps.telemetry``: sample given pids until they exit, SIGTERM, or the ``--while-alive``
+    process exits; write Parquet."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--pids", help="comma-separated pids to sample (with their children)")
@@ -334,17 +379,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="Parquet file to write at the end")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument("--phase", default="run", help="phase label of every row")
+    parser.add_argument("--node", help="node label of every row (default: this host's name)")
+    parser.add_argument("--rank", type=int, help="pilot rank of the server: rows named rank-NNN")
+    parser.add_argument(
+        "--while-alive", type=int, help="also stop when this process (the rank's shell) has exited"
+    )
     args = parser.parse_args(argv)
     text = args.pids if args.pids else args.pid_file.read_text()
     pids = [int(p) for p in text.replace(",", " ").split()]
-    roots = {f"pid-{pid}": (pid, "server") for pid in pids}
-    sampler = Sampler(lambda: roots, args.out, args.interval)
+    prefix = f"rank-{args.rank:03d}" if args.rank is not None else None
+    roots = {
+        (f"pid-{pid}" if prefix is None else prefix if len(pids) == 1 else f"{prefix}-{pid}"): (pid, "server")
+        for pid in pids
+    }
+    sampler = Sampler(lambda: roots, args.out, args.interval, node=args.node, rank=args.rank)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     sampler.start(args.phase)
     try:
-        while not stopped.wait(args.interval) and any(psutil.pid_exists(p) for p in pids):
-            pass
+        while not stopped.wait(args.interval) and any(_alive(p) for p in pids):
+            if args.while_alive is not None and not _alive(args.while_alive):
+                break
     except KeyboardInterrupt:
         pass
     sampler.stop()

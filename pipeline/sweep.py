@@ -50,8 +50,10 @@ def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
     params = cfg.model_dump(mode="json", exclude={"databases", "optional", "sweep", "repeats", "cluster"})
     params["database"] = point.settings.model_dump(mode="json")
     if cfg.cluster is not None:  # the deployment shape of this database (others' overrides do not matter)
+        # Whether the ranks sample their servers is an observation, not a setting (as locally, where
+        # telemetry is always on and in no key): switching it never reruns a finished point.
         params["cluster"] = cfg.cluster.for_database(point.database).model_dump(
-            mode="json", exclude={"overrides"}
+            mode="json", exclude={"overrides", "telemetry"}
         )
     return {**params, "metric": metric, "repeat": point.repeat}
 

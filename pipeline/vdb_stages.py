@@ -191,7 +191,9 @@ class VdbStages:
             "collection": self.spec(cfg, settings),
         }
         started, endpoints = time.time(), None
-        self.telemetry = DatabaseTelemetry(db_dir, deployment.server_pids)  # never raises
+        # never raises; a pilot's rank samplers' files are merged in after teardown
+        rank_files = getattr(deployment, "telemetry_files", None)
+        self.telemetry = DatabaseTelemetry(db_dir, deployment.server_pids, rank_files=rank_files)
         try:
             self.telemetry.start()
             if pilot:

@@ -18,8 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pyarrow.parquet as pq
 import pytest
 
+from apps.telemetry import DatabaseTelemetry
 from apps.vdb.cluster.layout import ClusterLayout, node_shape, plan_cluster
 from apps.vdb.cluster.pilot import ClusterDeployment, read_registry
 from apps.vdb.cluster.render import launcher_command, render_files
@@ -338,8 +341,13 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
     base = cluster.base_port
     deployment = ClusterDeployment(QdrantSettings(mode="server"), cluster, LocalExecutorConfig(), poll_s=0.5)
     workdir = tmp_path / "server"
+    # As the vdb runner does: the driver's phases, the ranks' sampler files merged after teardown.
+    telemetry = DatabaseTelemetry(tmp_path, deployment.server_pids, rank_files=deployment.telemetry_files)
+    telemetry.start()
     try:
         endpoints = deployment.start(workdir, timeout=60)
+        telemetry.phase("query")
+        time.sleep(1.5)  # a sample or two of each rank in this phase
         assert [n.rank for n in endpoints.nodes] == [0, 1]
         assert [n.port for n in endpoints.nodes] == [base, base + 10]
         assert all(n.extra["url"] == f"http://{n.host}:{n.port}" for n in endpoints.nodes)
@@ -351,9 +359,24 @@ def test_cluster_deployment_runs_ranks_registers_and_stops(
         assert "--bootstrap" not in rank0["argv"] and rank0["env"]["QDRANT__CLUSTER__ENABLED"] == "true"
         assert (tmp_path / "shm" / "pes2o-vdb").is_dir()
     finally:
+        telemetry.phase("teardown")
         deployment.stop(grace=30)
+        telemetry.stop()
     registry = read_registry(workdir / "cluster" / "registry")
     assert {e["state"] for e in registry.values()} == {"stopped"}
+    # Each rank's sampler wrote its file before the rank registered "stopped"; the driver merged them.
+    files = sorted(p.name for p in (workdir / "cluster" / "telemetry").glob("*.parquet"))
+    assert files == ["rank-000.parquet", "rank-001.parquet"]
+    rows = pq.read_table(tmp_path / "telemetry.parquet").to_pylist()
+    assert {r["rank"] for r in rows} == {0, 1}
+    assert {r["process"] for r in rows if r["role"] == "server"} == {"rank-000", "rank-001"}
+    assert {r["node"] for r in rows} == {registry[0]["node"]}
+    # The fake server exits at once on SIGTERM: teardown may have no sample, deploy and query have.
+    assert {"deploy", "query"} <= {r["phase"] for r in rows}
+    commands = [" ".join(q.info["cmdline"] or []) for q in psutil.process_iter(["cmdline"])]
+    samplers = [c for c in commands if "apps.telemetry" in c and str(workdir) in c]
+    assert not samplers, "a rank's sampler outlived its rank"
+    assert {r["pid"] for r in rows if r["role"] == "server"} == {registry[0]["pid"], registry[1]["pid"]}
     deadline = time.monotonic() + 10
     while any(port_in_use(p) for p in (base, base + 10)) and time.monotonic() < deadline:
         time.sleep(0.2)

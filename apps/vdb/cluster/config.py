@@ -206,6 +206,12 @@ class DatabaseClusterConfig(Strict):
     startup_timeout_s: float = Field(
         900, gt=0, description="Seconds a rank waits for its server (and for rank 0) to be healthy."
     )
+    telemetry: bool = Field(
+        True,
+        description="Each rank samples its server once a second (python -m apps.telemetry, with the "
+        "driver's Python, on the host beside the container) into <cluster>/telemetry/rank-NNN.parquet; "
+        "merged into the point's telemetry.parquet after teardown.",
+    )
     overrides: Annotated[dict[str, ClusterOverride], AfterValidator(_known_databases)] = Field(
         default_factory=dict,
         description="Per-database changes, e.g. milvus distributed on Lustre while Qdrant runs in memory.",

@@ -56,6 +56,23 @@ vdb_orphaned() {  # true when the driver stopped renewing registry/LEASE (it die
   return 1
 }
 
+# Telemetry (vdb.cluster.telemetry): the rank script sets VDB_TELEMETRY (its Parquet file) and VDB_PYTHON.
+vdb_telemetry_start() {  # sample the server (and its children) once a second, on the host, beside it
+  [ -n "${VDB_TELEMETRY:-}" ] || return 0
+  mkdir -p "$(dirname "$VDB_TELEMETRY")"
+  "$VDB_PYTHON" -m apps.telemetry --pids "$VDB_PID" --out "$VDB_TELEMETRY" --interval 1 --rank "$VDB_RANK" \
+    --node "${SLURMD_NODENAME:-${PBS_NODENUM:-$(hostname)}}" --while-alive $$ >> "$VDB_LOG" 2>&1 &
+  VDB_TELEMETRY_PID=$!
+}
+
+vdb_telemetry_stop() {  # the sampler writes its file on SIGTERM (or once the server exited): wait for it
+  [ -n "${VDB_TELEMETRY_PID:-}" ] || return 0
+  kill -TERM "$VDB_TELEMETRY_PID" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 "$VDB_TELEMETRY_PID" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$VDB_TELEMETRY_PID" 2>/dev/null
+  VDB_TELEMETRY_PID=""
+}
+
 vdb_stop() {
   trap - TERM INT
   if [ -n "${VDB_PID:-}" ] && kill -0 "$VDB_PID" 2>/dev/null; then
@@ -63,6 +80,7 @@ vdb_stop() {
     for _ in $(seq 1 30); do kill -0 "$VDB_PID" 2>/dev/null || break; sleep 1; done
     kill -KILL "$VDB_PID" 2>/dev/null
   fi
+  vdb_telemetry_stop  # before "stopped": the driver merges the files once every rank says so
   vdb_register "${1:-stopped}"
   if [ "$VDB_CLEANUP" = 1 ]; then  # the rank's data, then the job, cluster and pes2o-vdb dirs once empty
     rm -rf "$VDB_DATA"
@@ -77,6 +95,7 @@ vdb_serve() {  # start "$@" in the background, wait until healthy, then until ST
   "$@" >> "$VDB_LOG" 2>&1 &
   VDB_PID=$!
   trap 'vdb_stop stopped 0' TERM INT
+  vdb_telemetry_start
   vdb_register starting
   local deadline=$((SECONDS + VDB_TIMEOUT)) up=0
   until vdb_http_ok "$VDB_READY_URL"; do

@@ -227,6 +227,16 @@ class ClusterDeployment(Deployment):
         shown = "\n".join(f"--- {p}\n{tail(p, 20)}" for p in logs if p.exists())
         return f"{self.name} cluster: {what}\n{shown}".rstrip()
 
+    def telemetry_files(self) -> list[Path]:
+        """The Parquet files the ranks' samplers wrote (``telemetry/rank-NNN.parquet``; after ``stop``).
+
+        A rank writes its file before it registers ``stopped``, so after a clean ``stop`` every sampled
+        rank's file is complete; a rank killed outright (job cancelled) may have none.
+        """
+        if self.layout is None or not self.cluster.telemetry:
+            return []
+        return sorted((self.layout.directory / "telemetry").glob("rank-*.parquet"))
+
     def stop(self, grace: float = 60.0) -> None:
         """Ask every rank to stop (flushing data), wait up to ``grace`` s, then cancel the job. Idempotent."""
         if self.layout is None or self.job_id is None:

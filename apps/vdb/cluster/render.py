@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
@@ -98,6 +99,7 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
         f"VDB_TIMEOUT={int(cluster.startup_timeout_s)}",
         f"VDB_CLEANUP={1 if cluster.storage.cleanup and medium_local else 0}",
         f"VDB_LEASE_S={int(cluster.driver_lease_s)}",
+        *_telemetry_lines(layout, rank_id, cluster),
         f"VDB_ADDR=$(vdb_addr {shlex.quote(cluster.interface or '')})",
         f"VDB_READY_URL={_word(spec.ready_url)}",  # after VDB_ADDR: the URL may name this rank's address
     ]
@@ -117,6 +119,20 @@ def rank_script(layout: ClusterLayout, spec: RankSpec, cluster: DatabaseClusterC
     body = " \\\n  ".join(" ".join(_word(a) for a in g) for g in command_groups(spec, cluster))
     lines.append(f"vdb_serve \\\n  {body}")
     return "\n".join(lines) + "\n"
+
+
+def _telemetry_lines(layout: ClusterLayout, rank_id: str, cluster: DatabaseClusterConfig) -> list[str]:
+    """The rank's sampler (``vdb_telemetry_start`` in lib.sh): its Parquet file and the Python running it.
+
+    The sampler runs on the host, not in the container, with the driver's interpreter: its virtual
+    environment (the project installed in it) is on the shared file system, as for the Parsl workers,
+    whose ``worker_init`` puts the same ``bin/`` first on PATH. Under runtime native (the Slurm testbed)
+    it is the testbed's same interpreter.
+    """
+    if not cluster.telemetry:
+        return []
+    out = layout.directory / "telemetry" / f"rank-{rank_id}.parquet"
+    return [f"VDB_TELEMETRY={shlex.quote(str(out))}", f"VDB_PYTHON={shlex.quote(sys.executable)}"]
 
 
 def _word(a: str) -> str:

@@ -12,6 +12,8 @@ VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=0
 VDB_LEASE_S=300
+VDB_TELEMETRY='/projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/telemetry/rank-001.parquet'
+VDB_PYTHON=<venv>/bin/python
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL=http://127.0.0.1:20011/healthz
 vdb_wait_rank0

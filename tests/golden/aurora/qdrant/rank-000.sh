@@ -12,6 +12,8 @@ VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_LEASE_S=300
+VDB_TELEMETRY='/projects/MyProject/pes2o-ve/store/vdb-points/<qdrant-key>/server/cluster/telemetry/rank-000.parquet'
+VDB_PYTHON=<venv>/bin/python
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20000/readyz"
 mkdir -p "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000" "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/snapshots" "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/storage" "$VDB_RANK_DIR/run"

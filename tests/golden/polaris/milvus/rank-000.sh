@@ -12,6 +12,8 @@ VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_LEASE_S=300
+VDB_TELEMETRY='/projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/telemetry/rank-000.parquet'
+VDB_PYTHON=<venv>/bin/python
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL=http://127.0.0.1:20000/health
 mkdir -p "/dev/shm/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/rank-000" "$VDB_RANK_DIR/run"

@@ -12,6 +12,8 @@ VDB_UP_PORT=20002
 VDB_TIMEOUT=900
 VDB_CLEANUP=1
 VDB_LEASE_S=300
+VDB_TELEMETRY='/projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/telemetry/rank-000.parquet'
+VDB_PYTHON=<venv>/bin/python
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20000/v1/.well-known/ready"
 mkdir -p "/dev/shm/pes2o-vdb/weaviate-05e0693a/job-${VDB_JOB}/rank-000" "$VDB_RANK_DIR/run"
