@@ -15,8 +15,8 @@ Parsl workers the driver does not know. Such a process announces itself when it 
 ``<host>-<pid>`` in the directory beside the engine's data directory) and the sampler picks it up at the
 next tick (role ``engine``). A client process that only talks to a server is not sampled.
 
-:class:`DatabaseTelemetry` is what the vdb runner uses: phases ``deploy``, ``insert``, ``index``, ``query``
-and ``teardown``, ``<stage dir>/<database>/telemetry.parquet``, and ``server_pids.json`` (the server pids
+:class:`DatabaseTelemetry` is what the vdb runner uses: phases ``deploy``, ``insert``, ``index``, ``query``,
+``mixed`` and ``teardown``, ``<point dir>/telemetry.parquet``, and ``server_pids.json`` (the server pids
 and their host, read by the query stage's exact per-setting I/O counters, :mod:`apps.query_io`). It
 never raises: a failed sample or write is logged and the benchmark goes on.
 

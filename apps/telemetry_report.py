@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from apps.report_figures import _colors, _figure, _save
-from apps.results import ResultRows, is_ok, param_order
+from apps.results import ResultRows, is_ok, param_order, point_name
 
 PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
 Key = tuple[str, str]  # (node, process) with children folded into their server
@@ -58,7 +58,7 @@ def io_table(run: ResultRows) -> list[str]:
     header += ["peak RSS", "QPS per GB"]
     body = [
         [
-            r["database"],
+            point_name(r),
             r["setting"] or "—",
             _num(r["recall"], 3),
             _num(r["qps"]),
@@ -87,7 +87,7 @@ def _footprint(run: ResultRows) -> list[str]:
     if not rows:
         return []
     body = [
-        [r["database"], _size(r["index_bytes"]), _size(r["data_bytes"]), _size(r["disk_bytes"])] for r in rows
+        [point_name(r), _size(r["index_bytes"]), _size(r["data_bytes"]), _size(r["disk_bytes"])] for r in rows
     ]
     return ["On-disk footprint by kind:", "", *_table(["database", "index", "data", "total"], body), ""]
 
@@ -203,7 +203,7 @@ def telemetry_section(telemetry: dict[str, Path], out: Path) -> tuple[list[str],
         "Each database process (a local server with its children, or the client process running an "
         "in-process engine) sampled once a second: CPU % (100 = one core), resident memory and bytes "
         "read from storage. Network counters in `telemetry.parquet` are the node's, not the process's. "
-        "Servers on other nodes (HPC pilot jobs) are not sampled yet."
+        "On HPC each rank samples its server beside it and the rows are merged here by time."
     )
     lines.append("")
     figures: dict[str, Path] = {}

@@ -82,10 +82,12 @@ class RunConfig(Strict):
             return self
         if self.queries is None:
             raise ValueError("vdb needs queries (and their ground truth) to measure recall")
-        if max(self.vdb.query.k) > self.groundtruth.k:
-            raise ValueError(
-                f"vdb.query.k {max(self.vdb.query.k)} exceeds groundtruth.k {self.groundtruth.k}"
-            )
+        # every point's k: an entry may override vdb.query (apps/vdb/sweep.py)
+        for point in self.vdb.points or [None]:
+            query = point.config.query if point is not None else self.vdb.query
+            if max(query.k) > self.groundtruth.k:
+                where = "vdb.query.k" if point is None else f"vdb.query.k of point {point.label!r}"
+                raise ValueError(f"{where} {max(query.k)} exceeds groundtruth.k {self.groundtruth.k}")
         names = [
             db.name for db in self.vdb.databases
         ]  # one database twice: distinct labels (apps/vdb/sweep.py)

@@ -120,6 +120,8 @@ class VdbStages:
         self.progress.add_stage("vdb", len(self.plan.points))
         outcomes: list[DatabaseOutcome] = []
         for point in self.plan.points:
+            # Linked before it runs: the stage directory shows a point's logs and raw files as they come.
+            _link(directory / point.link, point.directory)
             outcome = read_outcome(point.directory, point.key)
             if outcome is None:
                 outcome = self.run_point(point)
@@ -131,7 +133,6 @@ class VdbStages:
                     point.point.repeat,
                     point.directory,
                 )
-            _link(directory / point.link, point.directory)
             outcomes.append(outcome)
             # The points this run's report rests on (run or reused): `pipeline report <run>` reads them.
             self.provenance.stages["vdb"].setdefault("points", []).append(

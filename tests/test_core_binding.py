@@ -119,3 +119,14 @@ def test_a_local_weaviate_runs_on_its_cores_with_gomaxprocs(bind: str, tmp_path:
         assert {tuple(sorted(os.sched_getaffinity(int(t.name)))) for t in tasks} == {tuple(expected)}
     finally:
         deployment.stop()
+
+
+def test_an_engine_without_thread_knobs_keeps_its_settings_and_is_still_pinned() -> None:
+    """pgvector, LanceDB and FAISS declare no with_threads: cores_per_worker pins them, nothing more."""
+    from apps.vdb.binding import bind_local
+    from apps.vdb.faiss.settings import FaissSettings
+    from apps.vdb.pgvector.settings import PgvectorSettings
+
+    for settings in (FaissSettings(), PgvectorSettings()):
+        kept, cpus = bind_local(settings, 1, "cores")
+        assert kept == settings and cpus == sorted(os.sched_getaffinity(0))[:1]

@@ -283,3 +283,13 @@ def test_hpc_check_names_the_swept_value_that_does_not_fit(swept_polaris) -> Non
     text = str(caught.value)
     assert "vdb.cluster.workers.1" in text or "vdb.cluster.nodes.1" in text, text
     assert "vdb.cluster.workers.0" not in text and "vdb.cluster.nodes.0" not in text
+
+
+def test_an_entrys_k_above_the_ground_truth_is_refused_before_anything_runs(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    vdb = {"databases": [{**QDRANT, "label": "deep", "query": {"k": [100]}}]}
+    path = tmp_path / "deep.yaml"
+    path.write_text(yaml.safe_dump(base_config(small_corpus, tmp_path / "wd", vdb=vdb), sort_keys=False))
+    with pytest.raises(ConfigError, match=r"vdb\.query\.k of point 'deep' 100 exceeds groundtruth\.k 10"):
+        load_config(path)

@@ -74,8 +74,9 @@ def supported_index_types(name: str) -> tuple[str, ...]:
 
 def thread_setter(name: str) -> Callable[[Any, int], Any]:
     """``with_threads(settings, n)`` of database ``name``: its settings with its thread knobs set for n cores
-    (values the user set win)."""
-    return _part(name, "settings").with_threads
+    (values the user set win). A database without thread knobs of its own keeps its settings: only the
+    CPU affinity applies to it."""
+    return getattr(_part(name, "settings"), "with_threads", lambda settings, _cores: settings)
 
 
 def client_packages() -> list[str]:

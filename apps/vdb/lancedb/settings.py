@@ -65,6 +65,8 @@ PACKAGES = ("lancedb",)
 INDEX_TYPES = ("ivf_pq", "ivf_hnsw_sq", "ivf_flat", "flat")
 # LanceDB keeps data and indexes in files on the chosen medium whatever on_disk says: every type is on disk.
 ON_DISK = INDEX_TYPES
+# The quantisation each index is built with (its PQ codes, its int8 lists), as the client accepts it.
+QUANTIZATIONS = {"ivf_pq": ("none", "pq"), "ivf_hnsw_sq": ("none", "scalar")}
 ALWAYS_ON_DISK = ON_DISK  # (the report's medium column: apps/vdb/capabilities.storage_medium)
 
 # No server and no HPC ranks: it runs inside its clients on the client block (no ranks.py / env.py, no image).

@@ -174,7 +174,7 @@ class PgvectorDeployment(Deployment):
         else:
             gucs, host = server_gucs(s, "127.0.0.1", ""), "127.0.0.1"
         argv = self._as_user(postgres_argv(str(bin_dir / "postgres"), str(data), port, gucs), user)
-        self.proc = ServerProcess("postgres", argv, log, cwd=root)
+        self.proc = ServerProcess("postgres", argv, log, cwd=root, cpus=self.cpus)
         self.proc.start()
         node = Endpoint(host=host, port=port, extra={"dbname": "postgres", "user": "postgres"})
         facts: dict[str, str] = {}
