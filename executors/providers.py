@@ -174,8 +174,10 @@ def describe_job(provider: Any, job_id: str) -> str | None:
         return None
     fields = dict(re.findall(r"(\w+)\s*=\s*(\S+)", done.stdout)) if done.returncode == 0 else {}
     if "JobState" in fields:
-        reason = fields.get("Reason", "None")
-        return fields["JobState"] + (f", reason {reason}" if reason not in ("None", "(null)") else "")
+        reason, state = fields.get("Reason", "None"), fields["JobState"]
+        if state == "COMPLETING" and reason == "TimeLimit":
+            state = "TIMEOUT"  # Slurm shows COMPLETING while it ends a job past its time limit
+        return state + (f", reason {reason}" if reason not in ("None", "(null)") else "")
     if "job_state" in fields:
         return fields["job_state"] + (f", exit {fields['Exit_status']}" if "Exit_status" in fields else "")
     return None

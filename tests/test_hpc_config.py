@@ -509,3 +509,28 @@ def test_image_and_override_names_come_from_the_registered_databases(hpc_env: Pa
     data["vdb"]["cluster"]["overrides"]["mongo"] = {"nodes": 2}
     with pytest.raises(ConfigError, match=r"vdb\.cluster\.overrides: .*unknown database\(s\) mongo"):
         load_config(write(hpc_env, data))
+
+
+def test_a_slurm_job_ending_past_its_time_limit_is_described_as_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """scontrol shows COMPLETING (reason TimeLimit) while Slurm ends a job past its walltime: a TIMEOUT."""
+    import subprocess
+
+    from parsl.providers import SlurmProvider
+
+    from executors.providers import describe_job, job_ended
+
+    def scontrol(state: str, reason: str):
+        def run(*_args: object, **_kwargs: object) -> subprocess.CompletedProcess[str]:
+            out = f"JobId=16 JobName=pes2o-vdb JobState={state} Reason={reason} Dependency=(null)"
+            return subprocess.CompletedProcess(["scontrol"], 0, stdout=out, stderr="")
+
+        return run
+
+    provider = SlurmProvider(partition="debug")
+    monkeypatch.setattr(subprocess, "run", scontrol("COMPLETING", "TimeLimit"))
+    assert describe_job(provider, "16") == "TIMEOUT, reason TimeLimit"
+    monkeypatch.setattr(subprocess, "run", scontrol("COMPLETING", "None"))
+    assert describe_job(provider, "16") == "COMPLETING"
+    assert job_ended("TIMEOUT, reason TimeLimit") and job_ended("COMPLETING")
