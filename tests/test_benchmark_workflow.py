@@ -133,7 +133,10 @@ def test_telemetry_and_io_per_query_of_every_database(full_run) -> None:
     for database, role in (("qdrant", "engine"), ("milvus", "server"), ("weaviate", "server")):
         rows = pq.read_table(vdb_dir / database / "telemetry.parquet").to_pylist()
         mine = [r for r in rows if r["role"] == role]
-        assert {"insert", "index", "query"} <= {r["phase"] for r in mine}, database
+        # Qdrant edge loads the sample in about 0.3 s, less than the 1 s between samples: its insert phase
+        # may hold no sample of the engine; the servers' uploads last seconds.
+        phases = {"index", "query"} if role == "engine" else {"insert", "index", "query"}
+        assert phases <= {r["phase"] for r in mine}, database
         assert all(r["rss_bytes"] > 0 for r in mine) and any((r["cpu_percent"] or 0) > 0 for r in mine)
         calls = [r["read_calls"] for r in sorted(mine, key=lambda r: r["time"]) if r["pid"] == mine[0]["pid"]]
         assert calls == sorted(calls) and calls[-1] > calls[0], database
