@@ -280,6 +280,15 @@ class Client(abc.ABC):
     def wait_searchable(self, expected: int, timeout: float) -> None:
         """Block until ``expected`` vectors are visible to search (../shared/ARCHITECTURE.md: upload time)."""
 
+    def wait_for_count(self, expected: int, timeout: float, poll_s: float, missing: str) -> None:
+        """Poll ``count()`` until ``expected`` rows are there; DatabaseError after ``timeout`` seconds with
+        ``missing`` formatted with ``seen``, ``expected`` and ``timeout`` (the database's own wording)."""
+        deadline = time.monotonic() + timeout
+        while (seen := self.count()) < expected:
+            if time.monotonic() > deadline:
+                raise DatabaseError(missing.format(seen=seen, expected=expected, timeout=timeout))
+            time.sleep(poll_s)
+
     @abc.abstractmethod
     def build_index(self, timeout: float) -> None:
         """Trigger the (deferred) index build and block until steady state."""

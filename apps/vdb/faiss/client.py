@@ -104,11 +104,8 @@ class FaissClient(Client):
 
     def wait_searchable(self, expected: int, timeout: float) -> None:
         """Stored rows are searchable (exactly, until an index is built): wait until ``expected`` are."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.count()) < expected:
-            if time.monotonic() > deadline:
-                raise DatabaseError(f"faiss: only {seen} of {expected} rows stored after {timeout:.0f}s")
-            time.sleep(0.2)
+        missing = "faiss: only {seen} of {expected} rows stored after {timeout:.0f}s"
+        self.wait_for_count(expected, timeout, 0.2, missing)
 
     # -- index ---------------------------------------------------------------------------------------
     def build_index(self, timeout: float) -> None:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -149,11 +148,8 @@ class LanceDBClient(Client):
 
     def wait_searchable(self, expected: int, timeout: float) -> None:
         """Committed rows are visible at once; poll the count in case another process still writes."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.count()) < expected:
-            if time.monotonic() > deadline:
-                raise DatabaseError(f"lancedb: only {seen} of {expected} rows visible after {timeout:.0f}s")
-            time.sleep(self.settings.poll_s)
+        missing = "lancedb: only {seen} of {expected} rows visible after {timeout:.0f}s"
+        self.wait_for_count(expected, timeout, self.settings.poll_s, missing)
 
     # -- index ------------------------------------------------------------------------------------------
     def _index_config(self, spec: CollectionSpec) -> Any:

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import numpy as np
@@ -150,11 +149,8 @@ class PgvectorClient(Client):
 
     def wait_searchable(self, expected: int, timeout: float) -> None:
         """A committed COPY is visible at once: poll the exact count until ``expected`` rows are there."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.count()) < expected:
-            if time.monotonic() > deadline:
-                raise DatabaseError(f"pgvector: only {seen} of {expected} rows visible after {timeout:.0f}s")
-            time.sleep(0.2)
+        missing = "pgvector: only {seen} of {expected} rows visible after {timeout:.0f}s"
+        self.wait_for_count(expected, timeout, 0.2, missing)
 
     def build_index(self, timeout: float) -> None:
         """CREATE INDEX (flat: none), then ANALYZE; both bounded by ``timeout``."""

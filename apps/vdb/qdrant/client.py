@@ -7,7 +7,6 @@ u64), so a retried batch overwrites the same points.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -76,8 +75,5 @@ class QdrantClientBase(Client):
 
     def wait_searchable(self, expected: int, timeout: float) -> None:
         """Poll the exact count until ``expected`` points are visible."""
-        deadline = time.monotonic() + timeout
-        while (seen := self.count()) < expected:
-            if time.monotonic() > deadline:
-                raise DatabaseError(f"qdrant: only {seen} of {expected} points visible after {timeout:.0f}s")
-            time.sleep(self.settings.poll_s)
+        missing = "qdrant: only {seen} of {expected} points visible after {timeout:.0f}s"
+        self.wait_for_count(expected, timeout, self.settings.poll_s, missing)
