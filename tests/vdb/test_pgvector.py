@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import psycopg
 import pytest
 from pydantic import ValidationError
 
@@ -173,6 +174,11 @@ def test_retried_batches_never_duplicate_and_serve_only_loopback(deploy, fmnist)
         socks = listeners(list(pids.values()))
         assert socks and {ip for _, ip, _ in socks} == {"127.0.0.1"}
         assert {port for _, _, port in socks} == {endpoints.nodes[0].port}
+        # never trust, even on loopback: without the deployment's password (0600 file) nobody gets in
+        node = endpoints.nodes[0]
+        assert Path(str(node.extra["password_file"])).stat().st_mode & 0o777 == 0o600
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(host=node.host, port=node.port, user="postgres", dbname="postgres").close()
     finally:
         client.close()
     data_dir = endpoints.data_dir
@@ -189,6 +195,9 @@ def test_unix_socket_only_opens_no_tcp_port(deploy, fmnist) -> None:
     try:
         assert endpoints.nodes[0].host.startswith("/")  # libpq: a socket directory
         assert listeners(list(deployment.server_pids().values())) == []
+        node = endpoints.nodes[0]
+        with pytest.raises(psycopg.OperationalError, match="password"):  # the socket asks for it too
+            psycopg.connect(host=node.host, port=node.port, user="postgres", dbname="postgres").close()
         client.create_collection(spec("flat"))
         client.insert_new(np.arange(10), base[:10])
         assert client.count() == 10

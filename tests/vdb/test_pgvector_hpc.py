@@ -10,6 +10,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from apps.vdb.cluster.checks import ClusterCheck
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import plan_cluster
+from apps.vdb.cluster.pilot import endpoints_from_registry
 from apps.vdb.cluster.render import render_files
 from apps.vdb.pgvector import checks
 from apps.vdb.pgvector.deploy import packaged_bin_dir
@@ -32,6 +34,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pgvector"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 NODE = NodeShape(sockets=2, cores_per_socket=32, gpus=4)
 IMAGES = {"pgvector": "/images/pgvector-pg18.sif", "vectorchord": "/images/vchord-pg18.sif"}
+VENV_BIN = str(Path(sys.executable).parent)  # the telemetry sampler's interpreter: named neutrally in goldens
 
 
 def cluster(**kw: object) -> DatabaseClusterConfig:
@@ -47,7 +50,7 @@ def cluster(**kw: object) -> DatabaseClusterConfig:
 
 def rendered(settings: PgvectorSettings, block: DatabaseClusterConfig) -> dict[str, str]:
     layout = plan_cluster(settings, block, NODE, Path("/work/run/vdb/pgvector"), None)
-    return render_files(layout, block)
+    return {name: text.replace(VENV_BIN, "<venv>/bin") for name, text in render_files(layout, block).items()}
 
 
 @pytest.mark.parametrize("extension", ["pgvector", "vectorchord"])
@@ -89,6 +92,20 @@ def test_rank_listens_on_its_interface_with_data_on_the_medium(tmp_path: Path) -
             assert done.returncode == 0, (name, done.stderr)
 
 
+def test_clients_are_told_where_the_rank_keeps_its_password() -> None:
+    block = cluster()
+    layout = plan_cluster(PgvectorSettings(), block, NODE, Path("/work/run/vdb/pgvector"), None)
+    entry = {"rank": 0, "host": "10.1.2.3", "ports": {"postgres": 20000}}
+    (node,) = endpoints_from_registry(layout, {0: entry}).nodes
+    assert (node.host, node.port) == ("10.1.2.3", 20000)
+    # the host side of the container's /opt/pes2o/run, where the start script writes it
+    assert node.extra["password_file"] == str(layout.directory / "ranks" / "000" / "run" / "password")
+    assert (
+        '--bind "${VDB_RANK_DIR}/run:/opt/pes2o/run"'
+        in rendered(PgvectorSettings(), block)["ranks/rank-000.sh"]
+    )
+
+
 def test_checks_name_the_fields() -> None:
     block = cluster(workers=2, nodes=2)
     check = ClusterCheck("pgvector", block, block, "polaris", ("memory", "lustre"), 1, None)
@@ -124,10 +141,12 @@ def test_start_script_runs_postgres_on_the_rank_address_until_terminated() -> No
     rank_dir.mkdir(parents=True)
     script = root / "start-postgres.sh"
     script.write_text(text)
-    argv = ["bash", str(script)]
+    run_dir = root / "run"  # the rank's run directory: the script makes the password there
+    run_dir.mkdir()
+    argv = ["bash", str(script), str(run_dir)]
     if os.geteuid() == 0:  # PostgreSQL refuses root: run the rank as the postgres user, as a batch job would
         user = pwd.getpwnam("postgres")
-        for path in (root, *[p for p in rank_dir.parents if root in p.parents], rank_dir):
+        for path in (root, run_dir, *[p for p in rank_dir.parents if root in p.parents], rank_dir):
             os.chown(path, user.pw_uid, user.pw_gid)
         argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--", *argv]
     log = open(root / "rank.log", "wb")  # noqa: SIM115 - closed below
@@ -138,9 +157,24 @@ def test_start_script_runs_postgres_on_the_rank_address_until_terminated() -> No
             assert proc.poll() is None, (root / "rank.log").read_text()
             assert time.monotonic() < deadline, (root / "rank.log").read_text()
             time.sleep(0.3)
-        with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres") as conn:
+        # The endpoint the clients get names the password file the rank wrote: readable by its user only.
+        password_file = run_dir / spec.client_files["password_file"].removeprefix("run/")
+        assert password_file.stat().st_mode & 0o777 == 0o600
+        password = password_file.read_text().strip()
+        assert len(password) == 48
+        with pytest.raises(psycopg.OperationalError, match="password"):  # never trust: no password, no entry
+            psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres").close()
+        with psycopg.connect(
+            host="127.0.0.1", port=port, user="postgres", dbname="postgres", password=password
+        ) as conn:
             row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
             assert row is not None and row[0].startswith("0.8")
+            # clients on the job's other nodes: admitted from any address, by SCRAM only
+            rules = conn.execute(
+                "SELECT type, address, auth_method FROM pg_hba_file_rules WHERE error IS NULL"
+            ).fetchall()
+            assert ("host", "all", "scram-sha-256") in rules
+            assert {r[2] for r in rules} == {"scram-sha-256"}
         postmaster = [c for c in psutil.Process(proc.pid).children() if c.name() == "postgres"]
         socks = listeners([p.pid for p in postmaster])
         assert socks and {ip for _, ip, _ in socks} == {"127.0.0.1"}

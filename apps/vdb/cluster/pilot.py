@@ -48,6 +48,8 @@ def endpoints_from_registry(layout: ClusterLayout, entries: dict[int, dict[str, 
         extra: dict[str, str | int] = {"role": spec.role, "url": f"http://{host}:{port}"}
         if "metrics" in ports:
             extra["metrics_port"] = int(ports["metrics"])
+        for key, rel in spec.client_files.items():  # e.g. pgvector's password file, written by the rank
+            extra[key] = str(layout.directory / "ranks" / f"{rank:03d}" / rel)
         nodes.append(Endpoint(rank=rank, host=host, port=port, grpc_port=ports.get("grpc"), extra=extra))
     logs = [str(layout.directory / "logs" / f"rank-{r.rank:03d}.log") for r in layout.ranks]
     return Endpoints(

@@ -31,6 +31,8 @@ class RankSpec:
     files: dict[str, str] = field(default_factory=dict)  # config files (name -> text) bound into it
     apptainer_flags: list[str] = field(default_factory=list)
     workdir: str | None = None  # runtime native: the directory the server starts in
+    # Endpoint.extra key -> a file under the rank's directory (shared file system) its clients read
+    client_files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

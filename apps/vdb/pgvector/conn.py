@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from apps.vdb.base import DatabaseError, Endpoint
@@ -25,7 +26,8 @@ def endpoint_from_url(url: str) -> Endpoint:
 def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit: bool = True) -> Any:
     """A psycopg connection to ``node`` (TCP, or a Unix socket when its host is a directory).
 
-    The password, when any, comes from the environment variable ``settings.password_env``.
+    The password comes from the file the deployment wrote (``node.extra["password_file"]``: a started
+    server, locally or on an HPC rank), else from the environment variable ``settings.password_env``.
     """
     import psycopg
 
@@ -37,7 +39,15 @@ def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit:
         "connect_timeout": max(1, int(timeout)),
         "application_name": "pes2o-vdb",
     }
-    if settings.password_env:
+    password_file = node.extra.get("password_file")
+    if password_file:
+        try:
+            kwargs["password"] = Path(str(password_file)).read_text().strip()
+        except OSError as exc:
+            raise DatabaseError(
+                f"pgvector: cannot read the server's password file {password_file}: {exc}"
+            ) from None
+    elif settings.password_env:
         password = os.environ.get(settings.password_env)
         if password is None:
             raise DatabaseError(

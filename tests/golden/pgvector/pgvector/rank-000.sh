@@ -12,6 +12,8 @@ VDB_UP_PORT=
 VDB_TIMEOUT=900
 VDB_CLEANUP=0
 VDB_LEASE_S=300
+VDB_TELEMETRY=/work/run/vdb/pgvector/cluster/telemetry/rank-000.parquet
+VDB_PYTHON=<venv>/bin/python
 VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="file:///lus/project/vdb/pes2o-vdb/pgvector-bf7fe55d/job-${VDB_JOB}/rank-000/ready"
 mkdir -p "/lus/project/vdb/pes2o-vdb/pgvector-bf7fe55d/job-${VDB_JOB}/rank-000" "$VDB_RANK_DIR/run"
@@ -20,7 +22,7 @@ vdb_render "$VDB_RANK_DIR/start-postgres.sh" "$VDB_RANK_DIR/run/start-postgres.s
 vdb_serve \
   apptainer exec --cleanenv \
   --bind "/lus/project/vdb/pes2o-vdb/pgvector-bf7fe55d/job-${VDB_JOB}/rank-000:/var/lib/postgresql/pes2o" \
-  --bind "${VDB_RANK_DIR}/run/start-postgres.sh:/opt/pes2o/start-postgres.sh" \
+  --bind "${VDB_RANK_DIR}/run:/opt/pes2o/run" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /images/pgvector-pg18.sif \
-  /bin/bash /opt/pes2o/start-postgres.sh
+  /bin/bash /opt/pes2o/run/start-postgres.sh /opt/pes2o/run
