@@ -10,13 +10,12 @@ adding a point to a sweep reruns none of the others, and a finished point is nev
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from apps.vdb.config import VdbConfig
-from apps.vdb.sweep import SweepPoint
+from apps.vdb.sweep import SweepPoint, label_slug
 from core.store import complete_manifest, content_key
 
 POINT_VERSION = "1"
@@ -58,9 +57,7 @@ def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
     return {**params, "metric": metric, "repeat": point.repeat}
 
 
-def slug(label: str) -> str:
-    """A label as a file name: ``milvus[hnsw_m=32,index_type=ivf_pq]`` stays readable."""
-    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120] or "point"
+slug = label_slug  # a point's label as a file name (apps.vdb.sweep: unique per run)
 
 
 def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -> list[PointPlan]:

@@ -124,6 +124,13 @@ def test_same_database_twice_needs_distinct_labels() -> None:
     assert vdb.points[1].params == {"collection.index_type": "ivf_flat"}
 
 
+def test_labels_that_would_share_a_file_name_are_refused() -> None:
+    # "q 4" and "q/4" are distinct labels but one file name, q_4: their points' links would collide
+    ((loc, message),) = errors({"databases": [{**QDRANT, "label": "q 4"}, {**QDRANT, "label": "q/4"}]})
+    assert loc == ("databases", 1, "label")
+    assert "'q/4' and label 'q 4' would share the file name 'q_4'" in message
+
+
 def test_dump_writes_the_sweep_back() -> None:
     section = {
         "databases": [QDRANT, {"name": "milvus", "label": "ivf", "collection": {"index_type": "ivf_flat"}}],

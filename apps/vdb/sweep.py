@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -222,6 +223,12 @@ def _short(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def label_slug(label: str) -> str:
+    """A label as a file name (its points' directory links and figure files): ``milvus[hnsw_m=32]`` stays
+    readable. Two labels with one slug would share those files, so the expansion refuses them."""
+    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120] or "point"
+
+
 def default_label(name: str, params: dict[str, Any]) -> str:
     """``milvus`` or ``milvus[index_type=ivf_pq,hnsw_m=32]`` (last name part, whole name when ambiguous)."""
     if not params:
@@ -266,6 +273,7 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
     base["databases"] = []
     out = Expansion(base=base, axes=list(shared_axes))
     labels: dict[str, int] = {}
+    slugs: dict[str, str] = {}  # file name -> the label that has it
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             base["databases"].append(entry)
@@ -334,11 +342,20 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                 label = default_label(str(entry.get("name")), params)
             elif swept:
                 label = default_label(str(label), swept)
+            where = ("databases", i, "label") if "label" in entry else ("databases", i)
             if labels.setdefault(label, i) != i:
                 raise SweepError(
-                    ("databases", i, "label") if "label" in entry else ("databases", i),
+                    where,
                     f"label {label!r} is already the label of vdb.databases[{labels[label]}]; "
                     "give one of them its own label",
+                )
+            other = slugs.setdefault(label_slug(label), label)
+            if other != label:
+                raise SweepError(
+                    where,
+                    f"label {label!r} and label {other!r} would share the file name "
+                    f"{label_slug(label)!r} (characters outside A-Z a-z 0-9 . _ = , + [ ] - become _, and "
+                    "names are cut at 120 characters); give one of them another label",
                 )
             for repeat in range(repeats):
                 out.points.append((label, i, repeat, params, point, taken))
