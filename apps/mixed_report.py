@@ -17,6 +17,8 @@ second axis (and the baseline's P99 for reference).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,24 +41,38 @@ from apps.recall import fetch_vectors, read_query_vectors, recall_at_k
 from apps.vdb_metrics import evaluate, window_stats
 
 TRUTH_FILE = "truth.parquet"
+TRUTH_TAG = b"pes2o.mixed_truth"  # what a cached truth file was computed for (recomputed when it differs)
 
 
 def truth_for(
     record: MixedRecord, dataset_dir: str | Path, queries_file: str | Path, metric: str
 ) -> pa.Table:
-    """The checkpoints' exact top-k (computed on first use, then read from beside the raw files)."""
+    """The checkpoints' exact top-k: computed on first use, then read from beside the raw files while what
+    it was computed for (dataset, metric, k, checkpoints, the queries answered) is unchanged."""
     path = Path(record.queries_file).with_name(TRUTH_FILE)
-    if path.exists():
-        return read_truth(path)
-    queries = read_query_vectors(queries_file)
     raw = pa.concat_tables([read_raw(record.queries_file), read_raw(record.baseline_file)])
     if raw.num_rows == 0:
         raise ValueError(f"{record.baseline_file}: no query answered in the mixed workload's baseline")
     wanted = np.unique(raw.column("query_id").to_numpy())
-    vectors = queries.get(wanted)
     k = int(raw.column("k")[0].as_py())
     sizes = checkpoint_sizes(record.total_rows, record.preload_rows, record.checkpoint_fraction)
+    tag = json.dumps(
+        {
+            "dataset": str(Path(dataset_dir).resolve()),
+            "metric": metric,
+            "k": k,
+            "sizes": sizes,
+            "queries": hashlib.sha256(np.ascontiguousarray(wanted, np.int64).tobytes()).hexdigest(),
+        },
+        sort_keys=True,
+    )
+    if path.exists():
+        cached = read_truth(path)
+        if (cached.schema.metadata or {}).get(TRUTH_TAG) == tag.encode():
+            return cached
+    vectors = read_query_vectors(queries_file).get(wanted)
     table = checkpoint_truth(dataset_dir, wanted, vectors, sizes, k, metric)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), TRUTH_TAG: tag.encode()})
     write_truth(table, path)
     return table
 

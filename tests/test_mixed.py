@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from apps.dataset import finalize_dataset, vectors_to_arrow
 from apps.mixed_config import MixedConfig
+from apps.mixed_report import truth_for
 from apps.mixed_truth import assign_checkpoints, checkpoint_sizes, checkpoint_truth, ready_times
 from apps.results import results_table
 from apps.vdb.config import VdbConfig
@@ -198,6 +199,14 @@ def test_mixed_run_on_milvus_recall_equals_an_independent_recomputation(milvus, 
     assert rows["mixed"]["recall"] == pytest.approx(float(np.mean(recalls)), abs=1e-12)
     assert len(used) > 1  # the queries really ran while rows were being inserted
     assert rows["mixed"]["recall"] > 0.5 and rows["mixed_baseline"]["recall"] > 0.5  # random: ~0.01
+
+    # The checkpoints' truth is kept beside the raw files for what it was computed for, and only for that.
+    truth_path = Path(record.queries_file).with_name("truth.parquet")
+    written = truth_path.stat().st_mtime_ns
+    assert truth_for(record, dataset, queries_file, "l2").equals(truth)
+    assert truth_path.stat().st_mtime_ns == written  # read, not recomputed
+    inner = truth_for(record, dataset, queries_file, "ip")  # another metric: other neighbours, recomputed
+    assert truth_path.stat().st_mtime_ns != written and not inner.equals(truth)
     print(
         {
             stage: {k: row[k] for k in ("qps", "latency_p99_ms", "recall", "queries_sent")}
