@@ -34,6 +34,7 @@ from apps.dataset import iter_vectors
 from apps.index import build_index
 from apps.insert import prepare_collection, request_size
 from apps.mixed_config import MixedConfig, MixedRecord
+from apps.prefix_truth import loaded_rows
 from apps.query_raw import raw_query_table, requests_path
 from apps.vdb.base import DatabaseError
 from apps.vdb.pool import ClientPool, client
@@ -212,15 +213,18 @@ def mixed_workload(
     cfg: MixedConfig,
     out_dir: str,
     preload_batch_size: int,
+    rows: int | None = None,
     _after: Any = None,
 ) -> MixedRecord:
     """Parsl task: preload, baseline, mixed phase (module docstring); raw files under ``<out_dir>/mixed``.
 
-    ``_after`` only orders this task after the query sweep.
+    ``rows`` (``vdb.insert.rows``) limits the workload to the dataset's first rows, as the point's own load
+    is: the preloaded fraction and the inserts are of that prefix. ``_after`` only orders this task after
+    the query sweep.
     """
     out = Path(out_dir) / "mixed"
     out.mkdir(parents=True, exist_ok=True)
-    total = read_manifest(Path(dataset_dir))["rows"]
+    total = loaded_rows(read_manifest(Path(dataset_dir))["rows"], rows)
     preload = preload_rows(total, cfg)
     preload_s = _preload(target, dataset_dir, preload, preload_batch_size, cfg)
     query_ids, vectors = query_sweep.read_queries(queries_file, cfg.max_queries)

@@ -279,7 +279,13 @@ class VdbStages:
         if cfg.mixed is not None:  # on a fresh collection: the task recreates and preloads it (apps/mixed.py)
             self.telemetry.phase("mixed")
             mixed = self.apps["mixed"](
-                target, str(dataset_dir), queries_file, cfg.mixed, str(db_dir), cfg.insert.batch_sizes[-1]
+                target,
+                str(dataset_dir),
+                queries_file,
+                cfg.mixed,
+                str(db_dir),
+                cfg.insert.batch_sizes[-1],
+                cfg.insert.rows,
             )
             stages["mixed"] = mixed.result()
         return stages
