@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from core.errors import ArtifactError, PipelineError
 from pipeline.config import RunConfig
 from pipeline.provenance import PROVENANCE
-from pipeline.sweep import POINTS_DIR
+from pipeline.sweep import POINTS_DIR, slug
 
 
 class RunNotFound(PipelineError):
@@ -170,7 +170,7 @@ def _points(vdb: dict[str, Any], directory: Path) -> list[PointRef]:
         links = {p.resolve(): p.name for p in directory.iterdir() if p.is_symlink()}
         for p in listed:
             where = store / POINTS_DIR / p["key"]
-            link = links.get(where, p["label"])
+            link = links.get(where, slug(p["label"]))
             points.append(PointRef(p["label"], int(p["repeat"]), p["key"], link, where))
         return points
     if directory.is_dir():  # partly finished, before points were recorded: the points linked so far

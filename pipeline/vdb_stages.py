@@ -293,6 +293,8 @@ class VdbStages:
 
 def _link(link: Path, target: Path) -> None:
     """``link`` -> ``target`` (a point's directory under its label in the stage directory)."""
+    if link.name in ("", ".", "..") or "/" in link.name:  # label_slug never gives these: never delete them
+        raise ValueError(f"{link}: a point's link must be a plain name inside its stage directory")
     if link.is_symlink():
         link.unlink()
     elif link.exists():  # a database directory of the layout before sweeps

@@ -84,3 +84,21 @@ def test_every_job_script(platform: str, tmp_path: Path) -> None:
     assert workers and databases
     shellcheck(workers, f"--exclude={','.join(PARSL_TEMPLATE + SITE_FILES)}")
     shellcheck(databases, f"--exclude={','.join(SITE_FILES)}")
+
+
+def test_a_marker_left_by_an_earlier_start_never_counts_as_ready(tmp_path: Path) -> None:
+    """``vdb_serve`` with a ``file://`` ready URL (pgvector's rank): a stale marker (a requeued job on the
+    same data) is removed before the server starts, so readiness waits for the new server's own marker."""
+    ready = tmp_path / "ready"
+    ready.write_text("stale\n")
+    script = f"""
+source {CLUSTER / "lib.sh"}
+VDB_RANK=0 VDB_LOG={tmp_path / "rank.log"} VDB_REGISTRY={tmp_path} VDB_TIMEOUT=30 VDB_UP_PORT=
+VDB_READY_URL="file://{ready}"
+vdb_register() {{ [ "$1" = ready ] && cat {ready} > {tmp_path / "seen"}; }}  # what counted as ready
+vdb_telemetry_start() {{ :; }}
+vdb_stop() {{ exit "$2"; }}
+vdb_serve bash -c 'sleep 1.5; echo fresh > {ready}; sleep 0.5'
+"""
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "seen").read_text() == "fresh\n", done.stderr

@@ -300,3 +300,20 @@ def test_an_entrys_k_above_the_ground_truth_is_refused_before_anything_runs(
     path.write_text(yaml.safe_dump(base_config(small_corpus, tmp_path / "wd", vdb=vdb), sort_keys=False))
     with pytest.raises(ConfigError, match=r"vdb\.query\.k of point 'deep' 100 exceeds groundtruth\.k 10"):
         load_config(path)
+
+
+@pytest.mark.parametrize("label", [".", "..", "../x", 5, True])
+def test_a_label_is_a_string_and_never_names_a_directory(label: object) -> None:
+    from apps.vdb.sweep import label_slug
+
+    if isinstance(label, str):  # accepted, as a plain file name inside the stage directory
+        (point,) = VdbConfig.model_validate({"databases": [{**QDRANT, "label": label}]}).points
+        assert label_slug(point.label) not in ("", ".", "..") and "/" not in label_slug(point.label)
+    else:
+        ((loc, message),) = errors({"databases": [{**QDRANT, "label": label}]})
+        assert loc == ("databases", 0, "label") and "label must be a string" in message
+
+
+def test_labels_differing_only_in_case_are_refused() -> None:  # one file on macOS's file system
+    ((loc, message),) = errors({"databases": [{**QDRANT, "label": "HNSW"}, {**QDRANT, "label": "hnsw"}]})
+    assert loc == ("databases", 1, "label") and "case is ignored" in message

@@ -188,7 +188,9 @@ class VdbConfig(Strict):
         try:
             expansion = expand(data, cls, settings_models())
         except SweepError as exc:
-            raise ValidationError.from_exception_data(cls.__name__, [exc.details(None)]) from None
+            raise ValidationError.from_exception_data(
+                cls.__name__, [exc.details(_value_at(data, exc.loc))]
+            ) from None
         model = handler(expansion.base)
         model._expansion = expansion
         # Each point is a model of its own: under VdbConfig(...) ``handler`` fills this very instance, so
@@ -240,3 +242,14 @@ class VdbConfig(Strict):
             if not getattr(db, "in_process", False):
                 seen.setdefault(db.name, db)
         return list(seen.values())
+
+
+def _value_at(data: Any, loc: tuple[Any, ...]) -> Any:
+    """What the user wrote at ``loc`` of the raw section (a mapping where nothing is there: errors then
+    show no value)."""
+    for key in loc:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return {}
+    return data

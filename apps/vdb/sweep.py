@@ -225,8 +225,9 @@ def _short(value: Any) -> str:
 
 def label_slug(label: str) -> str:
     """A label as a file name (its points' directory links and figure files): ``milvus[hnsw_m=32]`` stays
-    readable. Two labels with one slug would share those files, so the expansion refuses them."""
-    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120] or "point"
+    readable. Leading dots go (``.`` and ``..`` name directories, not points); an empty result is
+    ``point``. Two labels with one slug would share those files, so the expansion refuses them."""
+    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120].lstrip(".") or "point"
 
 
 def default_label(name: str, params: dict[str, Any]) -> str:
@@ -337,6 +338,11 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                 params[axis.name] = axis.values[index]
                 taken[axis.path] = index
             label = entry.get("label")
+            if label is not None and not isinstance(label, str):
+                raise SweepError(
+                    ("databases", i, "label"),
+                    f"label must be a string, not {type(label).__name__}; quote it in YAML",
+                )
             swept = {axis.name: params[axis.name] for axis in axes}
             if label is None:
                 label = default_label(str(entry.get("name")), params)
@@ -349,13 +355,15 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                     f"label {label!r} is already the label of vdb.databases[{labels[label]}]; "
                     "give one of them its own label",
                 )
-            other = slugs.setdefault(label_slug(label), label)
+            # casefold: on a case-insensitive file system (macOS) HNSW and hnsw are one file
+            other = slugs.setdefault(label_slug(label).casefold(), label)
             if other != label:
                 raise SweepError(
                     where,
                     f"label {label!r} and label {other!r} would share the file name "
-                    f"{label_slug(label)!r} (characters outside A-Z a-z 0-9 . _ = , + [ ] - become _, and "
-                    "names are cut at 120 characters); give one of them another label",
+                    f"{label_slug(label)!r} (characters outside A-Z a-z 0-9 . _ = , + [ ] - become _, "
+                    "leading dots go, case is ignored, and names are cut at 120 characters); give one of "
+                    "them another label",
                 )
             for repeat in range(repeats):
                 out.points.append((label, i, repeat, params, point, taken))

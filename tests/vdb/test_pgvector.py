@@ -249,3 +249,33 @@ def test_a_root_run_starts_the_server_as_the_chosen_user_and_refuses_a_missing_o
     finally:
         missing.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_restart_keeps_the_password_and_a_wrong_or_lost_one_fails_at_once(deploy) -> None:
+    deployment, endpoints, client = deploy(PgvectorSettings())
+    client.close()
+    workdir = Path(endpoints.data_dir).parents[1]
+    password_file = Path(str(endpoints.nodes[0].extra["password_file"]))
+    password = password_file.read_text()
+    deployment.stop()
+    again = get_adapter("pgvector").deployment(PgvectorSettings())
+    try:
+        again.start(workdir, timeout=60)  # the same data directory: the same password, which still works
+        assert password_file.read_text() == password
+    finally:
+        again.stop()
+    owner = password_file.stat()
+    password_file.write_text("wrong\n")  # the server's user must still read it (a root run)
+    os.chown(password_file, owner.st_uid, owner.st_gid)
+    wrong = get_adapter("pgvector").deployment(PgvectorSettings())
+    try:
+        with pytest.raises(DatabaseError, match="refused the password in"):
+            wrong.start(workdir, timeout=600)  # fails on the first refused login, not after the timeout
+    finally:
+        wrong.stop()
+    password_file.unlink()
+    lost = get_adapter("pgvector").deployment(PgvectorSettings())
+    with pytest.raises(DatabaseError, match="without its password file"):  # never falls back to trust
+        lost.start(workdir, timeout=60)
+    assert lost.server_pids() == {}

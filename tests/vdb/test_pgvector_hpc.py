@@ -181,6 +181,24 @@ def test_start_script_runs_postgres_on_the_rank_address_until_terminated() -> No
         os.kill(proc.pid, signal.SIGTERM)  # what lib.sh's vdb_stop sends
         assert proc.wait(timeout=60) == 0
         assert not any(psutil.pid_exists(p.pid) for p in postmaster)
+
+        # A restart on the same data (a requeued job): same password, no second pg_hba line.
+        (rank_dir / "ready").unlink()  # lib.sh's vdb_serve removes a file:// marker before it starts the rank
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (rank_dir / "ready").exists():
+            assert proc.poll() is None, (root / "rank.log").read_text()
+            assert time.monotonic() < deadline, (root / "rank.log").read_text()
+            time.sleep(0.3)
+        assert password_file.read_text().strip() == password
+        hba = (rank_dir / "data" / "pg_hba.conf").read_text().splitlines()
+        assert hba.count("host all all all scram-sha-256") == 1
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        # The data without its password: the rank stops and says why, instead of serving nobody.
+        password_file.unlink()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and "exists but its password file" in done.stderr
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -106,6 +106,12 @@ class PgvectorDeployment(Deployment):
         user = self._server_user(root)
         if not (data / "PG_VERSION").is_file():
             self._initdb(bin_dir, data, self._new_password(root, user), log, user)
+        elif not (root / PASSWORD_FILE).is_file():
+            raise DatabaseError(
+                f"pgvector: {data} holds a database without its password file {root / PASSWORD_FILE} (made "
+                "by an older version, with trust authentication, or the file was removed); remove "
+                f"{root} to start afresh"
+            )
         for attempt in range(2):  # a port taken between picking and binding: pick again once
             try:
                 return self._start_server(bin_dir, root, data, log, user, timeout)
@@ -154,11 +160,12 @@ class PgvectorDeployment(Deployment):
         root.mkdir(parents=True, exist_ok=True)
         path = root / PASSWORD_FILE
         path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # O_EXCL | O_NOFOLLOW and fchown: root never follows a link the server's user could plant here
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        if user is not None:
+            os.fchown(fd, user.pw_uid, user.pw_gid)
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_hex(24) + "\n")
-        if user is not None:
-            os.chown(path, user.pw_uid, user.pw_gid)
         return path
 
     def _initdb(
@@ -180,9 +187,11 @@ class PgvectorDeployment(Deployment):
         port = free_port()
         if s.unix_socket:
             sock = root / "socket"
+            if sock.is_symlink():  # the server's user owns root: never chown through a link planted there
+                raise DatabaseError(f"pgvector: {sock} is a symbolic link; remove it")
             sock.mkdir(exist_ok=True)
             if user is not None:
-                os.chown(sock, user.pw_uid, user.pw_gid)
+                os.chown(sock, user.pw_uid, user.pw_gid, follow_symlinks=False)
             if len(f"{sock}/.s.PGSQL.{port}") > SOCKET_PATH_MAX:
                 raise DatabaseError(
                     f"pgvector: unix_socket: the socket path under {sock} is longer than {SOCKET_PATH_MAX} "
@@ -194,9 +203,11 @@ class PgvectorDeployment(Deployment):
         argv = self._as_user(postgres_argv(str(bin_dir / "postgres"), str(data), port, gucs), user)
         self.proc = ServerProcess("postgres", argv, log, cwd=root, cpus=self.cpus)
         self.proc.start()
-        extra: dict[str, str | int] = {"dbname": "postgres", "user": "postgres"}
-        if (root / PASSWORD_FILE).is_file():  # absent only for a data directory of an older version (trust)
-            extra["password_file"] = str(root / PASSWORD_FILE)
+        extra: dict[str, str | int] = {
+            "dbname": "postgres",
+            "user": "postgres",
+            "password_file": str(root / PASSWORD_FILE),
+        }
         node = Endpoint(host=host, port=port, extra=extra)
         facts: dict[str, str] = {}
 
@@ -208,7 +219,11 @@ class PgvectorDeployment(Deployment):
                     return True
             except DatabaseError:
                 raise
-            except Exception:  # starting up, or not listening yet
+            except Exception as exc:  # starting up, or not listening yet; a refused password is final
+                if "password authentication failed" in str(exc) or "no password supplied" in str(exc):
+                    raise DatabaseError(
+                        f"pgvector: the server refused the password in {root / PASSWORD_FILE}: {exc}"
+                    ) from None
                 return False
 
         self.proc.wait_healthy(ready, timeout)

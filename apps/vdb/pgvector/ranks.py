@@ -49,7 +49,9 @@ def start_script(settings: Any, bin_dir: str, home: str, port: int) -> str:
     postgres = " ".join(shlex.quote(a) for a in postgres_argv(f"{bin_dir}/postgres", data, port, gucs))
     initdb = " ".join(shlex.quote(a) for a in initdb_argv(f"{bin_dir}/initdb", data, "$PWFILE"))
     initdb = initdb.replace("'--pwfile=$PWFILE'", '--pwfile="$PWFILE"')  # the one word the shell expands
-    psql = f'{shlex.quote(bin_dir + "/psql")} -h "$ADDR" -p {port} -U postgres -d postgres -v ON_ERROR_STOP=1'
+    psql = (
+        f'{shlex.quote(bin_dir + "/psql")} -w -h "$ADDR" -p {port} -U postgres -d postgres -v ON_ERROR_STOP=1'
+    )
     create = shlex.quote(EXTENSIONS[settings.extension][0])
     hba = shlex.quote(data + "/pg_hba.conf")
     return f"""#!/bin/bash
@@ -59,14 +61,18 @@ ADDR='${{VDB_ADDR}}'
 PWFILE="$1/{PASSWORD_FILE}"
 umask 077
 rm -f {shlex.quote(ready)}
-if [ ! -s "$PWFILE" ]; then  # the superuser's password: random, readable by the job's user only
-  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "$PWFILE.tmp" && mv "$PWFILE.tmp" "$PWFILE" || exit 1
-fi
 if [ ! -s {shlex.quote(data + "/PG_VERSION")} ]; then
+  if [ ! -s "$PWFILE" ]; then  # the superuser's password: random, readable by the job's user only
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "$PWFILE.tmp" || exit 1
+    mv "$PWFILE.tmp" "$PWFILE" || exit 1
+  fi
   {initdb} || exit 1
-  # clients on the job's other nodes: TCP from any host, with the password only (never trust)
-  echo 'host all all all scram-sha-256' >> {hba} || exit 1
+elif [ ! -s "$PWFILE" ]; then  # a database whose password is gone: no client could connect
+  echo "rank: {data} exists but its password file $PWFILE does not; remove the data directory" >&2
+  exit 1
 fi
+# clients on the job's other nodes: TCP from any host, with the password only (never trust)
+grep -qx 'host all all all scram-sha-256' {hba} || echo 'host all all all scram-sha-256' >> {hba} || exit 1
 {postgres} &
 pid=$!
 trap 'kill -INT "$pid" 2>/dev/null; wait "$pid"; exit 0' TERM INT

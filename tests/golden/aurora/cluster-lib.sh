@@ -92,6 +92,9 @@ vdb_stop() {
 
 vdb_serve() {  # start "$@" in the background, wait until healthy, then until STOP or exit
   mkdir -p "$(dirname "$VDB_LOG")"
+  case "$VDB_READY_URL" in  # a marker file left by an earlier start (a requeued job) never counts
+    file://*) rm -f "${VDB_READY_URL#file://}" ;;
+  esac
   "$@" >> "$VDB_LOG" 2>&1 &
   VDB_PID=$!
   trap 'vdb_stop stopped 0' TERM INT

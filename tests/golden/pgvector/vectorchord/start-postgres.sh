@@ -5,14 +5,18 @@ ADDR='@VDB_ADDR@'
 PWFILE="$1/password"
 umask 077
 rm -f /var/lib/postgresql/pes2o/ready
-if [ ! -s "$PWFILE" ]; then  # the superuser's password: random, readable by the job's user only
-  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$PWFILE.tmp" && mv "$PWFILE.tmp" "$PWFILE" || exit 1
-fi
 if [ ! -s /var/lib/postgresql/pes2o/data/PG_VERSION ]; then
+  if [ ! -s "$PWFILE" ]; then  # the superuser's password: random, readable by the job's user only
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$PWFILE.tmp" || exit 1
+    mv "$PWFILE.tmp" "$PWFILE" || exit 1
+  fi
   /usr/lib/postgresql/18/bin/initdb -D /var/lib/postgresql/pes2o/data -U postgres --auth=scram-sha-256 --pwfile="$PWFILE" --encoding=UTF8 --locale=C || exit 1
-  # clients on the job's other nodes: TCP from any host, with the password only (never trust)
-  echo 'host all all all scram-sha-256' >> /var/lib/postgresql/pes2o/data/pg_hba.conf || exit 1
+elif [ ! -s "$PWFILE" ]; then  # a database whose password is gone: no client could connect
+  echo "rank: /var/lib/postgresql/pes2o/data exists but its password file $PWFILE does not; remove the data directory" >&2
+  exit 1
 fi
+# clients on the job's other nodes: TCP from any host, with the password only (never trust)
+grep -qx 'host all all all scram-sha-256' /var/lib/postgresql/pes2o/data/pg_hba.conf || echo 'host all all all scram-sha-256' >> /var/lib/postgresql/pes2o/data/pg_hba.conf || exit 1
 /usr/lib/postgresql/18/bin/postgres -D /var/lib/postgresql/pes2o/data -p 20000 -c 'listen_addresses=@VDB_ADDR@' -c unix_socket_directories= -c shared_buffers=64GB -c maintenance_work_mem=512MB -c max_parallel_maintenance_workers=15 -c max_worker_processes=19 -c max_parallel_workers=19 -c work_mem=16MB -c max_connections=100 -c synchronous_commit=on -c dynamic_shared_memory_type=posix -c logging_collector=off -c shared_preload_libraries=vchord &
 pid=$!
 trap 'kill -INT "$pid" 2>/dev/null; wait "$pid"; exit 0' TERM INT
@@ -20,7 +24,7 @@ until /usr/lib/postgresql/18/bin/pg_isready -q -h "$ADDR" -p 20000 -U postgres; 
   kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }
   sleep 1
 done
-if ! PGPASSWORD=$(cat "$PWFILE") /usr/lib/postgresql/18/bin/psql -h "$ADDR" -p 20000 -U postgres -d postgres -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS vchord CASCADE'; then
+if ! PGPASSWORD=$(cat "$PWFILE") /usr/lib/postgresql/18/bin/psql -w -h "$ADDR" -p 20000 -U postgres -d postgres -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS vchord CASCADE'; then
   kill -INT "$pid"; wait "$pid"; exit 1
 fi
 touch /var/lib/postgresql/pes2o/ready
