@@ -19,9 +19,11 @@ Figures (file stem: stage, x axis, matched by the swept parameter's name):
 A line is one database entry (its label without the swept values) with the other swept parameters fixed;
 a parameter swept together with the x axis (``sweep: zip``) joins the axis instead. Query figures use one
 query setting per line, named in its legend: the highest-QPS setting that reaches recall ≥ 0.95 at every
-point of the line, else the setting with the highest lowest recall. A figure whose axis was not swept (no
-line with two x values) is skipped and listed. :func:`mixed_table` adds the mixed-workload degradation table
-(000 Table VII) from rows with ``stage`` ``mixed`` and ``mixed_baseline``.
+point of the line, else the setting with the highest lowest recall. A line with one x value is drawn as a
+marker when its entry has others (the study's unbound point, ``bind: none``, beside its core counts). A
+figure whose axis was not swept (no entry with two x values) is skipped and listed. :func:`mixed_table`
+adds the mixed-workload degradation table (000 Table VII) from rows with ``stage`` ``mixed`` and
+``mixed_baseline``.
 """
 
 from __future__ import annotations
@@ -263,11 +265,21 @@ def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:
         lines.setdefault(line, []).append({**row, "_x": x, "_axis": axis})
     series: list[Series] = []
     used: list[Row] = []
-    for line, members in sorted(lines.items()):
-        if len({r["_x"] for r in members}) < 2:
+    entry_xs: dict[str, set[float]] = {}
+    for members in lines.values():
+        entry_xs.setdefault(_base(members[0]), set()).update(r["_x"] for r in members)
+    entry_setting: dict[str, str | None] = {}
+    # Lines over several x first: a one-point line of the same entry (the study's "unbound" beside its core
+    # counts, bind: none) is drawn as a marker beside them, at their query setting where it has it.
+    for line, members in sorted(lines.items(), key=lambda kv: (-len({r["_x"] for r in kv[1]}), kv[0])):
+        entry = _base(members[0])
+        if len(entry_xs[entry]) < 2:
             continue
         if spec.stage == "query":
-            setting = _fixed_setting(members)
+            setting = entry_setting.get(entry)
+            if setting not in {r["setting"] or "" for r in members}:
+                setting = _fixed_setting(members)
+            entry_setting.setdefault(entry, setting)
             members = [r for r in members if (r["setting"] or "") == setting]
             line = f"{line} @ {setting}"
         used += members
@@ -278,6 +290,7 @@ def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:
             series.append(Series(line, metric, _stats(by_x), _base(members[0])))
     if not series:
         return None
+    series.sort(key=lambda s: s.line)
     axes = sorted({r["_axis"] for r in used})
     swept = {n for r in used for n in (r.get("sweep") or {})}
     return FigureData(spec, ", ".join(axes), tuple(series), used, tuple(sorted(zipped & swept - set(axes))))
@@ -309,7 +322,8 @@ def caption(data: FigureData) -> str:
             )
         text += (
             f" One query setting per line (in its legend): the highest QPS reaching recall ≥ {MIN_RECALL} "
-            "at every point of the line, else the setting with the highest lowest recall."
+            "at every point of the line, else the setting with the highest lowest recall; a one-point "
+            "line (an unbound point beside its entry's core counts) takes its entry's setting."
         )
     elif spec.stage == "insert":
         vectors = [r["vectors"] for r in rows if r.get("vectors")]

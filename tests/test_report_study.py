@@ -129,6 +129,30 @@ def test_index_and_query_versus_cores_pick_one_setting_at_target_recall() -> Non
     assert "400–402 queries sent in 10.0–12.0 s" in text and "recall ≥ 0.95" in text
 
 
+def test_an_unbound_point_is_a_marker_beside_its_core_counts() -> None:
+    # Aurora's Fig. 5 sweep: cores_per_worker [2, 4, 4] zipped with bind [cores, cores, none]
+    rows = []
+    for cores, bind in [(2, "cores"), (4, "cores"), (4, "none")]:
+        base = point("qdrant", {"qdrant.cluster.cores_per_worker": cores, "qdrant.cluster.bind": bind})
+        speed = 100.0 * cores * (0.5 if bind == "none" else 1.0)
+        for repeat in range(2):
+            rows.append({**query(base, repeat, 64, speed, 0.97, 1.0), "status": "ok"})
+            rows.append(
+                {**query(base, repeat, 16, 3 * speed, 0.99 if bind == "none" else 0.5, 1.0), "status": "ok"}
+            )
+    got = lines(figure_data(rows, SPEC["study_query_cores"]), "qps")
+    # the unbound marker is measured at its entry's setting (ef=64), not at the ef it alone would pick
+    assert got == {
+        f"qdrant (bind=cores) @ {setting(64)}": [
+            (2.0, 220.0, 200.0, 240.0, 2),
+            (4.0, 440.0, 400.0, 480.0, 2),
+        ],
+        f"qdrant (bind=none) @ {setting(64)}": [(4.0, 220.0, 200.0, 240.0, 2)],
+    }
+    alone = [r for r in rows if r["sweep"]["qdrant.cluster.bind"] == "none"]
+    assert figure_data(alone, SPEC["study_query_cores"]) is None  # one x in all: no figure
+
+
 def test_segments_fall_back_to_the_highest_recall_setting() -> None:
     data = figure_data(sweep_rows(), SPEC["study_segments"])
     assert data.axis == "qdrant.default_segment_number"
