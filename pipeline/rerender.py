@@ -5,7 +5,8 @@ the run used; the metrics are computed again from the raw query files and the ex
 report stage's own code (:func:`pipeline.report_stage.write_benchmark_report`), so a corrected metric
 reaches an old run without starting a database. The new files are rendered into a temporary directory
 beside ``<vdb stage dir>/report`` and each is then renamed over its old version: a failure leaves the
-old report as it was, and a reader never sees a half-written file.
+old report as it was, and a reader never sees a half-written file. Figures the new render does not draw
+are removed, so the directory holds the report's figures only.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ def rerender(run: RunRecord) -> dict[str, Any]:
         names.sort(key=lambda n: (n == "report.md", n == "results.parquet"))
         for name in names:
             os.replace(scratch / name, report_dir / name)
+        for stale in report_dir.glob("*.png"):  # a figure this render no longer draws must not linger
+            if stale.name not in names:
+                stale.unlink()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     manifest = read_manifest(run.vdb.directory)

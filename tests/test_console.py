@@ -97,8 +97,11 @@ def test_report_rewrites_the_same_report_from_the_raw_files(finished_run) -> Non
     report = finished_run["report"] / "report.md"
     before = report.read_text()
     report.write_text("stale\n")
+    figures = sorted(p.name for p in finished_run["report"].glob("*.png"))
+    (finished_run["report"] / "no_longer_drawn.png").write_bytes(b"stale")
     result = run_cli("report", finished_run["run_dir"].name, "--workdir", str(finished_run["workdir"]))
     assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in finished_run["report"].glob("*.png")) == figures
     assert without_timestamps(report.read_text()) == without_timestamps(before)
     assert str(finished_run["report"]) in result.stderr  # says where it wrote
     assert set(headline_lines(result.stdout)) == set(LABELS)
