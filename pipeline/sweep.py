@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb.config import VdbConfig
-from apps.vdb.sweep import SweepPoint, label_slug
+from apps.vdb.sweep import SweepPoint
+from apps.vdb.sweep_labels import label_slug
 from core.store import complete_manifest, content_key
 
 POINT_VERSION = "1"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 import types
 import typing
 from collections.abc import Callable
@@ -29,6 +28,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails
+
+from apps.vdb.sweep_labels import LabelError, PointLabels
 
 # Keys of a database entry that are not fields of the database's settings model.
 # A section an entry overrides is merged into the shared one key by key, nested sections too (an entry's
@@ -219,29 +220,6 @@ def _set(raw: Any, path: Path, value: Any) -> None:
     raw[path[-1]] = value
 
 
-def _short(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def label_slug(label: str) -> str:
-    """A label as a file name (its points' directory links and figure files): ``milvus[hnsw_m=32]`` stays
-    readable. Leading dots go (``.`` and ``..`` name directories, not points); an empty result is
-    ``point``. Two labels with one slug would share those files, so the expansion refuses them."""
-    return re.sub(r"[^A-Za-z0-9._=,+\[\]-]+", "_", label)[:120].lstrip(".") or "point"
-
-
-def default_label(name: str, params: dict[str, Any]) -> str:
-    """``milvus`` or ``milvus[index_type=ivf_pq,hnsw_m=32]`` (last name part, whole name when ambiguous)."""
-    if not params:
-        return name
-    last = [p.rsplit(".", 1)[-1] for p in params]
-    parts = [
-        f"{short if last.count(short) == 1 else full}={_short(v)}"
-        for (full, v), short in zip(params.items(), last, strict=True)
-    ]
-    return f"{name}[{','.join(parts)}]"
-
-
 def _combinations(axes: list[Axis], mode: str) -> list[tuple[int, ...]]:
     """Indexes into each axis' values, one tuple per combination."""
     if not axes:
@@ -273,8 +251,7 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
         _set(base, axis.path, axis.values[0])
     base["databases"] = []
     out = Expansion(base=base, axes=list(shared_axes))
-    labels: dict[str, int] = {}
-    slugs: dict[str, str] = {}  # file name -> the label that has it
+    labels = PointLabels()
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             base["databases"].append(entry)
@@ -337,34 +314,11 @@ def expand(raw: dict[str, Any], vdb_model: type[BaseModel], models: list[type[Ba
                 _set(point, local, axis.values[index])
                 params[axis.name] = axis.values[index]
                 taken[axis.path] = index
-            label = entry.get("label")
-            if label is not None and not isinstance(label, str):
-                raise SweepError(
-                    ("databases", i, "label"),
-                    f"label must be a string, not {type(label).__name__}; quote it in YAML",
-                )
             swept = {axis.name: params[axis.name] for axis in axes}
-            if label is None:
-                label = default_label(str(entry.get("name")), params)
-            elif swept:
-                label = default_label(str(label), swept)
-            where = ("databases", i, "label") if "label" in entry else ("databases", i)
-            if labels.setdefault(label, i) != i:
-                raise SweepError(
-                    where,
-                    f"label {label!r} is already the label of vdb.databases[{labels[label]}]; "
-                    "give one of them its own label",
-                )
-            # casefold: on a case-insensitive file system (macOS) HNSW and hnsw are one file
-            other = slugs.setdefault(label_slug(label).casefold(), label)
-            if other != label:
-                raise SweepError(
-                    where,
-                    f"label {label!r} and label {other!r} would share the file name "
-                    f"{label_slug(label)!r} (characters outside A-Z a-z 0-9 . _ = , + [ ] - become _, "
-                    "leading dots go, case is ignored, and names are cut at 120 characters); give one of "
-                    "them another label",
-                )
+            try:
+                label = labels.claim(entry, i, params, swept)
+            except LabelError as exc:
+                raise SweepError(exc.loc, str(exc)) from None
             for repeat in range(repeats):
                 out.points.append((label, i, repeat, params, point, taken))
     return out
