@@ -27,8 +27,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
-SAMPLE = REPO / "datasets" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
-TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
+SAMPLE = REPO / "samples" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
+TERMS = REPO / "samples" / "bvbrc-roles" / "functional_roles-2k.txt"
 LOCAL_CONFIG = REPO / "configs" / "local.yaml"
 
 if str(REPO) not in sys.path:  # the project is installed editable, but a plain checkout works too

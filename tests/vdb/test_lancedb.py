@@ -224,15 +224,14 @@ def test_memory_medium_defaults_to_shm_and_is_removed_at_stop(tmp_path: Path) ->
     assert not Path(endpoints.data_dir).exists()
 
 
-def test_writes_survive_the_repository_datasets_folder_loaded_as_a_module(lance, bigann, monkeypatch) -> None:
-    """The clone's data folder ``datasets/`` imports as a namespace package when the repo root is on sys.path
-    (``python -m pipeline`` from a clone); LanceDB must not mistake it for Hugging Face's ``datasets``."""
+def test_writes_survive_a_datasets_folder_loaded_as_a_module(lance, bigann, monkeypatch, tmp_path) -> None:
+    """A folder named ``datasets/`` in the directory a user runs from imports as a namespace package (the
+    current directory is on sys.path); LanceDB must not mistake it for Hugging Face's ``datasets``."""
     import importlib
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
-    assert (repo / "datasets").is_dir()
-    monkeypatch.syspath_prepend(str(repo))
+    (tmp_path / "cwd" / "datasets").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "cwd"))
     monkeypatch.delitem(sys.modules, "datasets", raising=False)
     assert not hasattr(importlib.import_module("datasets"), "Dataset")  # the folder, not Hugging Face's
     base = bigann[0]
@@ -242,17 +241,19 @@ def test_writes_survive_the_repository_datasets_folder_loaded_as_a_module(lance,
     client.close()
 
 
-def test_lancedb_imports_after_the_datasets_folder_was_loaded(tmp_path: Path) -> None:
-    """A Parsl worker that embedded text first has the clone's ``datasets/`` folder loaded as a module
-    (sentence-transformers imports ``datasets`` when it can) before LanceDB is first imported; LanceDB
+def test_lancedb_imports_after_a_datasets_folder_was_loaded(tmp_path: Path) -> None:
+    """A Parsl worker that embedded text first may have a ``datasets/`` folder of its directory loaded as a
+    module (sentence-transformers imports ``datasets`` when it can) before LanceDB is first imported; LanceDB
     registers its Hugging Face converter at import time, so the client must drop it before importing."""
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[2]
+    (tmp_path / "cwd" / "datasets").mkdir(parents=True)
     script = f"""
 import sys, numpy as np
 sys.path.insert(0, {str(repo)!r})
+sys.path.insert(0, {str(tmp_path / "cwd")!r})
 import datasets
 assert not hasattr(datasets, "Dataset") and "lancedb" not in sys.modules
 from apps.vdb import get_adapter

@@ -54,10 +54,11 @@ def _forget_foreign_datasets() -> None:
     """Drop a ``datasets`` module that is not Hugging Face's from ``sys.modules``.
 
     LanceDB imports ``Dataset`` from any module named ``datasets`` it finds loaded, to accept Hugging Face
-    datasets as input. With this repository's root on ``sys.path`` (``python -m pipeline`` from a clone, or
-    pytest), its data folder ``datasets/`` imports as an empty namespace package under that name, and
+    datasets as input. A folder named ``datasets/`` in a directory on ``sys.path`` (the one ``python -m
+    pipeline`` runs from, a user's data folder) imports as an empty namespace package under that name, and
     ``import lancedb`` itself and every LanceDB write then fail with an ImportError. A worker that embedded
-    text before has it loaded (sentence-transformers imports ``datasets`` when it can).
+    text before may have it loaded (sentence-transformers imports ``datasets`` when it can). (This
+    repository keeps its own samples in ``samples/`` for that reason.)
     """
     module = sys.modules.get("datasets")
     if module is not None and not hasattr(module, "Dataset"):
