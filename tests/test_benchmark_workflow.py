@@ -156,11 +156,9 @@ def test_telemetry_and_io_per_query_of_every_database(full_run) -> None:
 
 def test_second_run_executes_nothing(full_run) -> None:
     config, workdir = full_run
-    started = time.monotonic()
     result = run_cli("run", str(config))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "nothing to execute" in result.stderr
-    assert time.monotonic() - started < 30
+    assert "nothing to execute" in result.stderr  # no stage ran, whatever the machine's speed
     assert last_provenance(workdir)["stages"]["vdb"]["cached"]
 
 
