@@ -186,7 +186,9 @@ def test_optional_database_with_missing_binary_is_skipped(corpus: Path, tmp_path
 
 
 def test_ctrl_c_tears_the_servers_down(corpus: Path, tmp_path: Path) -> None:
-    slow_sweep = {**SWEEP, "ef": [16, 32, 64, 128, 256], "batch_size": [1], "clients": [1]}
+    # 5 settings x 60 s: the run is still querying whenever the interrupt lands (with short windows it could
+    # finish between the check below and the signal on a loaded machine); the interrupt ends it early.
+    slow_sweep = {**SWEEP, "ef": [16, 32, 64, 128, 256], "batch_size": [1], "clients": [1], "duration_s": 60}
     config = base_config(corpus, tmp_path / "wd", vdb=vdb_section(WEAVIATE, query=slow_sweep))
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
