@@ -4,10 +4,11 @@ One Parsl task, after a point's query sweep, on the point's running database:
 
 1. **Preload.** The collection is dropped and created afresh (after the sweep it holds every row; deleting
    the second half would leave tombstones and segments a fresh preload does not have), the first
-   ``preload_fraction`` of the dataset's rows (its row order) is inserted, waited for and indexed.
+   ``preload_fraction`` of the point's rows (the dataset's, or its first ``vdb.insert.rows``; row order)
+   is inserted, waited for and indexed.
 2. **Baseline.** The query clients measure the mixed phase's query setting on the preloaded collection
    alone for ``baseline_duration_s`` (the query sweep's own timed-window code, :mod:`apps.query_sweep`).
-3. **Mixed.** Insert client processes send the remaining rows in dataset order, in batches of
+3. **Mixed.** Insert client processes send the rest of the point's rows in dataset order, in batches of
    ``insert_batch_size`` dealt to the clients in turn (each paced to its share of ``insert_rate``), while
    query client processes query in a loop. Every client loads its rows and connects first; all start at one
    common instant. Each insert client marks its last acknowledgement with a file; the query clients check

@@ -16,13 +16,18 @@ from core.config import Strict
 class MixedConfig(Strict):
     """The mixed insert + query workload: a phase of each point after the query sweep (None: off).
 
-    A fresh collection is preloaded with the first ``preload_fraction`` of the dataset (its row order) and
-    indexed; the same queries are measured on it alone (the baseline); then insert clients send the rest
-    of the rows in order while query clients query, until the last insert is acknowledged.
+    A fresh collection is preloaded with the first ``preload_fraction`` of the point's rows (the dataset's,
+    or its first ``vdb.insert.rows``; row order) and indexed; the same queries are measured on it alone
+    (the baseline); then insert clients send the rest of those rows in order while query clients query,
+    until the last insert is acknowledged.
     """
 
     preload_fraction: float = Field(
-        0.5, gt=0, lt=1, description="Share of the dataset (its first rows) loaded and indexed beforehand."
+        0.5,
+        gt=0,
+        lt=1,
+        description="Share of the point's rows (the dataset, or its first vdb.insert.rows; the first ones) "
+        "loaded and indexed beforehand.",
     )
     checkpoint_fraction: float = Field(
         0.05,

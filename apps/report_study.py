@@ -277,8 +277,9 @@ def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:
             continue
         if spec.stage == "query":
             setting = entry_setting.get(entry)
-            if setting not in {r["setting"] or "" for r in members}:
-                setting = _fixed_setting(members)
+            one_point = len({r["_x"] for r in members}) == 1
+            if not one_point or setting not in {r["setting"] or "" for r in members}:
+                setting = _fixed_setting(members)  # a line over several x: its own best setting
             entry_setting.setdefault(entry, setting)
             members = [r for r in members if (r["setting"] or "") == setting]
             line = f"{line} @ {setting}"

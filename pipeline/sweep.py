@@ -58,7 +58,7 @@ def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
     return {**params, "metric": metric, "repeat": point.repeat}
 
 
-slug = label_slug  # a point's label as a file name (apps.vdb.sweep: unique per run)
+slug = label_slug  # a point's label as a file name (apps.vdb.sweep_labels: unique per run)
 
 
 def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -> list[PointPlan]:

@@ -153,6 +153,19 @@ def test_an_unbound_point_is_a_marker_beside_its_core_counts() -> None:
     assert figure_data(alone, SPEC["study_query_cores"]) is None  # one x in all: no figure
 
 
+def test_each_line_over_several_x_keeps_its_own_setting() -> None:
+    # cores x hnsw.m: the m=32 line reaches recall 0.95 at ef=16 (and is fastest there); m=16 only at ef=64
+    rows = []
+    for cores, m in itertools.product((2, 4), (16, 32)):
+        base = point("qdrant", {"qdrant.cores_per_worker": cores, "collection.hnsw_m": m})
+        for repeat in range(2):
+            rows.append({**query(base, repeat, 64, 100.0 * cores, 0.97, 1.0), "status": "ok"})
+            fast = 0.99 if m == 32 else 0.5
+            rows.append({**query(base, repeat, 16, 300.0 * cores, fast, 1.0), "status": "ok"})
+    got = lines(figure_data(rows, SPEC["study_query_cores"]), "qps")
+    assert sorted(got) == [f"qdrant (hnsw_m=16) @ {setting(64)}", f"qdrant (hnsw_m=32) @ {setting(16)}"]
+
+
 def test_segments_fall_back_to_the_highest_recall_setting() -> None:
     data = figure_data(sweep_rows(), SPEC["study_segments"])
     assert data.axis == "qdrant.default_segment_number"

@@ -222,6 +222,22 @@ def test_failed_start_shows_the_log_and_leaves_nothing_running() -> None:
     assert not leftover and os.path.exists("/tmp")
 
 
+def test_the_password_file_is_read_only_as_a_plain_file(tmp_path: Path) -> None:
+    from apps.vdb.pgvector.conn import read_password
+
+    plain = tmp_path / "password"
+    plain.write_text("s3cret\n")
+    assert read_password(str(plain)) == "s3cret"
+    # the server's user owns the directory: a link it swapped in (to a root-only file) is never read
+    (tmp_path / "secret").write_text("root only\n")
+    (tmp_path / "link").symlink_to(tmp_path / "secret")
+    with pytest.raises(DatabaseError, match="cannot read the server's password file"):
+        read_password(str(tmp_path / "link"))
+    os.link(tmp_path / "secret", tmp_path / "hard")
+    with pytest.raises(DatabaseError, match="not a plain file"):
+        read_password(str(tmp_path / "hard"))
+
+
 def test_the_run_config_names_the_bad_field_and_the_index_types() -> None:
     from apps.vdb.config import VdbConfig
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import stat
 from typing import Any
 
 from apps.vdb.base import DatabaseError, Endpoint
@@ -21,6 +21,23 @@ def endpoint_from_url(url: str) -> Endpoint:
         "user": str(parts.get("user") or "postgres"),
     }
     return Endpoint(host=host, port=int(parts.get("port") or 5432), extra=extra)
+
+
+def read_password(path: str) -> str:
+    """The password in ``path``: a regular file with one link, opened without following a symbolic link.
+
+    The file's directory belongs to the server's user; a root client must not read whatever file that user
+    could swap in (a link to a root-only file would be sent as the password).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise DatabaseError(f"pgvector: cannot read the server's password file {path}: {exc}") from None
+    with os.fdopen(fd) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise DatabaseError(f"pgvector: the server's password file {path} is not a plain file; remove it")
+        return handle.read().strip()
 
 
 def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit: bool = True) -> Any:
@@ -41,12 +58,7 @@ def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit:
     }
     password_file = node.extra.get("password_file")
     if password_file:
-        try:
-            kwargs["password"] = Path(str(password_file)).read_text().strip()
-        except OSError as exc:
-            raise DatabaseError(
-                f"pgvector: cannot read the server's password file {password_file}: {exc}"
-            ) from None
+        kwargs["password"] = read_password(str(password_file))
     elif settings.password_env:
         password = os.environ.get(settings.password_env)
         if password is None:
