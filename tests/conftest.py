@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +36,13 @@ if not os.environ.get(SESSION_VAR, "").startswith(f"{os.getpid()}-"):
     os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex}"
 SESSION = os.environ[SESSION_VAR]
 SETTLE = 20.0  # seconds the suite's processes get to exit after the last test (watchdog poll + grace)
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a run a test interrupts: SIGINT back to its default in the child, so Python there
+    turns it into KeyboardInterrupt. A background job of a non-interactive shell (``make test &``, a CI
+    runner) starts with SIGINT ignored, children inherit that, and Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def session_processes() -> list[psutil.Process]:

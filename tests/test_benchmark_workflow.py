@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.conftest import REPO, base_config, run_cli, sample_records, write_jsonl
+from tests.conftest import REPO, base_config, interruptible, run_cli, sample_records, write_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -199,6 +199,7 @@ def test_ctrl_c_tears_the_servers_down(corpus: Path, tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=interruptible,  # the signal sent below must not be ignored because pytest's was
     )
     try:
         deadline = time.monotonic() + 600

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.conftest import interruptible
 from tests.slurm.conftest import SlurmTestbed
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,7 @@ class Run:
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=interruptible,  # the cleanup below interrupts it like Ctrl-C
         )
 
     def wait(self, timeout: float = RUN_TIMEOUT) -> int:
