@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from apps.ann_formats import Source, canonical_format, open_source
 from apps.dataset import METADATA_KEY, iter_vectors, vectors_to_arrow
+from apps.exact_distance import exact_distances
 from apps.groundtruth import exact_topk
-from apps.recall import distances as exact_distances
 from apps.recall import fetch_vectors
 from core.errors import ArtifactError, InputDataError
 from core.store import (

@@ -1,11 +1,13 @@
 """The ground-truth stage: exact top-k of every query over all dataset parts, streamed.
 
 The base vectors stream through in blocks sized to ``memory_budget_mb``; a running top-k is merged block by
-block, so memory does not depend on the dataset size. Ties are broken by (distance, position in the
-dataset), which is (distance, id) because ids ascend along the dataset. On the CPU the distances and the
-per-block selection are FAISS's brute-force kernels (``apps/groundtruth_faiss.py``, what ``IndexFlat``
-runs); on a GPU (cuda, xpu) torch matrix products (``apps/groundtruth_torch.py``). Both give the same
-neighbours up to ties.
+block, so memory does not depend on the dataset size. A float32 kernel proposes each block's candidates:
+FAISS's brute-force kernels on the CPU (``apps/groundtruth_faiss.py``, what ``IndexFlat`` runs), torch
+matrix products on a GPU (cuda, xpu; ``apps/groundtruth_torch.py``). The top-k itself and its order are
+decided in float64 with a fixed summation order (``apps/exact_distance.py``, ``apps/exact_search.py``),
+ties by (distance, position in the dataset), which is (distance, id) because ids ascend along the dataset.
+So the ground truth is the same, ids and distances to the bit, on every CPU and GPU, for any BLAS kernel,
+thread count and block size (``docs/groundtruth.md``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from apps import groundtruth_faiss, groundtruth_torch
+from apps import exact_distance, groundtruth_faiss, groundtruth_torch
 from apps.dataset import arrow_to_vectors, iter_vectors
+from apps.exact_search import ExactSearch
 from apps.taskinfo import task_context
 from core.config import Strict
 from core.errors import ArtifactError
@@ -40,7 +43,9 @@ class GroundTruthConfig(Strict):
     )
 
 
-STAGE_VERSION = "2"  # 2: FAISS on the CPU; L2 ranked as reported (not squared)
+# 2: FAISS on the CPU; L2 ranked as reported (not squared). 3: ranked by exact float64 distances (the same
+# on every machine), the kernels only propose candidates.
+STAGE_VERSION = "3"
 log = logging.getLogger(__name__)
 Engine = Literal["auto", "faiss", "torch"]
 
@@ -75,7 +80,7 @@ def block_rows(n_queries: int, dim: int, memory_budget_mb: int, k: int = 100, en
 
 
 def _engine_version(engine: str) -> str:
-    """The library whose arithmetic decides the distances (and so the ties)."""
+    """The library that proposed the candidates (the exact float64 arithmetic decides)."""
     if engine == "faiss":
         import faiss
 
@@ -149,25 +154,28 @@ def exact_topk(
     engine = pick_engine(engine, device)
     if queries.ndim != 2 or len(queries) == 0:
         raise ValueError(f"queries must be a non-empty (n, dim) array, not shape {queries.shape}")
-    search: groundtruth_faiss.FaissExactSearch | groundtruth_torch.ExactSearch
+    search: ExactSearch
     if engine == "faiss":
         search = groundtruth_faiss.FaissExactSearch(queries, k, metric, memory_budget_mb)
     else:
-        search = groundtruth_torch.ExactSearch(queries, k, metric, device)
+        search = groundtruth_torch.TorchExactSearch(queries, k, metric, device)
     rows = rows or block_rows(len(queries), queries.shape[1], memory_budget_mb, k, engine)
     try:
         for ids, vecs, owned in rebatch(base, rows):
             search.add(ids, vecs, owned)
     finally:
-        if isinstance(search, groundtruth_faiss.FaissExactSearch):
-            search.close()
-    if isinstance(search, groundtruth_faiss.FaissExactSearch):
-        if search.repeats:
-            log.info("ties at the k-th place: %d of %d searches repeated", search.repeats, search.searches)
-        if stats is not None:
-            stats.update(block_searches=search.searches, repeated_searches=search.repeats)
+        search.close()
+    if search.repeats:
+        log.info("near ties at the k-th place: %d of %d searches repeated", search.repeats, search.searches)
     if stats is not None:
-        stats.update(engine=engine, device=device, block_rows=rows)
+        stats.update(
+            engine=engine,
+            device=device,
+            block_rows=rows,
+            block_searches=search.searches,
+            repeated_searches=search.repeats,
+            rescored_pairs=search.rescored,
+        )
     return search.result()
 
 
@@ -229,6 +237,7 @@ def compute_groundtruth(
         "metric": groundtruth.metric,
         **stats,
         "engine_version": _engine_version(engine),
+        "exact": exact_distance.VERSION,
         "queries": len(query_vectors),
         "base_rows": dataset_manifest["rows"],
         "files": [{"file": "groundtruth.parquet", **written}],

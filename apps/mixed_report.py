@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from apps import exact_distance
 from apps.mixed_config import MixedRecord
 from apps.mixed_truth import (
     assign_checkpoints,
@@ -63,6 +64,7 @@ def truth_for(
             "k": k,
             "sizes": sizes,
             "queries": hashlib.sha256(np.ascontiguousarray(wanted, np.int64).tobytes()).hexdigest(),
+            "exact": exact_distance.VERSION,
         },
         sort_keys=True,
     )

@@ -4,10 +4,11 @@ Rows are inserted in the dataset's row order, so what a query can see is (at lea
 :func:`checkpoint_sizes` gives the prefixes: the preloaded one and one every ``checkpoint_fraction`` of the
 inserted part, up to the whole dataset. :func:`checkpoint_truth` computes the exact top-k of every query at
 each of them in one pass over the dataset, with the ground-truth stage's own exact search
-(:class:`apps.groundtruth_faiss.FaissExactSearch`: a running top-k, read out whenever the stream reaches a
-checkpoint). :func:`assign_checkpoints` scores each query against the largest checkpoint whose rows were
-all acknowledged before the query was sent; several insert clients acknowledge batches out of order, so a
-checkpoint is ready when every batch holding one of its rows has been acknowledged.
+(:class:`apps.groundtruth_faiss.FaissExactSearch`: a running top-k decided in float64, the same on every
+machine, read out whenever the stream reaches a checkpoint). :func:`assign_checkpoints` scores each query
+against the largest checkpoint whose rows were all acknowledged before the query was sent; several insert
+clients acknowledge batches out of order, so a checkpoint is ready when every batch holding one of its rows
+has been acknowledged.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from apps.dataset import iter_vectors
-from apps.groundtruth_faiss import FaissExactSearch, unsortable
+from apps.groundtruth_faiss import FaissExactSearch
 from core.store import write_parquet_atomic
 
 TRUTH_SCHEMA = pa.schema(
@@ -99,7 +100,7 @@ def _snapshot(
     columns: dict[str, list], search: FaissExactSearch, number: int, rows: int, query_ids: np.ndarray
 ) -> None:
     """Append the running top-k (the exact top-k of the first ``rows`` rows) as checkpoint ``number``."""
-    ids, distances = search.best_ids, unsortable(search.best_keys)
+    ids, distances = search.current()
     n = len(query_ids)
     columns["checkpoint"] += [number] * n
     columns["rows"] += [rows] * n

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from apps import exact_distance
 from apps.mixed_truth import checkpoint_truth
 from apps.recall import read_query_vectors
 from core.store import write_parquet_atomic
@@ -78,9 +79,9 @@ def prefix_groundtruth_file(
     memory_budget_mb: int = 512,
 ) -> Path:
     """``<directory>/groundtruth-prefix.parquet`` for ``rows``, ``k`` and ``metric``: computed once, written
-    atomically, reused while it was made for the same prefix, k and metric."""
+    atomically, reused while it was made for the same prefix, k, metric and exact arithmetic."""
     path = Path(directory) / PREFIX_TRUTH_FILE
-    tag = f"rows={rows};k={k};metric={metric}"
+    tag = f"rows={rows};k={k};metric={metric};exact={exact_distance.VERSION}"
     if not _cached(path, tag):
         table = prefix_groundtruth(dataset_dir, queries_file, rows, k, metric, memory_budget_mb)
         write_parquet_atomic(table, path, metadata={_META_KEY.decode(): tag})

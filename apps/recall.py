@@ -1,7 +1,8 @@
 """Recall: exact distances recomputed from the vectors, and the base vectors fetched by id.
 
 * :func:`recall_at_k`: tie-aware recall@k against the exact ground truth, with distances recomputed
-  from the vectors (never the database's scores).
+  from the vectors (never the database's scores) by the ground truth's own float64 arithmetic
+  (:func:`apps.exact_distance.exact_distances`: the same bits on every machine).
 * :func:`fetch_vectors`: the base vectors the recall needs, gathered in one streaming pass over the
   dataset parts keeping only the requested rows (the returned ids and the exact top-k), so memory follows
   the result size, not the dataset size.
@@ -19,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from apps.exact_distance import exact_distances
 
 # ---------------------------------------------------------------------------------------------------------
 # Vectors by id
@@ -187,27 +190,6 @@ def _returned_matrix(column: pa.ChunkedArray | pa.Array, k: int) -> np.ndarray:
     return out
 
 
-def distances(queries: np.ndarray, vectors: np.ndarray, metric: str) -> np.ndarray:
-    """Exact distances in float64, the ground-truth stage's definitions: 1 − cos, −ip, or L2.
-
-    ``queries`` (n, dim), ``vectors`` (n, m, dim) -> (n, m).
-    """
-    q = np.asarray(queries, dtype=np.float64)
-    x = np.asarray(vectors, dtype=np.float64)
-    if metric == "cosine":
-        qn = np.linalg.norm(q, axis=-1, keepdims=True)
-        xn = np.linalg.norm(x, axis=-1, keepdims=True)
-        q = q / np.where(qn > 0, qn, 1.0)
-        x = x / np.where(xn > 0, xn, 1.0)
-        return 1.0 - np.einsum("nd,nmd->nm", q, x)
-    if metric == "ip":
-        return -np.einsum("nd,nmd->nm", q, x)
-    if metric == "l2":
-        diff = x - q[:, None, :]
-        return np.sqrt(np.einsum("nmd,nmd->nm", diff, diff))
-    raise ValueError(f"unknown metric {metric!r}; expected cosine, ip or l2")
-
-
 def _single_k(raw: pa.Table) -> int:
     values = pc.unique(raw.column("k")).to_pylist()
     if len(values) != 1:
@@ -273,11 +255,11 @@ def recall_at_k(
         ret = returned[lo:hi]
         top = gt_ids[gt_row[lo:hi], :k]
         pos, found = base.positions(ret)
-        d = distances(q, base_vectors[pos], metric)
+        d = exact_distances(q, base_vectors[pos], metric)
         kth_pos, kth_found = base.positions(top[:, k - 1])
         kth = np.where(
             kth_found,
-            distances(q, base_vectors[kth_pos][:, None, :], metric)[:, 0],
+            exact_distances(q, base_vectors[kth_pos][:, None, :], metric)[:, 0],
             gt_dist[gt_row[lo:hi], k - 1],
         )
         threshold = kth + np.maximum(rel_tol * np.abs(kth), abs_tol)

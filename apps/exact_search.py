@@ -1,0 +1,215 @@
+"""Running exact top-k over base vectors fed block by block: a float32 kernel proposes, float64 decides.
+
+For each block a kernel (FAISS on the CPU, torch on a GPU) returns each query's ``kk`` nearest rows by
+its own float32 arithmetic. Those candidates that could enter the running top-k are re-scored with
+:func:`apps.exact_distance.ranking_values` (float64, fixed summation order) and merged by
+(exact value, position in the stream); positions ascend with ids, so ties are broken by id.
+
+Nothing is lost at the kernel's cut: a row the kernel did not return has a kernel value at least the
+last one it returned, ``cut``, and so an exact value of at least ``cut − ε`` (ε:
+:func:`apps.exact_distance.float32_error`). When the new k-th exact value is below that, the block is
+done for the query; when not (duplicates, or a gap narrower than float32 can tell), the kernel is asked
+again for twice the rows, for those queries only, until the bound clears or the whole block was returned.
+The result therefore depends on neither the kernel, its BLAS or SIMD path, the thread count nor the block
+size: the same ids and distances to the bit on every machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+
+from apps.exact_distance import float32_error, ranking_values, reported, squared_norms
+
+_PAIR_FLOATS = 1 << 18  # float64 values per re-scoring chunk (2 MiB for each operand)
+_POSITION_LIMIT = 1 << 62
+
+
+def rescore_scratch_bytes(dim: int) -> int:
+    """Peak temporaries of one thread's re-scoring: both operands, their products or differences, the
+    zero-padded copy and the halves of the pairwise sum, for one chunk of pairs."""
+    pairs = max(1, _PAIR_FLOATS // dim)
+    return 6 * 8 * pairs * (1 << (dim - 1).bit_length())
+
+
+def margin(k: int) -> int:
+    """Extra rows asked of the kernel per block beyond k, so that a few near ties at the k-th place need
+    no second call; more costs every call's selection time for a rare gain."""
+    return 2
+
+
+class Kernel(Protocol):
+    """A float32 nearest-neighbour kernel over one block at a time."""
+
+    name: str
+
+    def prepare(self, block: np.ndarray) -> Any:
+        """The block as the kernel searches it (a normalised copy, a device tensor); ``block`` is kept."""
+
+    def knn(self, queries: np.ndarray, prepared: Any, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        """(kernel values (n, kk) float32, rows (n, kk) int64) of query rows ``queries``, nearest first:
+        inner products (ip, cosine: largest first) or squared L2 distances (smallest first)."""
+
+
+def kernel_ranking(raw: np.ndarray, metric: str) -> np.ndarray:
+    """Kernel values -> ranking values (smaller is nearer), in float64 so no rounding is added."""
+    values = np.asarray(raw, dtype=np.float64)
+    if metric == "cosine":
+        return 1.0 - values
+    if metric == "ip":
+        return -values
+    return values
+
+
+class ExactSearch:
+    """Running exact top-k of a fixed query set over base vectors fed block by block.
+
+    ``slices`` split the queries into groups searched one kernel call each, ``parallel`` of them at once
+    on threads (``thread_init`` runs first on each). Call :meth:`result` or :meth:`close` at the end.
+    """
+
+    def __init__(
+        self,
+        queries: np.ndarray,
+        k: int,
+        metric: str,
+        kernel: Kernel,
+        slices: list[slice] | None = None,
+        parallel: int = 1,
+        thread_init: Callable[[], None] | None = None,
+    ) -> None:
+        self.q = np.ascontiguousarray(queries, dtype=np.float32)
+        if self.q.ndim != 2 or not len(self.q):
+            raise ValueError(f"queries must be a non-empty (n, dim) array, not shape {self.q.shape}")
+        self.k, self.metric, self.kernel = k, metric, kernel
+        self.q_sq = squared_norms(self.q)
+        self.q_norms = np.sqrt(self.q_sq)
+        n = len(self.q)
+        self.slices = slices or [slice(0, n)]
+        self.parallel = parallel
+        self._thread_init = thread_init
+        self._pool: ThreadPoolExecutor | None = None
+        self.best_values = np.zeros((n, 0), np.float64)  # exact ranking values, ascending
+        self.best_positions = np.zeros((n, 0), np.int64)
+        self.best_ids = np.zeros((n, 0), np.int64)
+        self.position = 0
+        self.searches = 0  # kernel calls, first and repeated
+        self.repeats = 0  # calls repeated for queries whose k-th place the bound could not clear
+        self.rescored = 0  # candidate pairs re-scored in float64
+        self._lock = threading.Lock()
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, owned: bool = False) -> None:
+        """Fold one block of base vectors (and their ids, ascending along the stream) into the top-k.
+
+        ``owned`` is accepted for the callers that hand a block over; the block itself is never changed.
+        """
+        n_rows = len(ids)
+        if n_rows == 0:
+            return
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.q.shape[1] or len(x) != n_rows:
+            raise ValueError(f"a block of {n_rows} ids has vectors of shape {x.shape}, dim {self.q.shape[1]}")
+        start = self.position
+        self.position += n_rows
+        if self.position >= _POSITION_LIMIT:
+            raise ValueError("too many base vectors for the stream positions")
+        block_ids = np.ascontiguousarray(ids, dtype=np.int64)
+        prepared = self.kernel.prepare(x)
+        max_norm = float(np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64).max()))
+        eps = float32_error(self.metric, x.shape[1], self.q_norms, max_norm)
+        work = [(group, x, prepared, block_ids, start, eps) for group in self.slices]
+        if self.parallel == 1:
+            parts = [self._fold(*args) for args in work]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.parallel, initializer=self._thread_init)
+            parts = [f.result() for f in [self._pool.submit(self._fold, *args) for args in work]]
+        self.best_values = np.concatenate([p[0] for p in parts])
+        self.best_positions = np.concatenate([p[1] for p in parts])
+        self.best_ids = np.concatenate([p[2] for p in parts])
+
+    def _fold(
+        self,
+        group: slice,
+        x: np.ndarray,
+        prepared: Any,
+        block_ids: np.ndarray,
+        start: int,
+        eps: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(values, positions, ids) of queries ``group`` after the block, the kernel's cut cleared."""
+        values, positions = self.best_values[group], self.best_positions[group]
+        found = self.best_ids[group]
+        query_rows = np.arange(len(self.q))[group]
+        n_rows, k = len(x), self.k
+        kk = min(k + margin(k), n_rows)
+        width = min(k, values.shape[1] + n_rows)
+        out_values = np.empty((len(query_rows), width), np.float64)
+        out_positions = np.empty((len(query_rows), width), np.int64)
+        out_ids = np.empty((len(query_rows), width), np.int64)
+        pending = np.arange(len(query_rows))
+        searches = rescored = 0
+        while pending.size:
+            rows_q = query_rows[pending]
+            raw, rows = self.kernel.knn(rows_q, prepared, kk)
+            searches += 1
+            approx = kernel_ranking(raw, self.metric)
+            old = values[pending]
+            kth_old = old[:, k - 1] if old.shape[1] == k else np.full(len(pending), np.inf)
+            candidate = approx <= (kth_old + eps[rows_q])[:, None]  # could be nearer than the k-th
+            exact = np.full(approx.shape, np.inf)
+            pick_q, pick_c = np.nonzero(candidate)
+            exact[pick_q, pick_c] = self._rescore(rows_q[pick_q], x, rows[pick_q, pick_c])
+            rescored += len(pick_q)
+            merged_values = np.concatenate([old, exact], axis=1)
+            merged_positions = np.concatenate([positions[pending], rows + start], axis=1)
+            merged_ids = np.concatenate([found[pending], block_ids[rows]], axis=1)
+            order = np.lexsort((merged_positions, merged_values), axis=-1)[:, :width]
+            new_values = np.take_along_axis(merged_values, order, axis=1)
+            if kk == n_rows:
+                done = np.ones(len(pending), bool)
+            else:  # rows not returned are at least the cut by the kernel, so at least cut - eps exactly
+                done = new_values[:, k - 1] < approx[:, -1] - eps[rows_q]
+            settled = pending[done]
+            out_values[settled] = new_values[done]
+            out_positions[settled] = np.take_along_axis(merged_positions, order, axis=1)[done]
+            out_ids[settled] = np.take_along_axis(merged_ids, order, axis=1)[done]
+            pending = pending[~done]
+            kk = min(2 * kk, n_rows)
+        with self._lock:
+            self.searches += searches
+            self.repeats += searches - 1
+            self.rescored += rescored
+        return out_values, out_positions, out_ids
+
+    def _rescore(self, query_rows: np.ndarray, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Exact ranking values of the pairs (query ``query_rows[i]``, block row ``rows[i]``)."""
+        out = np.empty(len(rows), np.float64)
+        step = max(1, _PAIR_FLOATS // x.shape[1])
+        for lo in range(0, len(rows), step):
+            hi = lo + step
+            chosen = query_rows[lo:hi]
+            out[lo:hi] = ranking_values(self.q[chosen], x[rows[lo:hi]], self.metric, self.q_sq[chosen])
+        return out
+
+    def current(self) -> tuple[np.ndarray, np.ndarray]:
+        """The top-k so far: (ids (Q, k) int64, distances (Q, k) float32), nearest first.
+
+        Distances are 1 − cos, −inner product or L2, computed as :mod:`apps.exact_distance` does.
+        """
+        return self.best_ids.copy(), reported(self.best_values, self.metric).astype(np.float32)
+
+    def close(self) -> None:
+        """Stop the threads (idempotent)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`current` at the end of the stream; stops the threads."""
+        self.close()
+        return self.current()

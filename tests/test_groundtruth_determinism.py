@@ -1,0 +1,165 @@
+"""The exact top-k is the same everywhere: any OpenBLAS kernel, FAISS SIMD level, thread count, block size,
+and the FAISS and torch paths give the same ids and the same distances, bit for bit (tolerance zero).
+
+The inputs (``tests/exact_probe.py``) are built to break a float32 ranking: vectors repeated 40 times,
+near-duplicates one float32 step apart, and the real fmnist1k with a fifth of its rows repeated. The
+reference ranks every pair by the float64 definition (``apps.exact_distance``) with no candidate search,
+so a neighbour the search lost at a block's cut would show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apps.exact_distance import ranking_values, reported
+from apps.groundtruth_torch import TorchExactSearch
+from tests import exact_probe
+
+REPO = Path(__file__).resolve().parent.parent
+
+# OpenBLAS kernels (OPENBLAS_CORETYPE) with the CPU flags each needs, oldest first.
+OPENBLAS_KERNELS = {
+    "Prescott": {"pni"},
+    "Sandybridge": {"avx"},
+    "Haswell": {"avx2", "fma"},
+    "Zen": {"avx2", "fma"},
+    "SkylakeX": {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"},
+}
+FAISS_SIMD = {
+    "NONE": set(),
+    "AVX2": {"avx2", "fma"},
+    "AVX512": {"avx512f", "avx512bw", "avx512dq", "avx512vl"},
+}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def pinned_environments() -> list[dict[str, str]]:
+    """Each OpenBLAS kernel and each FAISS SIMD level this CPU can execute, one variable pinned at a time,
+    and the two oldest together."""
+    flags = cpu_flags()
+    kernels = [name for name, need in OPENBLAS_KERNELS.items() if need <= flags]
+    levels = [name for name, need in FAISS_SIMD.items() if need <= flags]
+    envs = [{"OPENBLAS_CORETYPE": name} for name in kernels]
+    envs += [
+        {"FAISS_SIMD_LEVEL": name, "FAISS_OPT_LEVEL": name.lower().replace("none", "generic")}
+        for name in levels
+    ]
+    if kernels and levels:
+        envs.append({"OPENBLAS_CORETYPE": kernels[0], "FAISS_SIMD_LEVEL": levels[0]})
+    return envs
+
+
+@pytest.fixture(scope="module")
+def fmnist_dir(shared_data: Path) -> Path:
+    return shared_data / "ann" / "fmnist1k"
+
+
+@pytest.fixture(scope="module")
+def reference(fmnist_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """case/metric -> (ids, distances) ranked over every pair by the float64 definition, ties by id."""
+    out = {}
+    for name, (base, queries, k) in exact_probe.cases(fmnist_dir).items():
+        positions = np.arange(len(base))
+        for metric in exact_probe.METRICS:
+            values = np.concatenate(
+                [
+                    ranking_values(queries[lo : lo + 8, None, :], base[None], metric)
+                    for lo in range(0, len(queries), 8)
+                ]
+            )
+            order = np.lexsort((np.broadcast_to(positions, values.shape), values), axis=-1)[:, :k]
+            ids = order
+            dist = reported(np.take_along_axis(values, order, axis=1), metric).astype(np.float32)
+            out[f"{name}/{metric}"] = ids, dist
+    return out
+
+
+@pytest.fixture(scope="module")
+def in_process(fmnist_dir: Path) -> dict[str, np.ndarray]:
+    """This process's answers for 1–3 threads and two block sizes (besides the stage's own)."""
+    return exact_probe.answers(fmnist_dir, threads_list=(1, 2, 3), rows_list=(64, 1000))
+
+
+def assert_same_as_reference(found: dict[str, np.ndarray], reference: dict, where: str) -> None:
+    assert found, where
+    for key in sorted(k for k in found if k.endswith("/ids")):
+        case = "/".join(key.split("/")[:2])
+        ids, dist = reference[case]
+        np.testing.assert_array_equal(found[key], ids, err_msg=f"{where}: {key}")
+        np.testing.assert_array_equal(found[key[:-4] + "/dist"], dist, err_msg=f"{where}: {key[:-4]}/dist")
+
+
+def test_threads_and_block_sizes_give_the_reference_bit_for_bit(in_process, reference) -> None:
+    assert len(in_process) == 2 * 3 * 3 * (3 * 2 + 1)  # cases x metrics x (threads x rows + stage)
+    assert_same_as_reference(in_process, reference, "this process")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_torch_path_gives_the_faiss_answer_bit_for_bit(fmnist_dir, reference, threads: int) -> None:
+    import torch
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for name, (base, queries, k) in exact_probe.cases(fmnist_dir).items():
+            for metric in exact_probe.METRICS:
+                search = TorchExactSearch(queries, k, metric, "cpu")
+                for ids, vecs in exact_probe.batches(base, 97):
+                    search.add(ids, vecs)
+                got_ids, got_dist = search.result()
+                ids, dist = reference[f"{name}/{metric}"]
+                np.testing.assert_array_equal(got_ids, ids, err_msg=f"torch {name}/{metric}")
+                np.testing.assert_array_equal(got_dist, dist, err_msg=f"torch {name}/{metric}")
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_every_blas_kernel_and_simd_level_gives_the_reference(fmnist_dir, reference, tmp_path) -> None:
+    """Subprocesses pinned to each OpenBLAS kernel and FAISS SIMD level the CPU can run, two at a time."""
+    envs = pinned_environments() or [{}]
+    running: list[subprocess.Popen] = []
+    for number, pinned in enumerate(envs):
+        out = tmp_path / f"probe-{number}.npz"
+        env = {**os.environ, **pinned, "PYTHONPATH": str(REPO)}
+        command = [
+            sys.executable,
+            str(REPO / "tests" / "exact_probe.py"),
+            str(out),
+            "--fmnist",
+            str(fmnist_dir),
+        ]
+        if len(running) == 2:
+            running.pop(0).wait(timeout=300)
+        running.append(subprocess.Popen(command, env=env, cwd=REPO))
+    for proc in running:
+        proc.wait(timeout=300)
+    finished = []
+    for number, pinned in enumerate(envs):
+        out = tmp_path / f"probe-{number}.npz"
+        assert out.exists(), f"the probe pinned to {pinned} wrote nothing"
+        ran = json.loads(out.with_suffix(".json").read_text())
+        if "OPENBLAS_CORETYPE" in pinned:  # the pin took: some OpenBLAS runs that kernel
+            assert pinned["OPENBLAS_CORETYPE"] in ran["openblas"].values(), (pinned, ran)
+        if "FAISS_SIMD_LEVEL" in pinned and ran["faiss_simd"] is not None:
+            assert ran["faiss_simd"] == pinned["FAISS_SIMD_LEVEL"], (pinned, ran)
+        with np.load(out) as answers:
+            assert_same_as_reference(dict(answers), reference, f"pinned to {pinned}, ran {ran}")
+        finished.append(ran)
+    assert len(finished) == len(envs)
