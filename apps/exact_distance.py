@@ -29,45 +29,45 @@ _UNIT_ROUNDOFF = 2.0**-24  # float32
 _SAFETY = 1.01  # covers the float64 rounding of the exact side (about 2⁻²⁹ of the float32 bound)
 
 
-def _padded(width: int) -> int:
-    return 1 << max(0, (width - 1).bit_length())
-
-
 def _tree_sum(buffer: np.ndarray) -> np.ndarray:
-    """Sum a float64 buffer (..., 2ⁿ) over its last axis in place: the upper half is added onto the lower
-    half, elementwise, until one column is left."""
-    width = buffer.shape[-1]
+    """Sum a float64 buffer (D, ...) over its *first* axis, in place, in one fixed pairwise order.
+
+    Each step adds the upper half onto the lower half elementwise; an odd last row moves down to be added
+    in a later step. The order depends only on D. (The summed axis first keeps every addition on
+    contiguous memory: about twice as fast as halving the last axis.)
+    """
+    width = buffer.shape[0]
     while width > 1:
         half = width // 2
-        np.add(buffer[..., :half], buffer[..., half:width], out=buffer[..., :half])
-        width = half
-    return buffer[..., 0].copy()
+        np.add(buffer[:half], buffer[half : 2 * half], out=buffer[:half])
+        if width % 2:
+            buffer[half] = buffer[width - 1]
+        width = half + width % 2
+    return buffer[0].copy()
 
 
 def fixed_order_sum(values: np.ndarray) -> np.ndarray:
-    """Sum over the last axis in one fixed pairwise order (zero-padded to a power of two).
-
-    Each step adds the upper half onto the lower half elementwise: IEEE-754 additions, one rounding each,
-    in an order that depends only on the length of the axis.
-    """
+    """Sum over the last axis in one fixed pairwise order: IEEE-754 additions, one rounding each, in an
+    order that depends only on the length of the axis (not on the CPU, the SIMD width or a BLAS)."""
     a = np.asarray(values, dtype=np.float64)
-    width = a.shape[-1]
-    if width == 0:
+    if a.shape[-1] == 0:
         return np.zeros(a.shape[:-1], np.float64)
-    buffer = np.zeros((*a.shape[:-1], _padded(width)), np.float64)
-    buffer[..., :width] = a
-    return _tree_sum(buffer)
+    return _tree_sum(np.moveaxis(a, -1, 0).copy())  # a copy: summed in place
 
 
 def _combine_sum(x: np.ndarray, y: np.ndarray, op: np.ufunc) -> np.ndarray:
-    """Fixed-order sum over the last axis of ``op(x, y)`` (broadcast), computed in float64."""
-    x64, y64 = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    shape = np.broadcast_shapes(x64.shape, y64.shape)
-    buffer = np.zeros((*shape[:-1], _padded(shape[-1])), np.float64)
-    view = buffer[..., : shape[-1]]
-    op(x64, y64, out=view)
+    """Fixed-order sum over the last axis of ``op(x, y)`` (broadcast), computed in float64.
+
+    ``dtype=float64`` makes the ufunc convert its float32 inputs and run the float64 loop: a float32 loop
+    would round each product to float32 before the output is widened.
+    """
+    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
+    if shape[-1] == 0:
+        return np.zeros(shape[:-1], np.float64)
+    buffer = np.empty((shape[-1], *shape[:-1]), np.float64)
+    op(np.moveaxis(np.asarray(x), -1, 0), np.moveaxis(np.asarray(y), -1, 0), out=buffer, dtype=np.float64)
     if op is np.subtract:
-        np.multiply(view, view, out=view)
+        np.multiply(buffer, buffer, out=buffer)
     return _tree_sum(buffer)
 
 
@@ -124,9 +124,7 @@ def gamma(n: int) -> float:
     return nu / (1 - nu)
 
 
-def float32_error(
-    metric: str, dim: int, query_norms: np.ndarray, max_vector_norm: float
-) -> np.ndarray:
+def float32_error(metric: str, dim: int, query_norms: np.ndarray, max_vector_norm: float) -> np.ndarray:
     """Per query, a bound on |float32 kernel value − exact ranking value| for any vector of the block.
 
     The kernels: FAISS's ``knn_inner_product`` / ``knn_L2sqr`` (BLAS or SIMD, any summation order, L2 as

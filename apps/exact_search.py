@@ -25,7 +25,7 @@ import numpy as np
 
 from apps.exact_distance import float32_error, ranking_values, reported, squared_norms
 
-_PAIR_FLOATS = 1 << 18  # float64 values per re-scoring chunk (2 MiB for each operand)
+_PAIR_FLOATS = 1 << 16  # float64 values per re-scoring chunk (512 KiB for each operand: in cache)
 _POSITION_LIMIT = 1 << 62
 
 
@@ -63,6 +63,31 @@ def kernel_ranking(raw: np.ndarray, metric: str) -> np.ndarray:
     if metric == "ip":
         return -values
     return values
+
+
+class _ScoredPairs:
+    """Exact values of (query, block row) pairs already scored in one block, found by a sorted key."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.n_rows = n_rows
+        self.keys = np.zeros(0, np.int64)
+        self.values = np.zeros(0, np.float64)
+
+    def lookup(self, queries: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(values, with NaN where unknown; mask of the unknown pairs)."""
+        keys = queries.astype(np.int64) * self.n_rows + rows
+        values = np.full(len(keys), np.nan)
+        if not len(self.keys):
+            return values, np.ones(len(keys), bool)
+        at = np.searchsorted(self.keys, keys).clip(max=len(self.keys) - 1)
+        hit = self.keys[at] == keys
+        values[hit] = self.values[at[hit]]
+        return values, ~hit
+
+    def add(self, queries: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+        keys = np.concatenate([self.keys, queries.astype(np.int64) * self.n_rows + rows])
+        order = np.argsort(keys, kind="stable")
+        self.keys, self.values = keys[order], np.concatenate([self.values, values])[order]
 
 
 class ExactSearch:
@@ -153,18 +178,25 @@ class ExactSearch:
         out_ids = np.empty((len(query_rows), width), np.int64)
         pending = np.arange(len(query_rows))
         searches = rescored = 0
+        known = _ScoredPairs(n_rows)  # a repeated call returns the earlier rows again: score them once
+        bound = values[:, k - 1].copy() if values.shape[1] == k else np.full(len(query_rows), np.inf)
         while pending.size:
             rows_q = query_rows[pending]
             raw, rows = self.kernel.knn(rows_q, prepared, kk)
             searches += 1
             approx = kernel_ranking(raw, self.metric)
             old = values[pending]
-            kth_old = old[:, k - 1] if old.shape[1] == k else np.full(len(pending), np.inf)
-            candidate = approx <= (kth_old + eps[rows_q])[:, None]  # could be nearer than the k-th
+            # Only a row within eps of the k-th exact value so far (before the block, or after the
+            # previous call for this block, which can only be larger than the final one) can enter.
+            candidate = approx <= (bound[pending] + eps[rows_q])[:, None]
             exact = np.full(approx.shape, np.inf)
             pick_q, pick_c = np.nonzero(candidate)
-            exact[pick_q, pick_c] = self._rescore(rows_q[pick_q], x, rows[pick_q, pick_c])
-            rescored += len(pick_q)
+            pair_queries, pair_rows = rows_q[pick_q], rows[pick_q, pick_c]
+            scores, new = known.lookup(pair_queries, pair_rows)
+            scores[new] = self._rescore(pair_queries[new], x, pair_rows[new])
+            known.add(pair_queries[new], pair_rows[new], scores[new])
+            exact[pick_q, pick_c] = scores
+            rescored += int(new.sum())
             merged_values = np.concatenate([old, exact], axis=1)
             merged_positions = np.concatenate([positions[pending], rows + start], axis=1)
             merged_ids = np.concatenate([found[pending], block_ids[rows]], axis=1)
@@ -178,6 +210,8 @@ class ExactSearch:
             out_values[settled] = new_values[done]
             out_positions[settled] = np.take_along_axis(merged_positions, order, axis=1)[done]
             out_ids[settled] = np.take_along_axis(merged_ids, order, axis=1)[done]
+            if width == k:
+                bound[pending] = np.minimum(bound[pending], new_values[:, k - 1])
             pending = pending[~done]
             kk = min(2 * kk, n_rows)
         with self._lock:

@@ -26,7 +26,7 @@ from pydantic import Field
 from apps import exact_distance, groundtruth_faiss, groundtruth_torch
 from apps.dataset import arrow_to_vectors, iter_vectors
 from apps.exact_search import ExactSearch
-from apps.taskinfo import task_context
+from apps.taskinfo import numeric_libraries, task_context
 from core.config import Strict
 from core.errors import ArtifactError
 from core.store import atomic_write_json, complete_manifest, read_manifest, write_parquet_atomic
@@ -238,6 +238,7 @@ def compute_groundtruth(
         **stats,
         "engine_version": _engine_version(engine),
         "exact": exact_distance.VERSION,
+        "numeric_libraries": numeric_libraries(),  # what proposed the candidates; the result is the same
         "queries": len(query_vectors),
         "base_rows": dataset_manifest["rows"],
         "files": [{"file": "groundtruth.parquet", **written}],

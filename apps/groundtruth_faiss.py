@@ -105,8 +105,6 @@ def blas_from(queries: int, dim: int) -> Iterator[None]:
         faiss.cvar.distance_compute_blas_threshold = saved
 
 
-
-
 def _one_openmp_thread() -> None:
     import faiss
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from apps.taskinfo import cpu_info, numeric_libraries
 from apps.vdb import client_packages
 from core.store import atomic_write_json, atomic_write_text, os_error_reason
 from pipeline.config_loader import LoadedConfig
@@ -151,6 +152,8 @@ class Provenance:
             "platform": platform.platform(),
             "python": sys.version,
             "packages": package_versions(),
+            "cpu": cpu_info(),
+            "numeric_libraries": numeric_libraries(),
             "pipeline": git_state(source_dir),
             "stages": self.stages,
             "outputs": self.outputs,

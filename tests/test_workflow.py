@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from apps import exact_distance
 from apps.dataset import METADATA_KEY, arrow_to_vectors, iter_vectors
+from apps.taskinfo import cpu_info
 from core.store import sha256_file
 from pipeline.config_loader import load_config
 from pipeline.plan import build_plan
@@ -101,10 +103,17 @@ def test_run_writes_dataset_queries_groundtruth_and_provenance(finished_run) -> 
     assert gt.num_rows == 20 and gt.column("neighbors").type.list_size == 10
     first = np.array(gt.column("distances")[0].as_py())
     assert (np.diff(first) >= 0).all()
+    # what the numbers depended on: the exact arithmetic's version, the CPU and the kernels it ran
+    gt_manifest = json.loads((out["groundtruth"] / "manifest.json").read_text())
+    assert gt_manifest["exact"] == exact_distance.VERSION
+    assert gt_manifest["cpu"] == cpu_info()  # the task ran on this machine
+    assert any(lib["internal_api"] == "openblas" for lib in gt_manifest["numeric_libraries"])
     # provenance
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["status"] == "succeeded"
     assert prov["packages"]["parsl"] and prov["python"] and prov["host"]
+    assert prov["cpu"]["numeric_flags"] == cpu_info()["numeric_flags"] and prov["cpu"]["machine"]
+    assert isinstance(prov["numeric_libraries"], list)
     assert prov["stages"]["embed"]["upstream_keys"] == [prov["stages"]["chunk"]["key"]]
     assert len(prov["stages"]["embed"]["tasks"]) == 6
     assert (run_dir / "config.yaml").exists() and (run_dir / "config.sha256").read_text().strip() == prov[
