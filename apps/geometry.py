@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field, model_validator
 
 from apps.dataset import arrow_to_vectors, dataset_parts
+from apps.exact_distance import exact_distances
 from core.config import Strict
 from core.errors import ArtifactError
 
@@ -158,8 +159,8 @@ def neighbours(
         idx = np.argpartition(d2, candidates - 1, axis=1)[:, :candidates]
         for sub in range(0, len(block), EXACT_ROWS):  # (rows, candidates, dim) float64 stays small
             rows = slice(sub, sub + EXACT_ROWS)
-            diff = block[rows, None, :].astype(np.float64) - reference[idx[rows]].astype(np.float64)
-            dists[start + sub : start + sub + len(diff)] = np.sqrt(np.einsum("nkd,nkd->nk", diff, diff))
+            exact = exact_distances(block[rows], reference[idx[rows]], "l2")  # float64, fixed order
+            dists[start + sub : start + sub + len(exact)] = exact
     knn, copies = skip_copies(dists, k)
     return knn, means, copies
 
