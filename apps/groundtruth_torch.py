@@ -9,6 +9,7 @@ on the FAISS path: both paths give the same ids and distances to the bit.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,7 +79,22 @@ class TorchKernel:
 
 
 class TorchExactSearch(ExactSearch):
-    """:class:`apps.exact_search.ExactSearch` with torch proposing the candidates on ``device``."""
+    """:class:`apps.exact_search.ExactSearch` with torch proposing the candidates on ``device``.
 
-    def __init__(self, queries: np.ndarray, k: int, metric: str, device: str = "cpu") -> None:
-        super().__init__(queries, k, metric, TorchKernel(queries, metric, device))
+    On an accelerator the float64 re-scoring on the host is most of the work, so the queries are split
+    into one slice per host thread (``threads``: by default torch's on an accelerator, one on the CPU),
+    each proposed and re-scored on its own thread.
+    """
+
+    def __init__(
+        self, queries: np.ndarray, k: int, metric: str, device: str = "cpu", threads: int | None = None
+    ) -> None:
+        import torch
+
+        n = len(queries)
+        if threads is None:  # on the CPU torch's matrix products already use every thread
+            threads = 1 if device == "cpu" else torch.get_num_threads()
+        parallel = max(1, min(threads, n // 16))
+        bounds = np.linspace(0, n, parallel + 1).astype(int)
+        slices = [slice(int(lo), int(hi)) for lo, hi in itertools.pairwise(bounds)]
+        super().__init__(queries, k, metric, TorchKernel(queries, metric, device), slices, parallel)

@@ -120,7 +120,7 @@ def test_torch_path_gives_the_faiss_answer_bit_for_bit(fmnist_dir, reference, th
     try:
         for name, (base, queries, k) in exact_probe.cases(fmnist_dir).items():
             for metric in exact_probe.METRICS:
-                search = TorchExactSearch(queries, k, metric, "cpu")
+                search = TorchExactSearch(queries, k, metric, "cpu", threads=threads)  # query slices
                 for ids, vecs in exact_probe.batches(base, 97):
                     search.add(ids, vecs)
                 got_ids, got_dist = search.result()
@@ -163,3 +163,21 @@ def test_every_blas_kernel_and_simd_level_gives_the_reference(fmnist_dir, refere
             assert_same_as_reference(dict(answers), reference, f"pinned to {pinned}, ran {ran}")
         finished.append(ran)
     assert len(finished) == len(envs)
+
+
+def test_gpu_benchmark_script_checks_against_a_carried_faiss_answer(tmp_path: Path) -> None:
+    """``benchmarks/groundtruth_gpu.py`` as run on a GPU machine, smoke-tested here on the CPU: FAISS's
+    answer written to a file, the data regenerated from its seed and checksum, the torch path compared."""
+    script = [sys.executable, str(REPO / "benchmarks" / "groundtruth_gpu.py"), "--rows", "3000"]
+    script += ["--queries", "64", "--k", "20", "--block-rows", "700", "--metric", "l2"]
+    expected = tmp_path / "expected.npz"
+    subprocess.run([*script, "--write-expected", str(expected)], check=True, cwd=REPO, timeout=300)
+    figures = tmp_path / "gpu.json"
+    run = [*script, "--expected", str(expected), "--device", "cpu", "--repeat", "1", "--json", str(figures)]
+    subprocess.run(run, check=True, cwd=REPO, timeout=300)
+    result = json.loads(figures.read_text())
+    assert result["identical_to_faiss"] is True and result["identical_to_cpu_torch"] is True
+    assert result["synthetic"] and result["met"]
+    other = [*script[:3], "3001", *script[4:], "--expected", str(expected), "--device", "cpu"]
+    refused = subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "made for other data" in refused.stdout
