@@ -393,7 +393,13 @@ def test_a_killed_driver_leaves_nothing_running_for_long(
     # The old run's worker blocks still hold their nodes: nothing in the testbed stops them but us.
     assert run_processes(old_run, ("process_worker_pool",)), "expected the old worker pools still running"
 
-    second = Run(testbed, config, tmp_path / "second.log")
+    # The next run in the workdir, with one query setting (the cleanup does not depend on the config; the
+    # sweep only had to outlast the kill).
+    def small(data: dict) -> None:
+        change(data)
+        data["vdb"]["query"].update(ef=[32], batch_size=[8], clients=[1])
+
+    second = Run(testbed, write_config(tmp_path, "after-kill", workdir, small), tmp_path / "second.log")
     code = second.wait()
     assert code == 0, second.output()[-4000:]
     assert "cancelled" in second.output(), second.output()[:3000]  # it says what it stopped
