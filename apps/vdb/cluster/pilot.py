@@ -213,7 +213,10 @@ class ClusterDeployment(Deployment):
             gone = [e for e in entries.values() if e.get("state") in ("failed", "orphaned", "stopped")]
             if time.monotonic() >= deadline:
                 if gone:
-                    return self._failure(f"rank {gone[0]['rank']} is {gone[0]['state']} (job {job})", gone[0])
+                    # The scheduler has not said (yet: a loaded controller can take longer than the settle
+                    # time); the ranks have. Name the job either way.
+                    rank = gone[0]
+                    return self._failure(f"database job {job}: rank {rank['rank']} is {rank['state']}", rank)
                 return None
             time.sleep(2.0)
 
