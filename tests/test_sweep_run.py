@@ -18,7 +18,8 @@ from tests.conftest import base_config, run_cli, sample_records, write_jsonl
 pytestmark = pytest.mark.slow
 
 QDRANT = {"name": "qdrant", "mode": "edge", "indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
-QUERY = {"ef": [16, 64], "batch_size": [8], "clients": [1], "k": [10], "warmup_queries": 2}
+# A short measured window per setting (the default is 10 s): the tests check the sweep's bookkeeping.
+QUERY = {"ef": [16, 64], "batch_size": [8], "clients": [1], "k": [10], "warmup_queries": 2, "duration_s": 0.5}
 
 
 def vdb(**extra) -> dict:

@@ -416,7 +416,14 @@ def test_pipeline_run_benchmarks_faiss_end_to_end(tmp_path: Path) -> None:
         "databases": [{"name": "faiss", "threads": 1}],
         "collection": {"index_type": "ivf_flat", "ivf_nlist": 4},
         "insert": {"batch_sizes": [32, 128], "clients_per_worker": 2},
-        "query": {"ef": [1, 4], "batch_size": [1, 8], "clients": [1, 2], "k": [10], "warmup_queries": 4},
+        "query": {
+            "ef": [1, 4],
+            "batch_size": [1, 8],
+            "clients": [1, 2],
+            "k": [10],
+            "warmup_queries": 4,
+            "duration_s": 0.5,  # the path, not the figures: a short window per setting (default 10 s)
+        },
     }
     config = base_config(corpus, tmp_path / "wd", vdb=vdb)
     path = tmp_path / "config.yaml"
