@@ -46,7 +46,7 @@ from core.store import (
     write_parquet_atomic,
 )
 
-STAGE_VERSION = "1"
+STAGE_VERSION = "2"  # 2: the ground-truth check and stored distances by the exact float64 arithmetic
 TIE_RTOL = 1e-5  # float32 inputs: equal distances recomputed in float64 agree far closer than this
 SHOWN = 5  # disagreeing queries named in the warning and the manifest
 STALE_SECONDS = 3600.0  # without a lock, a temporary folder untouched this long is a killed import's

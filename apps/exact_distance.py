@@ -27,6 +27,7 @@ VERSION = "float64-pairwise-1"  # in the content keys and cache tags of everythi
 METRICS = ("cosine", "ip", "l2")
 _UNIT_ROUNDOFF = 2.0**-24  # float32
 _SAFETY = 1.01  # covers the float64 rounding of the exact side (about 2⁻²⁹ of the float32 bound)
+_SMALLEST_NORMAL = 2.0**-126  # float32
 
 
 def _tree_sum(buffer: np.ndarray) -> np.ndarray:
@@ -145,4 +146,5 @@ def float32_error(metric: str, dim: int, query_norms: np.ndarray, max_vector_nor
         bound = gamma(dim + 3) * (norms + max_vector_norm) ** 2
     else:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
-    return bound * _SAFETY
+    # A product or sum below float32's smallest normal may be flushed to zero: at most 2^-126 each.
+    return bound * _SAFETY + (dim + 4) * _SMALLEST_NORMAL

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -36,6 +37,27 @@ def rescore_scratch_bytes(dim: int) -> int:
     return 6 * 8 * pairs * (1 << (dim - 1).bit_length())
 
 
+# Norms a float32 kernel ranks within its error bound: squares and sums stay far from float32's underflow
+# and overflow, and torch's normalisation floor (1e-12) lies below. Zero vectors are fine.
+NORM_RANGE = (2.0**-40, 2.0**60)
+
+
+def check_norms(norms: np.ndarray, what: str, labels: np.ndarray) -> None:
+    """ValueError naming the first vector that is not finite or whose nonzero L2 norm is outside
+    :data:`NORM_RANGE` (its float32 distances could not be bounded)."""
+    low, high = NORM_RANGE
+    bad = ~np.isfinite(norms) | ((norms != 0) & ((norms < low) | (norms > high)))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        value = norms[first]
+        reason = (
+            "holds NaN or infinity"
+            if not np.isfinite(value)
+            else f"has L2 norm {value:.3g}, outside [{low:.3g}, {high:.3g}] (rescale the vectors)"
+        )
+        raise ValueError(f"{what} {int(labels[first])} {reason}: the exact search cannot rank it")
+
+
 def margin(k: int) -> int:
     """Extra rows asked of the kernel per block beyond k, so that a few near ties at the k-th place need
     no second call; more costs every call's selection time for a rare gain."""
@@ -49,6 +71,9 @@ class Kernel(Protocol):
 
     def prepare(self, block: np.ndarray) -> Any:
         """The block as the kernel searches it (a normalised copy, a device tensor); ``block`` is kept."""
+
+    def block_context(self) -> AbstractContextManager[None]:
+        """Process-wide settings the kernel needs, held around one block's calls on the calling thread."""
 
     def knn(self, queries: np.ndarray, prepared: Any, kk: int) -> tuple[np.ndarray, np.ndarray]:
         """(kernel values (n, kk) float32, rows (n, kk) int64) of query rows ``queries``, nearest first:
@@ -106,6 +131,7 @@ class ExactSearch:
         slices: list[slice] | None = None,
         parallel: int = 1,
         thread_init: Callable[[], None] | None = None,
+        max_pairs: int = 1 << 21,
     ) -> None:
         self.q = np.ascontiguousarray(queries, dtype=np.float32)
         if self.q.ndim != 2 or not len(self.q):
@@ -113,6 +139,8 @@ class ExactSearch:
         self.k, self.metric, self.kernel = k, metric, kernel
         self.q_sq = squared_norms(self.q)
         self.q_norms = np.sqrt(self.q_sq)
+        check_norms(self.q_norms, "query row", np.arange(len(self.q)))
+        self.max_pairs = max_pairs  # (query, row) pairs one kernel call may hold: bounds a repeat's memory
         n = len(self.q)
         self.slices = slices or [slice(0, n)]
         self.parallel = parallel
@@ -143,16 +171,19 @@ class ExactSearch:
         if self.position >= _POSITION_LIMIT:
             raise ValueError("too many base vectors for the stream positions")
         block_ids = np.ascontiguousarray(ids, dtype=np.int64)
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64))
+        check_norms(norms, "base vector id", block_ids)
+        max_norm = float(norms.max())
         prepared = self.kernel.prepare(x)
-        max_norm = float(np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64).max()))
         eps = float32_error(self.metric, x.shape[1], self.q_norms, max_norm)
         work = [(group, x, prepared, block_ids, start, eps) for group in self.slices]
-        if self.parallel == 1:
-            parts = [self._fold(*args) for args in work]
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.parallel, initializer=self._thread_init)
-            parts = [f.result() for f in [self._pool.submit(self._fold, *args) for args in work]]
+        with self.kernel.block_context():
+            if self.parallel == 1:
+                parts = [self._fold(*args) for args in work]
+            else:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.parallel, initializer=self._thread_init)
+                parts = [f.result() for f in [self._pool.submit(self._fold, *args) for args in work]]
         self.best_values = np.concatenate([p[0] for p in parts])
         self.best_positions = np.concatenate([p[1] for p in parts])
         self.best_ids = np.concatenate([p[2] for p in parts])
@@ -177,18 +208,23 @@ class ExactSearch:
         out_positions = np.empty((len(query_rows), width), np.int64)
         out_ids = np.empty((len(query_rows), width), np.int64)
         pending = np.arange(len(query_rows))
-        searches = rescored = 0
+        calls = rescored = 0
         known = _ScoredPairs(n_rows)  # a repeated call returns the earlier rows again: score them once
         bound = values[:, k - 1].copy() if values.shape[1] == k else np.full(len(query_rows), np.inf)
-        while pending.size:
-            rows_q = query_rows[pending]
+
+        def attempt(part: np.ndarray, kk: int) -> np.ndarray:
+            """One kernel call for the queries ``part`` (indices into the group); settle those whose cut
+            is cleared, return their mask."""
+            nonlocal calls, rescored
+            rows_q = query_rows[part]
             raw, rows = self.kernel.knn(rows_q, prepared, kk)
-            searches += 1
+            calls += 1
+            if not np.isfinite(raw).all():
+                raise ValueError(f"the {self.kernel.name} kernel gave a non-finite distance")
             approx = kernel_ranking(raw, self.metric)
-            old = values[pending]
             # Only a row within eps of the k-th exact value so far (before the block, or after the
             # previous call for this block, which can only be larger than the final one) can enter.
-            candidate = approx <= (bound[pending] + eps[rows_q])[:, None]
+            candidate = approx <= (bound[part] + eps[rows_q])[:, None]
             exact = np.full(approx.shape, np.inf)
             pick_q, pick_c = np.nonzero(candidate)
             pair_queries, pair_rows = rows_q[pick_q], rows[pick_q, pick_c]
@@ -197,26 +233,35 @@ class ExactSearch:
             known.add(pair_queries[new], pair_rows[new], scores[new])
             exact[pick_q, pick_c] = scores
             rescored += int(new.sum())
-            merged_values = np.concatenate([old, exact], axis=1)
-            merged_positions = np.concatenate([positions[pending], rows + start], axis=1)
-            merged_ids = np.concatenate([found[pending], block_ids[rows]], axis=1)
+            merged_values = np.concatenate([values[part], exact], axis=1)
+            merged_positions = np.concatenate([positions[part], rows + start], axis=1)
+            merged_ids = np.concatenate([found[part], block_ids[rows]], axis=1)
             order = np.lexsort((merged_positions, merged_values), axis=-1)[:, :width]
             new_values = np.take_along_axis(merged_values, order, axis=1)
             if kk == n_rows:
-                done = np.ones(len(pending), bool)
+                done = np.ones(len(part), bool)
             else:  # rows not returned are at least the cut by the kernel, so at least cut - eps exactly
                 done = new_values[:, k - 1] < approx[:, -1] - eps[rows_q]
-            settled = pending[done]
+            settled = part[done]
             out_values[settled] = new_values[done]
             out_positions[settled] = np.take_along_axis(merged_positions, order, axis=1)[done]
             out_ids[settled] = np.take_along_axis(merged_ids, order, axis=1)[done]
             if width == k:
-                bound[pending] = np.minimum(bound[pending], new_values[:, k - 1])
-            pending = pending[~done]
+                bound[part] = np.minimum(bound[part], new_values[:, k - 1])
+            return done
+
+        first_calls = 0
+        while pending.size:
+            # Queries whose cut did not clear are asked again for twice the rows; a call's arrays grow
+            # with queries x rows, so the queries go in groups of at most max_pairs pairs.
+            step = max(1, self.max_pairs // kk)
+            still = [part[~attempt(part, kk)] for part in np.array_split(pending, -(-len(pending) // step))]
+            first_calls = first_calls or calls
+            pending = np.concatenate(still)
             kk = min(2 * kk, n_rows)
         with self._lock:
-            self.searches += searches
-            self.repeats += searches - 1
+            self.searches += calls
+            self.repeats += calls - first_calls
             self.rescored += rescored
         return out_values, out_positions, out_ids
 

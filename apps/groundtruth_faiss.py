@@ -139,6 +139,11 @@ class FaissKernel:
         self.faiss.normalize_L2(out)
         return out
 
+    def block_context(self) -> contextlib.AbstractContextManager[None]:
+        """FAISS's BLAS kernel from a few queries on, set once around a block's calls (a process-wide
+        setting: the threads that search query slices must not each set and restore it)."""
+        return blas_from(BLAS_MIN_QUERIES, self.q.shape[1])
+
     def knn(self, queries: np.ndarray, prepared: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
         """FAISS's top-``kk`` of query rows ``queries`` in the block: (inner products or squared L2, rows)."""
         faiss = self.faiss
@@ -147,11 +152,10 @@ class FaissKernel:
         raw = np.empty((n, kk), dtype=np.float32)
         rows = np.empty((n, kk), dtype=np.int64)
         ptr = faiss.swig_ptr
-        with blas_from(BLAS_MIN_QUERIES, x.shape[1]):
-            if self.metric == "l2":
-                faiss.knn_L2sqr(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
-            else:
-                faiss.knn_inner_product(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
+        if self.metric == "l2":
+            faiss.knn_L2sqr(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
+        else:
+            faiss.knn_inner_product(ptr(q), ptr(x), q.shape[1], n, len(x), kk, ptr(raw), ptr(rows))
         if (rows[:, -1] < 0).any():  # FAISS pads from the end when it finds fewer than asked
             raise ValueError("FAISS returned fewer neighbours than asked: NaN or infinity in the vectors?")
         return raw, rows
@@ -177,5 +181,12 @@ class FaissExactSearch(ExactSearch):
             len(q), q.shape[1], k, memory_budget_mb * 2**20, threads or default_threads()
         )
         super().__init__(
-            q, k, metric, FaissKernel(q, metric), slices, parallel, thread_init=_one_openmp_thread
+            q,
+            k,
+            metric,
+            FaissKernel(q, metric),
+            slices,
+            parallel,
+            thread_init=_one_openmp_thread,
+            max_pairs=max(1 << 16, memory_budget_mb * 2**20 // 256 // parallel),  # a quarter of the budget
         )

@@ -26,15 +26,36 @@ def block_rows(n_queries: int, dim: int, memory_budget_mb: int) -> int:
 
 @contextlib.contextmanager
 def full_float32() -> Iterator[None]:
-    """float32 matrix products in full float32 for the duration (no TF32), as the error bound assumes."""
+    """float32 matrix products in full IEEE float32 for the duration (no TF32 or bf16 shortcuts on CUDA or
+    oneDNN), as the error bound assumes; the caller's settings are restored. Set once, on the calling
+    thread, around a block (the settings are process-wide)."""
     import torch
 
-    saved = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
+    # torch >= 2.9 has per-backend settings, which the legacy call would contradict; older ones only that.
+    backends = [
+        b
+        for b in (
+            torch.backends.cuda.matmul,
+            getattr(getattr(torch.backends, "mkldnn", None), "matmul", None),
+        )
+        if b is not None and hasattr(b, "fp32_precision")
+    ]
+    if not backends:
+        saved_legacy = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(saved_legacy)
+        return
+    saved = [b.fp32_precision for b in backends]
+    for b in backends:
+        b.fp32_precision = "ieee"
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(saved)
+        for b, value in zip(backends, saved, strict=True):
+            b.fp32_precision = value
 
 
 class TorchKernel:
@@ -60,14 +81,17 @@ class TorchKernel:
             x = torch.nn.functional.normalize(x, dim=1)
         return x, (x * x).sum(dim=1) if self.metric == "l2" else None
 
+    def block_context(self) -> contextlib.AbstractContextManager[None]:
+        """Full float32 matrix products around a block's calls (see :func:`full_float32`)."""
+        return full_float32()
+
     def knn(self, queries: np.ndarray, prepared: Any, kk: int) -> tuple[np.ndarray, np.ndarray]:
         """torch's top-``kk`` of query rows ``queries``: (inner products or squared L2, rows)."""
         torch = self.torch
         x, x_sqnorm = prepared
         index = torch.from_numpy(np.asarray(queries, dtype=np.int64)).to(self.device)
         q = self.q.index_select(0, index)
-        with full_float32():
-            products = q @ x.T
+        products = q @ x.T  # under block_context: full float32
         if self.metric == "l2":
             # ‖q‖² − 2 q·x + ‖x‖², as FAISS's BLAS path computes it; the tiny negatives of cancellation
             # are clamped, which only brings a value nearer the exact one.

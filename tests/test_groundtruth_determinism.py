@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 
 from apps.exact_distance import ranking_values, reported
-from apps.groundtruth_torch import TorchExactSearch
+from apps.exact_search import ExactSearch
+from apps.groundtruth import exact_topk
+from apps.groundtruth_faiss import FaissExactSearch, FaissKernel
+from apps.groundtruth_torch import TorchExactSearch, TorchKernel
 from tests import exact_probe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,3 +184,88 @@ def test_gpu_benchmark_script_checks_against_a_carried_faiss_answer(tmp_path: Pa
     other = [*script[:3], "3001", *script[4:], "--expected", str(expected), "--device", "cpu"]
     refused = subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "made for other data" in refused.stdout
+
+
+def test_repeats_in_groups_of_bounded_pairs_give_the_same_answer(fmnist_dir, reference) -> None:
+    """A repeated call for many queries is split into groups of at most ``max_pairs`` (query, row) pairs:
+    the memory of a block full of ties stays bounded, and the answer does not change."""
+    base, queries, k = exact_probe.cases(fmnist_dir)["duplicates"]
+    search = ExactSearch(queries, k, "l2", FaissKernel(queries, "l2"), max_pairs=3 * k)
+    for ids, vecs in exact_probe.batches(base, 500):
+        search.add(ids, vecs)
+    got_ids, got_dist = search.result()
+    assert search.repeats > 0 and search.searches > 2 * len(queries) // 3  # groups of <= 3 queries
+    ids, dist = reference["duplicates/l2"]
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got_dist, dist)
+
+
+def test_process_wide_kernel_settings_are_restored_after_threaded_searches() -> None:
+    """FAISS's BLAS switch and torch's float32 matmul precision are set once around a block on the calling
+    thread, never by the slice threads (which could restore each other's values and leave them changed)."""
+    import faiss
+    import torch
+
+    rng = np.random.default_rng(9)
+    base = rng.normal(size=(2000, 32)).astype(np.float32)
+    queries = rng.normal(size=(256, 32)).astype(np.float32)
+    threshold = faiss.cvar.distance_compute_blas_threshold
+    search = FaissExactSearch(queries, 10, "l2", threads=2)
+    assert search.parallel == 2
+    for ids, vecs in exact_probe.batches(base, 400):
+        search.add(ids, vecs)
+    search.result()
+    assert faiss.cvar.distance_compute_blas_threshold == threshold
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")  # a user's TF32 choice
+    try:
+        seen = []
+        kernel_knn = TorchKernel.knn
+
+        def spy(self, *args):
+            seen.append(
+                torch.backends.cuda.matmul.fp32_precision
+                if hasattr(torch.backends.cuda.matmul, "fp32_precision")
+                else torch.get_float32_matmul_precision()
+            )
+            return kernel_knn(self, *args)
+
+        TorchKernel.knn = spy
+        try:
+            search = TorchExactSearch(queries, 10, "l2", "cpu", threads=2)
+            for ids, vecs in exact_probe.batches(base, 400):
+                search.add(ids, vecs)
+            search.result()
+        finally:
+            TorchKernel.knn = kernel_knn
+        assert seen and set(seen) <= {"ieee", "highest"}, seen  # full float32 inside every call
+        assert torch.get_float32_matmul_precision() == "high"  # the user's choice afterwards
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+@pytest.mark.parametrize(
+    ("where", "scale", "message"),
+    [
+        ("base", 1e-23, r"base vector id 7 has L2 norm .* outside"),
+        ("base", 1e20, r"base vector id 7 has L2 norm .* outside"),
+        ("base", np.nan, r"base vector id 7 holds NaN or infinity"),
+        ("query", 1e20, r"query row 3 has L2 norm .* outside"),
+    ],
+)
+def test_vectors_the_float32_kernels_cannot_rank_are_refused(where: str, scale: float, message: str) -> None:
+    """Norms whose float32 squares underflow or overflow (or NaN) would void the error bound: refused by
+    name, on both paths, instead of a silently wrong top-k."""
+    rng = np.random.default_rng(10)
+    base = rng.normal(size=(50, 16)).astype(np.float32)
+    queries = rng.normal(size=(5, 16)).astype(np.float32)
+    (base if where == "base" else queries)[7 if where == "base" else 3] *= np.float32(scale)
+    for engine in ("faiss", "torch"):
+        with pytest.raises(ValueError, match=message):
+            exact_topk(queries, exact_probe.batches(base, 20), 5, "cosine", engine=engine)
+    zero = base.copy()
+    zero[7] = 0.0  # a zero vector is fine: cosine 0, as FAISS and torch normalise it
+    if where == "base" and np.isfinite(scale):
+        ids, _ = exact_topk(queries, exact_probe.batches(zero, 20), 5, "cosine")
+        assert ids.shape == (5, 5)
