@@ -322,7 +322,8 @@ def report(r: dict[str, Any], threads: int) -> None:
         f"{m['faiss_scratch_bytes'] / 2**20:.1f} MiB (FAISS's tiles and reservoirs) of the "
         f"{m['budget_bytes'] / 2**20:.0f} MiB "
         f"budget: {'within' if r['within_budget'] else 'OVER'}; "
-        f"{m.get('repeated_searches', 0)} of {m.get('block_searches', 0)} block searches repeated for ties"
+        f"{m.get('repeated_searches', 0)} of {m.get('block_searches', 0)} block searches repeated "
+        "for (near) ties at the k-th place"
     )
     if "recall_vs_published" in r:
         rec = r["recall_vs_published"]
