@@ -31,8 +31,9 @@ _POSITION_LIMIT = 1 << 62
 
 
 def rescore_scratch_bytes(dim: int) -> int:
-    """Peak temporaries of one thread's re-scoring: both operands, their products or differences, the
-    zero-padded copy and the halves of the pairwise sum, for one chunk of pairs."""
+    """Peak temporaries of one thread's re-scoring, for one chunk of pairs: the gathered float32 operands,
+    the float64 buffer of their products or differences (summed in place) and cosine's norms; counted
+    generously as six float64 copies with ``dim`` rounded up to a power of two."""
     pairs = max(1, _PAIR_FLOATS // dim)
     return 6 * 8 * pairs * (1 << (dim - 1).bit_length())
 
@@ -155,11 +156,9 @@ class ExactSearch:
         self.rescored = 0  # candidate pairs re-scored in float64
         self._lock = threading.Lock()
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray, owned: bool = False) -> None:
-        """Fold one block of base vectors (and their ids, ascending along the stream) into the top-k.
-
-        ``owned`` is accepted for the callers that hand a block over; the block itself is never changed.
-        """
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Fold one block of base vectors (and their ids, ascending along the stream) into the top-k; the
+        block itself is never changed (a kernel that needs it normalised makes its own copy)."""
         n_rows = len(ids)
         if n_rows == 0:
             return

@@ -97,8 +97,8 @@ def rebatch(
 
     Yields (ids, vectors, owned). A lone batch (or a slice of one) passes through uncopied and not owned:
     not ours to change. Blocks joined from several batches are float32 views of one buffer reused from
-    block to block (fresh memory for every block costs page faults): owned, so the search may change them
-    in place, and valid only until the next block is asked for.
+    block to block (fresh memory for every block costs page faults): owned, so a caller may change them in
+    place (the exact search does not), and valid only until the next block is asked for.
     """
     buffer: np.ndarray | None = None
     pending_ids: list[np.ndarray] = []
@@ -161,8 +161,8 @@ def exact_topk(
         search = groundtruth_torch.TorchExactSearch(queries, k, metric, device)
     rows = rows or block_rows(len(queries), queries.shape[1], memory_budget_mb, k, engine)
     try:
-        for ids, vecs, owned in rebatch(base, rows):
-            search.add(ids, vecs, owned)
+        for ids, vecs, _owned in rebatch(base, rows):
+            search.add(ids, vecs)
     finally:
         search.close()
     if search.repeats:
