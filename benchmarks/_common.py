@@ -283,9 +283,9 @@ def prepare_chunks(docs: int, docs_per_shard: int, chunking: dict[str, Any] | No
     Returns ``(plan, chunk_files)``. The work directory is ``benchmarks/out/work/chunks-<docs>``; the
     stages skip shards that are complete there, so a second call costs a second.
     """
-    from apps import chunking as chunk_stage
-    from apps import corpus as corpus_stage
-    from pipeline.config_loader import load_config
+    from apps.dataset import chunking as chunk_stage
+    from apps.dataset import corpus as corpus_stage
+    from pipeline.config.loader import load_config
     from pipeline.plan import build_plan
 
     work = OUT / "work" / f"chunks-{docs}"

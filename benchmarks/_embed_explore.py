@@ -16,7 +16,7 @@ def _probe_process(
     kind: str, param: int, threads: int, variant: str, texts: list[str], cfg: dict, barrier, queue
 ) -> None:
     """One process of a probe: load, warm up, wait for the others, embed its texts, report CPU time."""
-    from apps.models import offline_environment
+    from apps.dataset.embedding.loading import offline_environment
 
     offline_environment()
     import torch
@@ -31,7 +31,7 @@ def _probe_process(
         def run(batch: list[str]) -> None:
             model.encode(batch, batch_size=param)
     else:
-        from apps.embedding import Embedder
+        from apps.dataset.embedding.model import Embedder
 
         backend, dtype = variant.split(":")
         update = {"torch_threads": threads, "token_budget": param, "backend": backend, "dtype": dtype}

@@ -15,7 +15,7 @@ def baseline_padding(texts: list[str], model_dir: str, max_length: int, batch_si
 
     A noise-free measure of the work each side does, next to the pipeline's own counters.
     """
-    from apps.models import load_tokenizer
+    from apps.dataset.embedding.loading import load_tokenizer
 
     ids = load_tokenizer(model_dir)(texts, truncation=True, max_length=max_length)["input_ids"]
     lengths = np.array([len(i) for i in ids])

@@ -31,7 +31,7 @@ def project_dataset() -> Path | None:
 
 def read_dataset(directory: Path) -> tuple[np.ndarray, np.ndarray]:
     """(ids, float32 vectors) of every part, in dataset order."""
-    from apps.dataset import arrow_to_vectors, dataset_parts
+    from apps.dataset.layout import arrow_to_vectors, dataset_parts
 
     ids, vectors = [], []
     for part in dataset_parts(directory):
@@ -43,7 +43,7 @@ def read_dataset(directory: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def write_dataset(directory: Path, ids: np.ndarray, vectors: np.ndarray, sizes: list[int], rg: int) -> Path:
     """``ids``/``vectors`` in the project's dataset layout: parts of ``sizes`` rows, row groups ``rg``."""
-    from apps.dataset import finalize_dataset, vectors_to_arrow
+    from apps.dataset.layout import finalize_dataset, vectors_to_arrow
     from core.store import write_parquet_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -115,7 +115,7 @@ def bench_dataset(rows: int | None, default_rows: int) -> dict[str, Any]:
                 write_dataset(directory, ids, vectors, sizes, 4096)
             label += f" (first {rows} rows)"
         data = {"dir": directory, "label": label, "metric": "cosine", "ids": ids, "vectors": vectors}
-    from apps.insert import work_units
+    from apps.vdb.stages.insert import work_units
 
     return {**data, "units": work_units(str(data["dir"]))}
 
@@ -124,7 +124,7 @@ def bench_dataset(rows: int | None, default_rows: int) -> dict[str, Any]:
 
 
 def vdb_config() -> Any:
-    from pipeline.config import VdbConfig
+    from pipeline.config.model import VdbConfig
 
     return VdbConfig.model_validate(yaml.safe_load(LOCAL_CONFIG.read_text())["vdb"])
 

@@ -20,7 +20,7 @@ def harness_upload(ctx: dict[str, Any], clients: int) -> dict[str, Any]:
     insert_partition keeps its client processes for the next upload of this process (the stage's next
     batch size; here the next repeat): the first upload of an arm starts them, before its clock starts.
     """
-    from apps.insert import insert_partition, prepare_collection, wait_searchable
+    from apps.vdb.stages.insert import insert_partition, prepare_collection, wait_searchable
 
     target = target_of(ctx)
     prepare_collection(target, True)
@@ -75,8 +75,8 @@ def profile_database(ctx: dict[str, Any], vendor: Any, mode: str) -> dict[str, A
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from apps.insert import insert_units, prepare_collection
     from apps.vdb import pool
+    from apps.vdb.stages.insert import insert_units, prepare_collection
 
     target = target_of(ctx)
     result: dict[str, Any] = {}

@@ -28,7 +28,7 @@ def source(ctx: dict[str, Any], parquet: bool) -> Iterator[tuple[np.ndarray, np.
     size = ctx["batch_size"]
     if not parquet:
         return _batches(ctx["data"]["ids"], ctx["data"]["vectors"], size)
-    from apps.insert import read_unit
+    from apps.vdb.stages.insert import read_unit
 
     units = ctx["data"]["units"]
     first = read_unit(*units[0])
@@ -205,7 +205,7 @@ VENDOR_LABELS = {
 
 def vendor_upload(ctx: dict[str, Any], vendor: Any, mode: str, parquet: bool = True) -> dict[str, Any]:
     """A fresh collection, then the vendor's bulk path fed from the Parquet units or from memory."""
-    from apps.insert import prepare_collection
+    from apps.vdb.stages.insert import prepare_collection
 
     prepare_collection(target_of(ctx), True)
     batches = source(ctx, parquet)  # the first unit is read here, before the clock

@@ -47,7 +47,7 @@ class LocalDataset:
 
 def local_plan(workdir: Path = _common.REPO) -> Any:
     """The plan of ``configs/local.yaml`` with its store under ``workdir``."""
-    from pipeline.config_loader import load_config
+    from pipeline.config.loader import load_config
     from pipeline.plan import build_plan
 
     os.environ["PIPELINE_WORKDIR"] = str(workdir)
@@ -56,12 +56,12 @@ def local_plan(workdir: Path = _common.REPO) -> Any:
 
 def local_dataset(workdir: Path = _common.REPO) -> LocalDataset:
     """Run the dataset stages of ``configs/local.yaml`` that are not complete; return their outputs."""
-    from apps import chunking as chunk_stage
-    from apps import corpus as corpus_stage
-    from apps import embed as embed_stage
-    from apps.dataset import finalize_dataset
-    from apps.groundtruth import compute_groundtruth
-    from apps.query_set import build_queries
+    from apps.dataset import chunking as chunk_stage
+    from apps.dataset import corpus as corpus_stage
+    from apps.dataset.embedding import stage as embed_stage
+    from apps.dataset.groundtruth.stage import compute_groundtruth
+    from apps.dataset.layout import finalize_dataset
+    from apps.dataset.queries import build_queries
     from core.store import read_manifest
     from pipeline.dag import finalize_chunks
 
@@ -122,7 +122,7 @@ def local_dataset(workdir: Path = _common.REPO) -> LocalDataset:
 
 def read_base(dataset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     """(ids, float32 vectors) of every dataset row, in dataset order."""
-    from apps.dataset import iter_vectors
+    from apps.dataset.layout import iter_vectors
 
     parts = list(iter_vectors(dataset_dir))
     return np.concatenate([i for i, _ in parts]), np.concatenate([v for _, v in parts])
@@ -130,7 +130,7 @@ def read_base(dataset_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def read_groundtruth(groundtruth_file: Path) -> tuple[np.ndarray, np.ndarray]:
     """(query ids, neighbour ids (queries, k)) of a ``groundtruth.parquet``."""
-    from apps.ann_export import read_groundtruth as read_with_distances
+    from apps.interchange.exporter import read_groundtruth as read_with_distances
 
     query_ids, neighbors, _ = read_with_distances(groundtruth_file)
     return query_ids, neighbors
@@ -139,9 +139,9 @@ def read_groundtruth(groundtruth_file: Path) -> tuple[np.ndarray, np.ndarray]:
 def export_vdbbench(data: LocalDataset, out_dir: Path) -> dict[str, Any]:
     """Write ``train.parquet``, ``test.parquet`` and ``neighbors.parquet`` into ``out_dir`` (once: skipped
     when all three exist); return the custom-dataset description VectorDBBench needs."""
-    from apps.ann_export import write_vdbbench
-    from apps.dataset import iter_vectors
-    from apps.query_sweep import read_queries
+    from apps.dataset.layout import iter_vectors
+    from apps.interchange.exporter import write_vdbbench
+    from apps.vdb.stages.query_sweep import read_queries
 
     query_ids, query_vectors = read_queries(str(data.queries_file), None)
     gt_ids, neighbors = read_groundtruth(data.groundtruth_file)

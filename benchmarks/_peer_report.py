@@ -35,7 +35,7 @@ DIFFERS = {
         "clock: both start their clients together after every one is ready: VectorDBBench's processes wait "
         "on a Condition, then connect and search for --duration s; the project's clients connect and warm "
         "up, then all start at one instant (measured start skew: 'skew' per repeat above). Project QPS = "
-        "queries / (last answer - first request) from its raw rows (apps.vdb_metrics.qps; the slower "
+        "queries / (last answer - first request) from its raw rows (apps.evaluate.metrics.qps; the slower "
         "client ends it: the QPS while every client ran is in the JSON); VectorDBBench QPS = queries / "
         "(start signal -> every process returned; its processes connect after the signal and stop on "
         "time); p99 over each side's own requests",

@@ -7,8 +7,9 @@
   ``create_collection`` (named vector ``default``, the HNSW settings of configs/local.yaml) plus the numeric
   property ``key`` VectorDBBench's GraphQL query returns, filled here with the row id next to the object
   UUID ``UUID(int=row id)`` the project's client reads; then the project's wait and index steps.
-* :func:`run_project`: ``apps.query_sweep.query_sweep`` for one client count (batch 1, k, ef), metrics from
-  its raw Parquet rows (``apps.vdb_metrics``) and the measured skew between the clients' first requests.
+* :func:`run_project`: ``apps.vdb.stages.query_sweep.query_sweep`` for one client count (batch 1, k, ef),
+metrics from
+  its raw Parquet rows (``apps.evaluate.metrics``) and the measured skew between the clients' first requests.
 * :func:`run_vdbbench`: ``_peer_vdbb_driver.py`` in VectorDBBench's venv.
 * :func:`plain_recall` (VectorDBBench's definition) and :func:`tie_aware_recall` (the project's).
 """
@@ -97,8 +98,8 @@ def _load_weaviate(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
 
     from weaviate.classes.data import DataObject
 
-    from apps.index import build_index
-    from apps.insert import prepare_collection
+    from apps.vdb.stages.index import build_index
+    from apps.vdb.stages.insert import prepare_collection
 
     target = ingest.target_of(ctx)
     ids, vectors = ctx["data"]["ids"], ctx["data"]["vectors"]
@@ -178,9 +179,9 @@ def milvus_consistency(ctx: dict[str, Any]) -> str | None:
 
 def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> dict[str, Any]:
     """The query stage for one setting (ef, batch 1, ``clients``, k) over the cycled query file."""
-    from apps.query_sweep import query_sweep
+    from apps.evaluate.metrics import latency_stats, qps
     from apps.vdb.config import QuerySweepConfig
-    from apps.vdb_metrics import latency_stats, qps
+    from apps.vdb.stages.query_sweep import query_sweep
 
     query_cfg = QuerySweepConfig(
         ef=[args.ef],
@@ -290,8 +291,9 @@ def plain_recall(
 def tie_aware_recall(
     query_ids: np.ndarray, ids: list[list[int]], tables: dict[str, Any], k: int, metric: str
 ) -> float:
-    """The project's recall (``apps.recall.recall_at_k``: ties at the k-th distance count as hits)."""
-    from apps.recall import recall_at_k
+    """The project's recall (``apps.evaluate.recall.recall_at_k``: ties at the k-th distance count as
+    hits)."""
+    from apps.evaluate.recall import recall_at_k
 
     padded = [list(map(int, got[:k])) + [-1] * (k - len(got[:k])) for got in ids]
     raw = pa.table(

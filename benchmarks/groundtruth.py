@@ -1,4 +1,4 @@
-"""Ground-truth stage (``apps.groundtruth.exact_topk``) versus FAISS's exact flat index.
+"""Ground-truth stage (``apps.dataset.groundtruth.stage.exact_topk``) versus FAISS's exact flat index.
 
 Same vectors, same queries, same k, same number of threads (``faiss.omp_set_num_threads``, and
 ``torch.set_num_threads`` for a torch engine):
@@ -61,7 +61,7 @@ def newest_store_case(k: int) -> Case | None:
     """The newest complete pipeline dataset and a queries.parquet of the same dimension, if any."""
     import pyarrow.parquet as pq
 
-    from apps.dataset import arrow_to_vectors, iter_vectors
+    from apps.dataset.layout import arrow_to_vectors, iter_vectors
     from core.store import read_manifest
 
     store = _common.REPO / "store"
@@ -83,7 +83,7 @@ def newest_store_case(k: int) -> Case | None:
 
 def ann_case(name: str) -> Case | None:
     """bigann10k or fmnist1k from the shared ANN data (L2, with published top-100)."""
-    from apps.vecs import read_bin, read_vecs
+    from apps.interchange.vecs import read_bin, read_vecs
 
     root = ANN / name
     if name == "bigann10k" and (root / "base.10k.u8bin").exists():
@@ -120,7 +120,7 @@ def batches(ids: np.ndarray, base: np.ndarray, rows: int) -> Iterator[tuple[np.n
 def run_stage(
     case: Case, k: int, args: argparse.Namespace, stats: dict[str, Any] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    from apps.groundtruth import exact_topk
+    from apps.dataset.groundtruth.stage import exact_topk
 
     return exact_topk(
         case.queries,
@@ -205,7 +205,7 @@ def published_recall(ids: np.ndarray, published: np.ndarray) -> float:
 def working_memory(case: Case, k: int, args: argparse.Namespace) -> dict[str, Any]:
     """The stage's peak working memory in one untimed run: numpy and Python allocations (tracemalloc;
     the inputs exist before it starts) plus what FAISS allocates itself (C++, computed)."""
-    from apps.groundtruth_faiss import default_threads, faiss_scratch_bytes, query_slices
+    from apps.dataset.groundtruth.faiss_kernel import default_threads, faiss_scratch_bytes, query_slices
 
     stats: dict[str, Any] = {}
     tracemalloc.start()

@@ -77,7 +77,7 @@ def run_search(search, base: np.ndarray, rows: int, sync=None) -> tuple[np.ndarr
 
 
 def faiss_answer(base, queries, k, metric, rows):
-    from apps.groundtruth_faiss import FaissExactSearch
+    from apps.dataset.groundtruth.faiss_kernel import FaissExactSearch
 
     return run_search(FaissExactSearch(queries, k, metric), base, rows)
 
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             peer = None
             peer_seconds = None
 
-    from apps.groundtruth_torch import TorchExactSearch
+    from apps.dataset.groundtruth.torch_kernel import TorchExactSearch
 
     gpu_times = []
     for _ in range(args.repeat):

@@ -19,7 +19,8 @@ time is what ARCHITECTURE.md defines: first insert request sent -> every vector 
   starts. Until issue 12 this was the only vendor arm, which left out of the vendor's clock the reading
   the harness does inside its own: unfair to the harness, so the target ratio is now against the arm that
   reads as the harness does, and this one is still printed ('vs mem').
-* **harness**: ``apps.insert.insert_partition`` followed by ``apps.insert.wait_searchable``, with 1 and
+* **harness**: ``apps.vdb.stages.insert.insert_partition`` followed by
+``apps.vdb.stages.insert.wait_searchable``, with 1 and
   2 client processes; its upload time is the pipeline's ``upload_s`` (``searchable_at - first_start``).
   insert_partition keeps its client processes for the next upload of the same process (the stage's next
   batch size; here the next repeat), so only the first repeat of an arm starts them, before its clock;
@@ -82,8 +83,9 @@ def server_pids(deployment: Any) -> list[int]:
 
 
 def parquet_read_s(units: list[tuple[str, int]]) -> float:
-    """What insert_units spends reading and converting every work unit (apps/insert.py), best of 3."""
-    from apps.dataset import arrow_to_vectors
+    """What insert_units spends reading and converting every work unit (apps/vdb/stages/insert.py), best of
+    3."""
+    from apps.dataset.layout import arrow_to_vectors
 
     best = float("inf")
     for _ in range(3):

@@ -14,7 +14,8 @@ alternating):
 * **VectorDBBench**: its ``PerformanceCustomDataset`` case, search-only (the collection is loaded:
   ``--skip-drop-old --skip-load``), k, HNSW ef: concurrent search for ``--duration`` s at that client
   count (its QPS and p99), then its serial pass over the test set (its recall);
-* **project**: ``apps.query_sweep.query_sweep`` with batch 1, the same k, ef and client count, over the
+* **project**: ``apps.vdb.stages.query_sweep.query_sweep`` with batch 1, the same k, ef and client count, over
+the
   same queries cycled to ``--project-queries`` (QPS, p99, recall from its raw Parquet rows).
 
 Ratio = median over repeats of project QPS / VectorDBBench QPS. MET when >= 1.0 and the project's recall
@@ -258,9 +259,9 @@ def main() -> None:
     local = _peer_data.local_dataset()
     export = _peer_data.export_vdbbench(local, _common.OUT / "work" / f"vdbbench-{local.key}")
     python = _peer_venv.ensure()
-    from apps.insert import work_units
-    from apps.query_sweep import read_queries
-    from apps.recall import read_groundtruth, read_query_vectors
+    from apps.dataset.lookup import read_groundtruth, read_query_vectors
+    from apps.vdb.stages.insert import work_units
+    from apps.vdb.stages.query_sweep import read_queries
 
     base_ids, base = _peer_data.read_base(local.dataset_dir)
     query_ids, query_vectors = read_queries(str(local.queries_file), None)

@@ -5,8 +5,9 @@ indexed by the project's own stages (prepare_collection -> insert_partition -> w
 build_index; untimed). Then, for each setting (ef, batch size, k; 1 client) and repeat, in alternating
 order:
 
-* **harness**: ``apps.query_sweep.query_sweep`` for that one setting (its client process, warm-up, raw
-  Parquet output); QPS and latency computed from the raw rows with ``apps.vdb_metrics.qps`` /
+* **harness**: ``apps.vdb.stages.query_sweep.query_sweep`` for that one setting (its client process, warm-up,
+raw
+  Parquet output); QPS and latency computed from the raw rows with ``apps.evaluate.metrics.qps`` /
   ``latency_stats``;
 * **direct**: the same query vectors, warm-up, batches, k and ef sent with the vendor client's own call
   in a plain loop in this process, timed the same way (first request start -> last request end):
@@ -67,8 +68,8 @@ def queries_file(dim: int, label: str) -> Path:
         for path in reversed(found):
             if (read_manifest(path.parent) or {}).get("dimension") == dim:
                 return path
-    from apps.dataset import vectors_to_arrow
-    from apps.vecs import read_vecs
+    from apps.dataset.layout import vectors_to_arrow
+    from apps.interchange.vecs import read_vecs
     from core.store import write_parquet_atomic
 
     path = _common.OUT / "work" / "query-harness-fmnist1k-queries.parquet"
@@ -90,9 +91,9 @@ def queries_file(dim: int, label: str) -> Path:
 
 def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """query_sweep for one setting with 1 client; metrics from its raw Parquet output."""
-    from apps.query_sweep import query_sweep
+    from apps.evaluate.metrics import latency_stats, qps
     from apps.vdb.config import QuerySweepConfig
-    from apps.vdb_metrics import latency_stats, qps
+    from apps.vdb.stages.query_sweep import query_sweep
 
     query_cfg = QuerySweepConfig(
         ef=[setting["ef"]],
@@ -125,8 +126,8 @@ def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> 
 
 def load_collection(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
     """The pipeline's insert -> searchable -> index stages (untimed set-up)."""
-    from apps.index import build_index
-    from apps.insert import insert_partition, prepare_collection, wait_searchable
+    from apps.vdb.stages.index import build_index
+    from apps.vdb.stages.insert import insert_partition, prepare_collection, wait_searchable
 
     target = ingest.target_of(ctx)
     rows = len(ctx["data"]["ids"])
@@ -172,7 +173,7 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
             f"\n{database}: {endpoints.server_version}; loaded {setup['count']} rows in "
             f"{setup['upload_s']:.1f} s, index {setup['index_s']:.1f} s ({setup['segments']} segments)"
         )
-        from apps.query_sweep import read_queries
+        from apps.vdb.stages.query_sweep import read_queries
 
         _, vectors = read_queries(str(data["queries_file"]), args.queries)
         settings_list = [
@@ -294,8 +295,8 @@ def main() -> None:
         "\nratio = median over repeats of harness QPS / direct QPS of the same (adjacent) pair; r(med) = "
         "median harness QPS / median direct QPS. "
         "QPS = queries / (last request end - first request start), both sides; the harness's from its raw "
-        "Parquet rows (apps.vdb_metrics.qps). lat = mean request latency. same ids = share of queries whose "
-        "returned id lists are identical on both sides (worst repeat)."
+        "Parquet rows (apps.evaluate.metrics.qps). lat = mean request latency. same ids = share of queries "
+        "whose returned id lists are identical on both sides (worst repeat)."
     )
     path = _common.write_json(
         NAME,

@@ -24,6 +24,17 @@ class PipelineError(Exception):
 
     exit_code = 1
 
+    # Parsl's workers install tblib's pickling for every exception class (parsl.app.python), which
+    # pickles __context__ too: the client-library error an error was raised over, ``from None``, often
+    # cannot be unpickled. Such a suppressed context reads as None.
+    @property  # type: ignore[override]
+    def __context__(self) -> BaseException | None:
+        return None if self.__suppress_context__ else BaseException.__context__.__get__(self)
+
+    @__context__.setter
+    def __context__(self, value: BaseException | None) -> None:
+        BaseException.__context__.__set__(self, value)
+
     def __reduce__(self) -> tuple:
         # The default reduce calls cls(*args): wrong for subclasses whose __init__ takes other arguments
         # (ConfigError would prefix its location twice). The cause chain is never pickled.
@@ -78,12 +89,10 @@ def portable(exc: Exception, wrap: type[PipelineError] = PipelineError) -> Excep
     gRPC error that is its own cause recursed without end). Any other exception becomes ``wrap`` with
     ``Type: message``: client-library errors often cannot be rebuilt from their args.
     """
-    if isinstance(exc, PipelineError):
-        exc.__cause__ = None
-        exc.__suppress_context__ = True
-        return exc
-    if type(exc).__module__ == "builtins" and round_trips(exc):
-        exc.__cause__ = None
+    if isinstance(exc, PipelineError) or (type(exc).__module__ == "builtins" and round_trips(exc)):
+        # Cut from both chains: Parsl installs tblib's pickling for every exception class, which pickles
+        # __context__ as well as __cause__.
+        exc.__cause__ = exc.__context__ = None
         exc.__suppress_context__ = True
         return exc
     return wrap(describe(exc))

@@ -1,5 +1,5 @@
 """Entry point: ``python -m pipeline``."""
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 
 main()

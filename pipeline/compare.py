@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from apps.results import point_name, read_results
+from apps.evaluate.results import point_name, read_results
 from pipeline.headline import (
     figures,
     number,

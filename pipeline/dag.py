@@ -17,16 +17,16 @@ from parsl import python_app
 from parsl.dataflow.errors import PropagatedException
 from rich.console import Console
 
-from apps import chunking as chunk_stage
-from apps import corpus as corpus_stage
-from apps import dataset as dataset_stage
-from apps import embed as embed_stage
-from apps import geometry_stage
-from apps import groundtruth as gt_stage
-from apps import query_set as queries_stage
-from apps.embedding import EmbeddingConfig
-from apps.groundtruth import GroundTruthConfig
-from apps.query_set import QueriesConfig
+from apps.dataset import chunking as chunk_stage
+from apps.dataset import corpus as corpus_stage
+from apps.dataset import geometry_stage
+from apps.dataset import layout as dataset_stage
+from apps.dataset import queries as queries_stage
+from apps.dataset.embedding import stage as embed_stage
+from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.groundtruth import stage as gt_stage
+from apps.dataset.groundtruth.stage import GroundTruthConfig
+from apps.dataset.queries import QueriesConfig
 from core.errors import PipelineError
 from core.lifetime import record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
@@ -307,7 +307,7 @@ class DagRunner:
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
 
     def _geometry(self, progress: StageProgress) -> None:
-        """The geometry stage on the CPU block (see apps/geometry_stage.py), unless complete."""
+        """The geometry stage on the CPU block (see apps/dataset/geometry_stage.py), unless complete."""
         plan, cfg = self.plan, self.plan.config
         stage = plan.stage("geometry")
         if self._start("geometry"):

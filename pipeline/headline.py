@@ -1,8 +1,8 @@
 """The headline table a run ends with (and ``report`` and ``compare`` print): per database or sweep point,
 the best QPS at recall ≥ 0.95 and its setting, upload time and index time.
 
-The figures are the report's own summary (:func:`apps.report.summarize`: each point's repeats folded into
-their median, the best operating point chosen by the studies' rule), read from ``results.parquet``; this
+The figures are the report's own summary (:func:`apps.report.document.summarize`: each point's repeats folded
+into their median, the best operating point chosen by the studies' rule), read from ``results.parquet``; this
 module only lays them out for the console.
 """
 
@@ -17,8 +17,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from apps.report import summarize
-from apps.results import MIN_RECALL, read_results
+from apps.evaluate.results import MIN_RECALL, read_results
+from apps.report.document import summarize
 from core.errors import ArtifactError
 
 NONE_REACHES = f"none reaches {MIN_RECALL}"

@@ -19,8 +19,8 @@ from typing import Any
 from core.errors import ConfigError
 from executors.config import HPC_PLATFORMS
 from executors.safe import safe_path_problem
-from pipeline.checks import check_platform
-from pipeline.config_loader import LoadedConfig
+from pipeline.config.checks import check_platform
+from pipeline.config.loader import LoadedConfig
 
 RUN_ID = "<run-id>"
 ADDRESS = "<login-node-address>"
@@ -252,7 +252,7 @@ def render_plan(loaded: LoadedConfig, directories: dict[int, Path] | None = None
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.hpc_plan CONFIG``: print the HPC plan (until the CLI calls render_plan)."""
-    from pipeline.config_loader import load_config
+    from pipeline.config.loader import load_config
 
     args = sys.argv[1:] if argv is None else argv
     try:

@@ -14,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps import chunking as chunk_stage
-from apps import corpus as corpus_stage
-from apps import dataset as dataset_stage
-from apps import geometry_stage
-from apps import groundtruth as gt_stage
-from apps import query_set as queries_stage
-from apps.embedding import EmbeddingConfig
-from apps.models import max_input_tokens, resolve_model_path, tokenizer_fingerprint
+from apps.dataset import chunking as chunk_stage
+from apps.dataset import corpus as corpus_stage
+from apps.dataset import geometry_stage
+from apps.dataset import layout as dataset_stage
+from apps.dataset import queries as queries_stage
+from apps.dataset.embedding.loading import max_input_tokens, resolve_model_path, tokenizer_fingerprint
+from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file
-from pipeline.config_loader import LoadedConfig
+from pipeline.config.loader import LoadedConfig
 from pipeline.sweep import PointPlan, plan_points
 
 BENCHMARK_VERSION = "1"

@@ -19,7 +19,7 @@ import yaml
 from apps.taskinfo import cpu_info, numeric_libraries
 from apps.vdb import client_packages
 from core.store import atomic_write_json, atomic_write_text, os_error_reason
-from pipeline.config_loader import LoadedConfig
+from pipeline.config.loader import LoadedConfig
 
 PROVENANCE = "provenance.json"
 PACKAGES = (

@@ -13,14 +13,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from apps.geometry_stage import load_record
-from apps.mixed_report import mixed_figure, mixed_rows
-from apps.prefix_truth import prefix_groundtruth_file
-from apps.query_io import io_columns, read_window
-from apps.report import write_report
-from apps.results import write_results
+from apps.dataset.geometry_stage import load_record
+from apps.dataset.groundtruth.checkpoints import prefix_groundtruth_file
+from apps.evaluate.metrics import evaluate_files
+from apps.evaluate.mixed import mixed_rows
+from apps.evaluate.results import write_results
+from apps.report.document import write_report
+from apps.report.mixed import mixed_figure
 from apps.vdb.records import DatabaseOutcome
-from apps.vdb_metrics import evaluate_files
+from apps.vdb.stages.query_io import io_columns, read_window
 from core.store import read_manifest
 from pipeline.plan import Plan
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from apps.query_raw import requests_path
 from apps.vdb.records import DatabaseOutcome
+from apps.vdb.stages.query_raw import requests_path
 from core.errors import ArtifactError
 from core.store import atomic_write_json, read_manifest
 from pipeline.report_stage import write_benchmark_report

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.errors import ArtifactError, PipelineError
-from pipeline.config import RunConfig
+from pipeline.config.model import RunConfig
 from pipeline.provenance import PROVENANCE
 from pipeline.sweep import POINTS_DIR, slug
 

@@ -22,12 +22,8 @@ from parsl import python_app
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from apps import index as index_stage
-from apps import insert as insert_stage
-from apps import mixed as mixed_stage
-from apps import query_sweep as query_stage
-from apps.prefix_truth import loaded_rows
-from apps.telemetry import DatabaseTelemetry
+from apps.dataset.groundtruth.checkpoints import loaded_rows
+from apps.telemetry.collector import DatabaseTelemetry
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
 from apps.vdb.binding import bind_local
@@ -41,6 +37,10 @@ from apps.vdb.records import (
     Searchable,
 )
 from apps.vdb.server_facts import observe_servers
+from apps.vdb.stages import index as index_stage
+from apps.vdb.stages import insert as insert_stage
+from apps.vdb.stages import mixed as mixed_stage
+from apps.vdb.stages import query_sweep as query_stage
 from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
@@ -276,7 +276,9 @@ class VdbStages:
         index_record = index.result()
         self.telemetry.phase("query")
         stages = {"insert": inserts, "index": index_record, "queries": query.result()}
-        if cfg.mixed is not None:  # on a fresh collection: the task recreates and preloads it (apps/mixed.py)
+        if (
+            cfg.mixed is not None
+        ):  # on a fresh collection: the task recreates and preloads it (apps/vdb/stages/mixed.py)
             self.telemetry.phase("mixed")
             mixed = self.apps["mixed"](
                 target,

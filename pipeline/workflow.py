@@ -15,7 +15,7 @@ from core.errors import PipelineError
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
 from core.store import os_error_reason
 from core.watchdog import REGISTRY_VAR, RUN_VAR
-from pipeline.config_loader import LoadedConfig
+from pipeline.config.loader import LoadedConfig
 from pipeline.plan import Plan, build_plan
 from pipeline.provenance import Provenance, create_run_dir
 

@@ -128,7 +128,7 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 @pytest.fixture(scope="session")
 def fmnist() -> tuple[Any, Any, Any]:
     """The shared fmnist1k sample: base (1000x784), queries (500x784), exact L2 neighbours (500x100)."""
-    from apps.vecs import read_vecs
+    from apps.interchange.vecs import read_vecs
 
     folder = SHARED / "ann" / "fmnist1k"
     if not folder.is_dir():

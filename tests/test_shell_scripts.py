@@ -15,9 +15,9 @@ import pytest
 
 from apps.vdb.cluster.layout import node_shape, plan_cluster
 from apps.vdb.cluster.render import write_files
-from pipeline.config_loader import load_config
+from pipeline.config.loader import load_config
 from tests.conftest import REPO
-from tests.test_hpc_render import artifacts, fixed_env  # noqa: F401  (fixed_env: a fixture used below)
+from tests.pipeline.test_hpc_render import artifacts, fixed_env  # noqa: F401  (fixed_env: a fixture used below)
 
 CLUSTER = REPO / "apps" / "vdb" / "cluster"
 PLATFORMS = ["polaris", "aurora"]

@@ -13,11 +13,11 @@ from pydantic import (
     model_validator,
 )
 
-from apps.mixed_config import MixedConfig, mixed_problems
 from apps.vdb import settings_models, supported_index_types
 from apps.vdb.base import IndexType, Quantization
 from apps.vdb.capabilities import collection_problems
 from apps.vdb.cluster.config import DatabaseClusterConfig
+from apps.vdb.stages.mixed_config import MixedConfig, mixed_problems
 from apps.vdb.sweep import (
     Expansion,
     SweepError,
@@ -128,7 +128,8 @@ class VdbConfig(Strict):
     query: QuerySweepConfig = Field(default_factory=QuerySweepConfig)
     mixed: MixedConfig | None = Field(
         None,
-        description="The mixed insert + query workload after the query sweep (apps/mixed.py); None: off.",
+        description="The mixed insert + query workload after the query sweep (apps/vdb/stages/mixed.py); "
+        "None: off.",
     )
     cores_per_worker: int | None = Field(
         None,

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from apps.mixed_config import MixedRecord
-from apps.telemetry import announce_engine
+from apps.telemetry.sampler import announce_engine
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.config import DatabaseSettings
 from apps.vdb.server_facts import ServerFacts
+from apps.vdb.stages.mixed_config import MixedRecord
 
 if TYPE_CHECKING:
     from apps.vdb.base import Client

@@ -163,7 +163,7 @@ def test_dataset_dir_in_a_foreign_directory_is_refused(tmp_path: Path, files: di
 
 def test_dataset_dir_checks_accept_our_own_partial_and_finished_datasets(tmp_path: Path) -> None:
     """A dataset interrupted before its first shard record, or a finished one, is resumed, not refused."""
-    from apps.dataset import check_dataset_dir
+    from apps.dataset.layout import check_dataset_dir
     from core.errors import ArtifactError
 
     partial = tmp_path / "partial"

@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apps.dataset import vectors_to_arrow
-from apps.query_sweep import query_sweep, slow_request
-from apps.report import write_report
+from apps.dataset.layout import vectors_to_arrow
+from apps.evaluate.metrics import best_operating_point, evaluate_files
+from apps.report.document import write_report
 from apps.vdb.base import (
     Client,
     CollectionSpec,
@@ -45,7 +45,7 @@ from apps.vdb.config import QuerySweepConfig
 from apps.vdb.pool import ClientPool
 from apps.vdb.qdrant.settings import QdrantSettings
 from apps.vdb.records import DatabaseTarget
-from apps.vdb_metrics import best_operating_point, evaluate_files
+from apps.vdb.stages.query_sweep import query_sweep, slow_request
 from core.errors import ArtifactError, ConfigError, InputDataError, PipelineError
 from core.store import write_parquet_atomic
 
@@ -151,6 +151,11 @@ class _FailingClient(Client):
 
 
 def test_client_methods_raise_only_picklable_project_errors() -> None:
+    from tblib import pickling_support
+
+    # What importing parsl.app.python does in every Parsl worker: each exception class is then pickled
+    # with its __context__ and __cause__, so the client library's error must be on neither chain.
+    pickling_support.install()
     db = _FailingClient()
     with pytest.raises(DatabaseError, match=r"create_collection failed.*UnexpectedStatusCodeError") as caught:
         db.create_collection(SPEC)
@@ -186,6 +191,9 @@ class _MilvusLikeClient(_FailingClient):
 def _parsl_round_trip(call) -> BaseException:
     """Run ``call`` as a Parsl task body does and pickle the wrapped exception (the Parsl boundary)."""
     from parsl.app.errors import RemoteExceptionWrapper
+    from tblib import pickling_support
+
+    pickling_support.install()  # as a Parsl worker does: causes and contexts are pickled too
 
     try:
         call()
@@ -252,7 +260,7 @@ def test_report_marks_a_stalled_setting_and_never_picks_it(tmp_path: Path) -> No
 
 def test_a_stalled_setting_without_answers_is_a_failed_row(tmp_path: Path) -> None:
     """A raw file flagged stalled with no answered query still gives a (failed, stalled) result row."""
-    from apps.query_raw import RAW_QUERY_SCHEMA
+    from apps.vdb.stages.query_raw import RAW_QUERY_SCHEMA
 
     setting = {"database": "milvus", "ef": 32, "batch_size": 10, "clients": 2, "k": 10}
     path = tmp_path / "raw.parquet"

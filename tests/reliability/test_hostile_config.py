@@ -17,9 +17,9 @@ import pytest
 
 from apps.vdb.cluster.layout import node_shape, plan_cluster
 from apps.vdb.cluster.render import _dq, write_files
-from pipeline.config_loader import load_config
+from pipeline.config.loader import load_config
 from tests.conftest import run_cli
-from tests.test_hpc_config import hpc_env, study, write  # noqa: F401  (hpc_env is a fixture)
+from tests.executors.test_hpc_config import hpc_env, study, write  # noqa: F401  (hpc_env is a fixture)
 
 M = "{marker}"  # replaced by the test's marker path
 

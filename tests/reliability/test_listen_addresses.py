@@ -32,9 +32,9 @@ from apps.vdb.cluster.layout import node_shape, plan_cluster
 from apps.vdb.cluster.render import render_files
 from apps.vdb.process import http_ok
 from apps.vdb.server_facts import WILDCARDS, listeners
-from pipeline.config_loader import load_config
+from pipeline.config.loader import load_config
 from tests.conftest import REPO
-from tests.test_hpc_render import artifacts, fixed_env, two_local_ranks  # noqa: F401  (fixed_env: a fixture used below)
+from tests.pipeline.test_hpc_render import artifacts, fixed_env, two_local_ranks  # noqa: F401  (fixed_env: a fixture used below)
 
 LOOPBACK = {"127.0.0.1", "::1"}
 # Listeners that the server opens with net.Listen(":<port>") whatever its configuration (Milvus 2.3.5):
@@ -209,7 +209,7 @@ def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
     from apps.vdb.process import get_json
     from apps.vdb.weaviate.deploy import find_binary
     from apps.vdb.weaviate.settings import WeaviateSettings
-    from pipeline.config import LocalExecutorConfig
+    from pipeline.config.model import LocalExecutorConfig
 
     interface = non_loopback_interface()
     if interface is None:

@@ -123,7 +123,7 @@ def test_blank_terms_file(small_corpus, tmp_path) -> None:
 
 def test_groundtruth_k_above_known_rows(small_corpus, tmp_path) -> None:
     """With the dataset already built (its row count known), a k above its rows is refused at plan time."""
-    from pipeline.config_loader import load_config
+    from pipeline.config.loader import load_config
     from pipeline.plan import build_plan
 
     dataset = tmp_path / "dataset"
@@ -149,9 +149,9 @@ def test_groundtruth_k_above_unknown_rows_is_recorded(tmp_path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from apps.dataset import vectors_to_arrow
-    from apps.groundtruth import GroundTruthConfig, compute_groundtruth
-    from tests.test_vdb_metrics import write_dataset
+    from apps.dataset.groundtruth.stage import GroundTruthConfig, compute_groundtruth
+    from apps.dataset.layout import vectors_to_arrow
+    from tests.evaluate.test_vdb_metrics import write_dataset
 
     rng = np.random.default_rng(0)
     write_dataset(tmp_path / "ds", rng.standard_normal((7, 784)).astype(np.float32), parts=1)

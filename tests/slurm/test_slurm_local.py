@@ -27,9 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from apps import embed as embed_stage
-from apps import groundtruth, query_set
-from pipeline.config_loader import load_config
+from apps.dataset import queries as query_set
+from apps.dataset.embedding import stage as embed_stage
+from apps.dataset.groundtruth import stage as groundtruth
+from pipeline.config.loader import load_config
 from pipeline.plan import build_plan
 from tests.conftest import interruptible
 from tests.slurm.conftest import SlurmTestbed

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from apps.interchange.vecs import read_vecs
 from apps.vdb import get_adapter, supported_index_types
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.faiss import build
 from apps.vdb.faiss.settings import FaissSettings
-from apps.vecs import read_vecs
 from tests.conftest import SHARED, recall_at
 
 DATA = SHARED / "ann" / "fmnist1k"
@@ -185,7 +185,7 @@ import json, numpy as np
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.faiss.settings import FaissSettings
-from apps.vecs import read_vecs
+from apps.interchange.vecs import read_vecs
 endpoints = Endpoints.model_validate_json({endpoints.model_dump_json()!r})
 client = get_adapter("faiss").client(FaissSettings(threads=1), endpoints)
 client.create_collection(CollectionSpec(name="fmnist", dim=784, metric="l2", index_type="hnsw"))
@@ -297,7 +297,7 @@ def _dataset(base: np.ndarray, directory: Path) -> Path:
     """``base`` in the pipeline's dataset layout: 4 parts, row groups of 100 (40 work units)."""
     import pyarrow as pa
 
-    from apps.dataset import finalize_dataset, vectors_to_arrow
+    from apps.dataset.layout import finalize_dataset, vectors_to_arrow
     from core.store import write_parquet_atomic
 
     records = []
@@ -345,11 +345,11 @@ def test_stages_in_different_processes(deploy, fmnist, tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from apps.dataset import vectors_to_arrow
-    from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
-    from apps.query_sweep import query_sweep
+    from apps.dataset.layout import vectors_to_arrow
     from apps.vdb.config import QuerySweepConfig
     from apps.vdb.records import DatabaseTarget, IndexRecord, InsertPart
+    from apps.vdb.stages.insert import insert_partition, prepare_collection, wait_searchable, work_units
+    from apps.vdb.stages.query_sweep import query_sweep
     from core.store import write_parquet_atomic
 
     base, queries, truth = fmnist
@@ -360,13 +360,15 @@ def test_stages_in_different_processes(deploy, fmnist, tmp_path: Path) -> None:
     )
     prepare_collection(target, False)
     mine = insert_partition(target, units[0::2], 64, 2, 0, worker=0)
-    theirs = InsertPart(**_in_subprocess("apps.insert.insert_partition", target, units[1::2], 64, 2, 0, 1))
+    theirs = InsertPart(
+        **_in_subprocess("apps.vdb.stages.insert.insert_partition", target, units[1::2], 64, 2, 0, 1)
+    )
     assert mine.rows + theirs.rows == 1000 and mine.clients == theirs.clients == 1
     assert mine.visible_at is not None and theirs.visible_at is not None  # stored = searchable
     searchable = wait_searchable(target, 1000, 60, mine, theirs)
     assert searchable.count == 1000 and searchable.searchable_at == max(mine.visible_at, theirs.visible_at)
 
-    index = IndexRecord(**_in_subprocess("apps.index.build_index", target, 1000, 120, None))
+    index = IndexRecord(**_in_subprocess("apps.vdb.stages.index.build_index", target, 1000, 120, None))
     assert index.count == 1000 and index.disk_bytes > base.nbytes and index.write_amplification > 1
 
     path = tmp_path / "queries.parquet"

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from apps.interchange.vecs import read_vecs
 from apps.vdb import get_adapter
 from apps.vdb.base import SEARCH_KNOB, CollectionSpec, DatabaseError
 from apps.vdb.config import VdbConfig
 from apps.vdb.lancedb.checks import settings_problems
 from apps.vdb.lancedb.settings import LanceDBSettings
-from apps.vecs import read_vecs
 
 
 @pytest.fixture(scope="module")

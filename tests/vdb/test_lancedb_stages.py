@@ -9,16 +9,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from apps.dataset import finalize_dataset, vectors_to_arrow
-from apps.index import build_index
-from apps.insert import insert_partition, prepare_collection, wait_searchable, work_units
-from apps.query_sweep import query_sweep
+from apps.dataset.layout import finalize_dataset, vectors_to_arrow
+from apps.interchange.vecs import read_vecs
 from apps.vdb.base import CollectionSpec
 from apps.vdb.config import QuerySweepConfig
 from apps.vdb.lancedb.deploy import LanceDBDeployment
 from apps.vdb.lancedb.settings import LanceDBSettings
 from apps.vdb.records import DatabaseTarget
-from apps.vecs import read_vecs
+from apps.vdb.stages.index import build_index
+from apps.vdb.stages.insert import insert_partition, prepare_collection, wait_searchable, work_units
+from apps.vdb.stages.query_sweep import query_sweep
 from core.store import write_parquet_atomic
 
 pytestmark = pytest.mark.slow

@@ -12,13 +12,13 @@ import yaml
 from pydantic import ValidationError
 from pymilvus.grpc_gen.milvus_pb2 import SearchRequest
 
+from apps.interchange.vecs import read_vecs
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
 from apps.vdb.milvus.client import MilvusVectorClient
 from apps.vdb.milvus.deploy import MilvusDeployment, write_config
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import free_ports
-from apps.vecs import read_vecs
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
 ADAPTER = get_adapter("milvus")

@@ -17,12 +17,12 @@ import numpy as np
 import psutil
 import pytest
 
+from apps.interchange.vecs import read_vecs
 from apps.vdb import get_adapter
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.weaviate.client import WeaviateClient, class_name
 from apps.vdb.weaviate.deploy import WeaviateDeployment
 from apps.vdb.weaviate.settings import WeaviateSettings
-from apps.vecs import read_vecs
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
 K = 10

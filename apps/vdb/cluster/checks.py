@@ -1,7 +1,7 @@
 """What a database's own cluster checks receive, and the rules several databases share.
 
-``pipeline/checks.py`` runs the checks every cluster needs (fit, ports, cores, image, storage) and then asks
-each database's ``checks`` module (through the registry in :mod:`apps.vdb`) for its own, passing a
+``pipeline/config/checks.py`` runs the checks every cluster needs (fit, ports, cores, image, storage) and then
+asks each database's ``checks`` module (through the registry in :mod:`apps.vdb`) for its own, passing a
 :class:`ClusterCheck`. Problems are ``(field path, message)`` pairs, field paths as the user wrote them.
 """
 

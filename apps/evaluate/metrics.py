@@ -1,0 +1,251 @@
+"""Measure, then evaluate: the metrics computed from the raw query results (:mod:`apps.vdb.stages.query_raw`).
+
+Everything here is computed afterwards from the raw rows, so a metric can be corrected without re-running
+a cluster (ARCHITECTURE.md, "Metric definitions"):
+
+* :func:`qps`: queries completed ÷ wall time of the query phase (max ``t_end`` − min ``t_start``);
+  a batch of B queries counts B.
+* :func:`latency_stats`: end-to-end time of each request (unique ``client``, ``request``): mean, P50,
+  P95, P99 in milliseconds.
+* :func:`window_stats`: both, for a timed setting, from every request of its window (the requests file
+  beside the raw rows, :data:`apps.vdb.stages.query_raw.REQUEST_SCHEMA`): ``queries_sent``, ``window_s``,
+  ``qps``.
+* recall: :mod:`apps.evaluate.recall`, once per distinct query (the raw rows keep the first answer to each).
+* :func:`evaluate`: all of the above per setting; :func:`evaluate_files`: the raw files of a run in one
+  pass over the dataset; :func:`best_operating_point`: the studies' selection rule (highest QPS among
+  settings with recall ≥ 0.95).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from apps.dataset.lookup import VectorSource, as_lookup, fetch_vectors, read_groundtruth, read_query_vectors
+from apps.evaluate.recall import needed_base_ids, recall_at_k
+from apps.vdb.records import setting_label
+from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw, validate_raw
+
+_SETTING_COLUMNS = ("database", "setting", "ef", "batch_size", "clients", "k")
+
+
+def _single_group(raw: pa.Table, what: str) -> None:
+    if raw.num_rows == 0:
+        raise ValueError(f"{what}: no raw query rows")
+    for name in ("database", "setting"):
+        if name in raw.column_names and len(pc.unique(raw.column(name))) > 1:
+            raise ValueError(f"{what}: the raw rows mix several values of {name!r}; evaluate one at a time")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Throughput and latency
+# ---------------------------------------------------------------------------------------------------------
+
+
+def qps(raw: pa.Table) -> float:
+    """Queries completed ÷ wall time of the query phase (max ``t_end`` − min ``t_start``).
+
+    Every row is one completed query, so a batch of B queries counts B. ``raw`` holds one database ×
+    setting. NaN when the phase has no measurable duration. (A timed window's QPS rests on its requests
+    file: :func:`window_stats`.)
+    """
+    _single_group(raw, "qps")
+    return float(window_stats(requests_from_raw(raw))["qps"])
+
+
+def latency_stats(raw: pa.Table) -> dict[str, float | int]:
+    """Latency of each request (one batch; unique client × request) in milliseconds.
+
+    Returns ``requests``, ``latency_mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` (percentiles with
+    linear interpolation between order statistics, numpy's default).
+    """
+    _single_group(raw, "latency_stats")
+    stats = window_stats(requests_from_raw(raw))
+    return {key: stats[key] for key in ("requests", "latency_mean_ms", "p50_ms", "p95_ms", "p99_ms")}
+
+
+def window_stats(requests: pa.Table) -> dict[str, float | int]:
+    """QPS and latency of a setting's measured window from every request in it (:data:`REQUEST_SCHEMA`).
+
+    ``queries_sent`` (queries answered in the window, a batch of B counts B), ``requests``,
+    ``window_s`` (first request sent -> last answer), ``qps`` = queries_sent / window_s (NaN for an
+    empty window), and ``latency_mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` over every request.
+    """
+    if requests.num_rows == 0:
+        raise ValueError("window_stats: no requests")
+    start = requests.column("t_start").to_numpy()
+    end = requests.column("t_end").to_numpy()
+    latency_ms = (end - start) * 1000.0
+    if (latency_ms < 0).any():
+        raise ValueError("latency_stats: a request ends before it starts (t_end < t_start)")
+    sent = int(pc.sum(requests.column("queries")).as_py())
+    window = float(end.max() - start.min())
+    p50, p95, p99 = np.percentile(latency_ms, [50, 95, 99])
+    return {
+        "queries_sent": sent,
+        "requests": len(latency_ms),
+        "window_s": window,
+        "qps": sent / window if window > 0 else math.nan,
+        "latency_mean_ms": float(latency_ms.mean()),
+        "p50_ms": float(p50),
+        "p95_ms": float(p95),
+        "p99_ms": float(p99),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-setting evaluation and the operating point
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _setting_sort_key(row: dict[str, Any]) -> tuple:
+    return (
+        row["k"],
+        row["batch_size"],
+        row["clients"],
+        -1 if row["ef"] is None else row["ef"],
+        row["setting"],
+    )
+
+
+def evaluate(
+    raw_table: pa.Table,
+    groundtruth: pa.Table,
+    query_vectors: VectorSource,
+    base_lookup: VectorSource,
+    metric: str,
+    *,
+    rel_tol: float = 1e-5,
+    abs_tol: float = 1e-6,
+    requests: Mapping[str, pa.Table] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Metrics of every setting in the raw rows of ONE database: ``{setting: row}``.
+
+    Recall rests on the raw rows (the first answer to each distinct query); QPS and latency on every
+    request of the setting's window: ``requests[setting]`` (its requests file), else the raw rows' own
+    requests (a setting sent once).
+
+    Each row is ready for :func:`apps.evaluate.results.write_results` (add provenance keys): ``database``,
+    ``stage="query"``, ``status="ok"``, ``setting``, ``ef``, ``batch_size``, ``clients``, ``k``,
+    ``queries_sent``, ``distinct_queries``, ``requests``, ``window_s``, ``qps``, ``latency_mean_ms``,
+    ``p50_ms``, ``p95_ms``, ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and
+    ``unknown_ids`` (returned ids that are not in ``base_lookup``: a sign of an id-mapping bug when the
+    lookup came from :func:`fetch_vectors`). Rows are ordered by k, batch size, clients, ef.
+    """
+    raw_table = validate_raw(raw_table)
+    if raw_table.num_rows == 0:
+        return {}
+    databases = pc.unique(raw_table.column("database")).to_pylist()
+    if len(databases) > 1:
+        raise ValueError(f"evaluate: the raw rows hold several databases {databases}; evaluate one at a time")
+    queries = as_lookup(query_vectors)
+    base = as_lookup(base_lookup)
+    rows = []
+    for setting in pc.unique(raw_table.column("setting")).to_pylist():
+        part = raw_table.filter(pc.equal(raw_table.column("setting"), setting))
+        first = part.slice(0, 1).select(list(_SETTING_COLUMNS)).to_pylist()[0]
+        for name in ("ef", "batch_size", "clients", "k"):
+            if len(pc.unique(part.column(name))) > 1:
+                raise ValueError(f"evaluate: setting {setting!r} has several values of {name!r}")
+        mean_recall, per_query = recall_at_k(
+            part, groundtruth, queries, base, metric, first["k"], rel_tol=rel_tol, abs_tol=abs_tol
+        )
+        returned = pc.list_flatten(part.column("ids")).to_numpy().astype(np.int64)
+        returned = returned[returned >= 0]
+        every = (requests or {}).get(setting)
+        rows.append(
+            {
+                **first,
+                "stage": "query",
+                "status": "ok",
+                "distinct_queries": len(np.unique(part.column("query_id").to_numpy())),
+                **window_stats(requests_from_raw(part) if every is None else every),
+                "recall": mean_recall,
+                "recall_min": float(per_query.min()),
+                "unknown_ids": int((~base.positions(returned)[1]).sum()),
+            }
+        )
+    rows.sort(key=_setting_sort_key)
+    return {row["setting"]: row for row in rows}
+
+
+def evaluate_files(
+    raw_files: Iterable[str | Path],
+    groundtruth_file: str | Path,
+    queries_file: str | Path,
+    dataset_dir: str | Path,
+    metric: str,
+) -> list[dict[str, Any]]:
+    """Evaluate raw files of any databases in one pass over the dataset; returns result rows.
+
+    A file the query stage flagged as stalled gives rows with ``stalled`` and the reason in ``error``
+    (a ``failed`` row when it holds no answered query).
+    """
+    raw_files = list(raw_files)
+    tables = [read_raw(p) for p in raw_files]
+    if not tables:
+        return []
+    requests: dict[str, dict[str, pa.Table]] = {}  # database -> setting -> every request of its window
+    for path, table in zip(raw_files, tables, strict=True):
+        if table.num_rows:
+            database, setting = (table.column(c)[0].as_py() for c in ("database", "setting"))
+            requests.setdefault(database, {})[setting] = read_requests(path, table)
+    stalled = dict(filter(None, (_stall_of(p) for p in raw_files)))
+    rows: list[dict[str, Any]] = []
+    for (database, setting), (reason, described) in stalled.items():
+        empty = not any(t.num_rows and pc.any(pc.equal(t.column("setting"), setting)).as_py() for t in tables)
+        if empty:
+            fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k")}
+            rows.append({"database": database, "stage": "query", "setting": setting, **fields})
+            rows[-1].update(status="failed", stalled=True, error=f"stalled: {reason}")
+    raw = pa.concat_tables(tables)
+    if raw.num_rows == 0:
+        return rows
+    groundtruth = read_groundtruth(groundtruth_file)
+    base = fetch_vectors(dataset_dir, needed_base_ids(raw, groundtruth))
+    queries = read_query_vectors(queries_file)
+    for database in pc.unique(raw.column("database")).to_pylist():
+        part = raw.filter(pc.equal(raw.column("database"), database))
+        for row in evaluate(part, groundtruth, queries, base, metric, requests=requests[database]).values():
+            if (database, row["setting"]) in stalled:
+                row.update(stalled=True, error=f"stalled: {stalled[database, row['setting']][0]}")
+            rows.append(row)
+    return rows
+
+
+def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, Any]]] | None:
+    """``((database, setting), (reason, setting fields))`` of a raw file flagged as stalled, else None."""
+    meta = pq.read_schema(path).metadata or {}
+    if b"stalled" not in meta:
+        return None
+    described = json.loads(meta.get(b"query_setting", b"{}"))
+    label = setting_label(described.get("ef"), described["batch_size"], described["clients"], described["k"])
+    return (described["database"], label), (meta[b"stalled"].decode(), described)
+
+
+def best_operating_point(rows: Iterable[dict[str, Any]], min_recall: float = 0.95) -> dict[str, Any] | None:
+    """The row with the highest QPS among those with recall ≥ ``min_recall`` (None when none qualifies).
+
+    Rows of other stages, failed or stalled rows and rows without a finite QPS or recall are ignored;
+    equal QPS prefers the higher recall. Pass the rows of one database to get its operating point.
+    """
+    best = None
+    for row in rows:
+        if row.get("stage", "query") != "query" or row.get("status", "ok") not in (None, "ok"):
+            continue
+        if row.get("stalled"):  # a setting that stalled twice is not a normal measurement
+            continue
+        q, r = row.get("qps"), row.get("recall")
+        if q is None or r is None or not (math.isfinite(q) and math.isfinite(r)):
+            continue
+        if r >= min_recall and (best is None or (q, r) > (best["qps"], best["recall"])):
+            best = row
+    return best

@@ -1,0 +1,392 @@
+"""Import an ANN dataset (see :mod:`apps.interchange.formats`) into the project's dataset layout, and check
+its published ground truth against the project's exact search.
+
+The result, ``<store>/datasets/<name>-<key>/``, is what the embed, queries and ground-truth stages make:
+``part-NNNNN.parquet`` (id, doc_id, chunk_index, embedding), ``README.md`` (the card), ``queries.parquet``
+(id, text, embedding), ``groundtruth.parquet`` (query_id, neighbors, distances: the *published* neighbours,
+their distances recomputed by the project's definitions) and, last, ``manifest.json``. Everything is written
+into a temporary folder beside it and renamed into place, so a folder under that name is always complete.
+
+The check: :func:`apps.dataset.groundtruth.stage.exact_topk` over the written parts, with the file's metric. A
+query agrees when, position by position, its published neighbour is as far from it as the exact one (float64,
+relative tolerance ``TIE_RTOL``): the lists may differ only among neighbours at equal distance.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from apps.dataset.groundtruth.exact_distance import exact_distances
+from apps.dataset.groundtruth.stage import exact_topk
+from apps.dataset.layout import METADATA_KEY, iter_vectors, vectors_to_arrow
+from apps.dataset.lookup import fetch_vectors
+from apps.interchange.formats import Source, canonical_format, open_source
+from core.errors import ArtifactError, InputDataError
+from core.store import (
+    MANIFEST,
+    atomic_write_json,
+    atomic_write_text,
+    content_key,
+    exclusive_lock,
+    read_manifest,
+    sha256_file,
+    staged_directory,
+    verify_files,
+    write_parquet_atomic,
+)
+
+STAGE_VERSION = "2"  # 2: the ground-truth check and stored distances by the exact float64 arithmetic
+TIE_RTOL = 1e-5  # float32 inputs: equal distances recomputed in float64 agree far closer than this
+SHOWN = 5  # disagreeing queries named in the warning and the manifest
+STALE_SECONDS = 3600.0  # without a lock, a temporary folder untouched this long is a killed import's
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Imported:
+    """What :func:`import_dataset` made: the folder, its manifest, and whether it was already there."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    cached: bool = False
+
+    @property
+    def check(self) -> dict[str, Any]:
+        """The ground-truth check recorded in the manifest."""
+        return self.manifest["import"]["groundtruth_check"]
+
+
+def file_identity(path: Path) -> dict[str, Any]:
+    """A source file's identity: name, size and the sha256 of all of it (an edit anywhere is a new
+    dataset; one sequential read, cheaper than the exact search the import runs over the same bytes)."""
+    return {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def _metric(source: Source, requested: str | None) -> str:
+    if requested and source.metric and requested != source.metric:
+        raise InputDataError(
+            f"{source.files['base']}: the file declares metric {source.metric}, --metric asks for {requested}"
+        )
+    return requested or source.metric or "l2"
+
+
+def _write_parts(
+    source: Source, out: Path, rows_per_part: int, row_group_rows: int, meta: dict
+) -> list[dict]:
+    """Stream the base into ``part-NNNNN.parquet`` files; return their records."""
+    records = []
+    seen: list[np.ndarray] = []
+    for shard, (ids, vectors) in enumerate(source.batches(rows_per_part)):
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "doc_id": pa.nulls(len(ids), pa.string()),
+                "chunk_index": pa.nulls(len(ids), pa.int32()),
+                "embedding": vectors_to_arrow(vectors, "float32"),
+            }
+        )
+        name = f"part-{shard:05d}.parquet"
+        written = write_parquet_atomic(
+            table, out / name, row_group_rows=row_group_rows, metadata={METADATA_KEY: json.dumps(meta)}
+        )
+        records.append({"file": name, "shard": shard, **written})
+        if not source.ids_are_rows:
+            seen.append(ids)
+    if not source.ids_are_rows:  # vdbbench: ids are the id column's, unique and covering the neighbours
+        all_ids = np.sort(np.concatenate(seen))
+        if (np.diff(all_ids) == 0).any():
+            raise InputDataError(f"{source.files['base']}: the id column repeats ids")
+        pos = np.searchsorted(all_ids, source.gt_ids).clip(max=len(all_ids) - 1)
+        bad = np.flatnonzero(all_ids[pos] != source.gt_ids)
+        if bad.size:
+            q, col = divmod(int(bad[0]), source.gt_ids.shape[1])
+            raise InputDataError(
+                f"{source.files['groundtruth']}: {bad.size} neighbour id(s) not in {source.files['base']}; "
+                f"first: query {int(source.query_ids[q])}, position {col}: {int(source.gt_ids[q, col])}"
+            )
+    return records
+
+
+def compare_groundtruth(
+    dataset_dir: Path,
+    query_ids: np.ndarray,
+    queries: np.ndarray,
+    published: np.ndarray,
+    metric: str,
+    memory_budget_mb: int = 512,
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Check ``published`` (Q, k) ids against the exact search over ``dataset_dir``.
+
+    Returns (the check record, float32 distances of the published neighbours). Only queries whose lists
+    differ from the exact ones get their vectors fetched (one pass over the parts) and float64 distances.
+    """
+    k = published.shape[1]
+    started = time.time()
+    stats: dict[str, Any] = {}
+    exact_ids, exact_dist = exact_topk(
+        queries, iter_vectors(dataset_dir), k, metric, "cpu", memory_budget_mb, stats=stats
+    )
+    differ = np.flatnonzero((exact_ids != published).any(axis=1))
+    out_distances = exact_dist.astype(np.float32)
+    bad_rows: list[int] = []
+    shown: list[dict[str, Any]] = []
+    if differ.size:
+        lookup = fetch_vectors(dataset_dir, np.concatenate([published[differ], exact_ids[differ]]))
+        for start in range(0, differ.size, 256):  # bounded memory: (rows, k, dim) float64 per block
+            rows = differ[start : start + 256]
+            q = queries[rows]
+            dp = exact_distances(q, lookup.get(published[rows].ravel()).reshape(len(rows), k, -1), metric)
+            de = exact_distances(q, lookup.get(exact_ids[rows].ravel()).reshape(len(rows), k, -1), metric)
+            de = np.sort(de, axis=1)
+            out_distances[rows] = dp
+            gap = np.abs(dp - de) > TIE_RTOL * np.maximum(np.maximum(np.abs(dp), np.abs(de)), 1e-6)
+            for i in np.flatnonzero(gap.any(axis=1)):
+                bad_rows.append(int(rows[i]))
+                if len(shown) < SHOWN:
+                    pos = int(np.flatnonzero(gap[i])[0])
+                    shown.append(
+                        {
+                            "query_id": int(query_ids[rows[i]]),
+                            "position": pos,
+                            "published_id": int(published[rows[i], pos]),
+                            "published_distance": float(dp[i, pos]),
+                            "exact_id": int(exact_ids[rows[i], pos]),
+                            "exact_distance": float(de[i, pos]),
+                        }
+                    )
+    check = {
+        "metric": metric,
+        "k": k,
+        "queries": len(queries),
+        "identical": int(len(queries) - differ.size),
+        "agree_up_to_ties": int(len(queries) - len(bad_rows)),
+        "disagree": len(bad_rows),
+        "disagreeing_query_ids": [int(query_ids[r]) for r in bad_rows[:1000]],
+        "first": shown,
+        "tie_rtol": TIE_RTOL,
+        "engine": stats.get("engine"),
+        "seconds": round(time.time() - started, 3),
+    }
+    return check, out_distances
+
+
+def warning_line(check: dict[str, Any], groundtruth_file: Path | str) -> str | None:
+    """One line saying how the published ground truth disagrees with exact search; None when it agrees."""
+    if not check["disagree"]:
+        return None
+    first = "; ".join(
+        f"query {s['query_id']} position {s['position']}: published {s['published_id']} at "
+        f"{s['published_distance']:.6g}, exact {s['exact_id']} at {s['exact_distance']:.6g}"
+        for s in check["first"]
+    )
+    return (
+        f"{groundtruth_file}: published ground truth disagrees with exact {check['metric']} search "
+        f"beyond ties on {check['disagree']} of {check['queries']} queries (top-{check['k']}); first: {first}"
+    )
+
+
+def dataset_card(manifest: dict[str, Any]) -> str:
+    """The imported dataset's card (README.md)."""
+    imp = manifest["import"]
+    check = imp["groundtruth_check"]
+    files = "\n".join(f"- {role}: `{f['name']}` ({f['bytes']:,} bytes)" for role, f in imp["files"].items())
+    verdict = (
+        "agrees with the project's exact search up to ties"
+        if not check["disagree"]
+        else f"**disagrees** with the project's exact search on {check['disagree']} queries"
+    )
+    return f"""# {manifest["metadata"]["dataset_name"]}
+
+Imported from {imp["format"]} files by `python -m pipeline dataset import`.
+
+| property | value |
+|---|---|
+| rows (vectors) | {manifest["rows"]:,} |
+| parts | {len(manifest["files"])} (`part-NNNNN.parquet`) |
+| dimension | {manifest["dimension"]} |
+| source element type | {imp["source_dtype"]} (stored as float32) |
+| metric | {imp["metric"]} |
+| queries | {manifest["queries"]["count"]:,} (`queries.parquet`) |
+| ground truth | top-{manifest["groundtruth"]["k"]} published neighbours (`groundtruth.parquet`), {verdict} |
+| content key | `{manifest["key"]}` |
+
+## Source files
+{files}
+
+Ids: {"the source's `id` column" if not imp["ids_are_rows"] else "0-based row numbers of the base file"}.
+`doc_id` and `chunk_index` are null (there is no text). Keep the source's attribution and licence.
+"""
+
+
+def _cached(final: Path) -> dict[str, Any] | None:
+    """The manifest of a complete earlier import at ``final``; None when there is none.
+
+    ArtifactError when ``final`` holds a damaged one: its parts (sizes), queries and ground truth (sizes
+    and sha256: they are small) must all match the manifest.
+    """
+    if not final.exists():
+        return None
+    try:
+        manifest = read_manifest(final)
+    except ValueError:  # not JSON
+        manifest = None
+    if not isinstance(manifest, dict):
+        problems = [f"{final / MANIFEST}: missing or not readable JSON"]
+    else:
+        extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+        problems = verify_files(final, manifest.get("files", [])) + verify_files(final, extra, checksums=True)
+        if not extra:
+            problems.append(f"{final / MANIFEST}: lists no queries or ground truth")
+    if problems:
+        raise ArtifactError(
+            f"{final} holds a damaged or incomplete dataset ({problems[0]}); remove it and import again"
+        )
+    return manifest
+
+
+def sweep_stale(final: Path, locked: bool, max_age: float = STALE_SECONDS) -> list[Path]:
+    """Remove the temporary folders a killed import of ``final`` left beside it; return them.
+
+    Holding ``final``'s lock (``locked``), every one is stale: only the lock's holder writes one. Without
+    a lock (a file system that refuses them) only those untouched for ``max_age`` seconds are.
+    """
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.[A-Za-z0-9_]+\.tmp")
+    swept = []
+    for path in final.parent.iterdir():
+        if not (pattern.fullmatch(path.name) and path.is_dir()):
+            continue
+        if locked or time.time() - path.stat().st_mtime > max_age:
+            shutil.rmtree(path, ignore_errors=True)
+            swept.append(path)
+    if swept:
+        log.info("removed %d stale temporary folder(s) of %s", len(swept), final)
+    return swept
+
+
+def import_dataset(
+    fmt: str,
+    paths: list[str | Path],
+    name: str,
+    store: Path,
+    metric: str | None = None,
+    rows_per_part: int = 1_000_000,
+    row_group_rows: int = 4096,
+    memory_budget_mb: int = 512,
+) -> Imported:
+    """Import ``paths`` in ``fmt`` as dataset ``name`` under ``store``; see the module docstring."""
+    fmt = canonical_format(fmt)
+    source = open_source(fmt, paths)
+    metric = _metric(source, metric)
+    identity = {role: file_identity(path) for role, path in source.files.items()}
+    params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}
+    key = content_key("import", STAGE_VERSION, params)
+    final = store / "datasets" / f"{name}-{key}"
+    if (done := _cached(final)) is not None:
+        return Imported(final, done, cached=True)
+    # One import of these files at a time: a second one waits, then finds the first's dataset.
+    with exclusive_lock(store / "locks" / "datasets" / f"{final.name}.lock") as locked:
+        if (done := _cached(final)) is not None:
+            return Imported(final, done, cached=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale(final, locked)
+        try:
+            with staged_directory(final) as tmp:
+                manifest = _build(
+                    source, fmt, tmp, name, key, metric, identity, rows_per_part, row_group_rows,
+                    memory_budget_mb,
+                )  # fmt: skip
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := _cached(final)) is not None:
+                return Imported(final, done, cached=True)  # an unlocked concurrent import finished first
+            raise
+    return Imported(final, manifest)
+
+
+def _build(
+    source: Source,
+    fmt: str,
+    out: Path,
+    name: str,
+    key: str,
+    metric: str,
+    identity: dict[str, Any],
+    rows_per_part: int,
+    row_group_rows: int,
+    memory_budget_mb: int,
+) -> dict[str, Any]:
+    """Write parts, queries, ground truth, card and manifest (last) into ``out``."""
+    started = time.time()
+    meta = {
+        "dataset_name": name,
+        "dataset_key": key,
+        "dimension": source.dim,
+        "output_dtype": "float32",
+        "source": f"import:{fmt}",
+        "metric": metric,
+    }
+    parts = _write_parts(source, out, rows_per_part, row_group_rows, meta)
+    manifest: dict[str, Any] = {
+        "stage": "embed",
+        "version": STAGE_VERSION,
+        "key": key,
+        "dimension": source.dim,
+        "rows": sum(p["rows"] for p in parts),
+        "bytes": sum(p["bytes"] for p in parts),
+        "metadata": meta,
+        "files": parts,
+    }
+    atomic_write_json(out / "manifest.json", manifest)  # provisional: the readers need it; rewritten below
+    queries = pa.table(
+        {
+            "id": pa.array(source.query_ids, pa.int64()),
+            "text": pa.nulls(len(source.query_ids), pa.string()),
+            "embedding": vectors_to_arrow(source.queries, "float32"),
+        }
+    )
+    queries_written = write_parquet_atomic(queries, out / "queries.parquet")
+    k = min(source.gt_ids.shape[1], manifest["rows"])
+    published = np.ascontiguousarray(source.gt_ids[:, :k])
+    check, gt_distances = compare_groundtruth(
+        out, source.query_ids, source.queries, published, metric, memory_budget_mb
+    )
+    groundtruth = pa.table(
+        {
+            "query_id": pa.array(source.query_ids, pa.int64()),
+            "neighbors": pa.FixedSizeListArray.from_arrays(pa.array(published.ravel(), pa.int64()), k),
+            "distances": pa.FixedSizeListArray.from_arrays(pa.array(gt_distances.ravel(), pa.float32()), k),
+        }
+    )
+    gt_written = write_parquet_atomic(groundtruth, out / "groundtruth.parquet")
+    manifest.update(
+        queries={"file": "queries.parquet", "count": len(source.query_ids), **queries_written},
+        groundtruth={"file": "groundtruth.parquet", "k": k, "metric": metric, **gt_written},
+        metric=metric,
+        warnings=[w for w in [warning_line(check, source.files["groundtruth"])] if w],
+        upstream_keys=[],
+    )
+    manifest["import"] = {
+        "format": fmt,
+        "files": identity,
+        "paths": {role: str(path.resolve()) for role, path in source.files.items()},
+        "source_dtype": source.base_dtype,
+        "ids_are_rows": source.ids_are_rows,
+        "metric": metric,
+        "published_k": int(source.gt_ids.shape[1]),
+        "published_distances": source.gt_distances is not None,
+        "groundtruth_check": check,
+        "seconds": round(time.time() - started, 3),
+    }
+    atomic_write_text(out / "README.md", dataset_card(manifest))
+    atomic_write_json(out / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,359 @@
+"""The mixed insert + query workload (``vdb.mixed``; ../shared/papers/000 §V-D): measure now, evaluate later.
+
+One Parsl task, after a point's query sweep, on the point's running database:
+
+1. **Preload.** The collection is dropped and created afresh (after the sweep it holds every row; deleting
+   the second half would leave tombstones and segments a fresh preload does not have), the first
+   ``preload_fraction`` of the point's rows (the dataset's, or its first ``vdb.insert.rows``; row order)
+   is inserted, waited for and indexed.
+2. **Baseline.** The query clients measure the mixed phase's query setting on the preloaded collection
+   alone for ``baseline_duration_s`` (the query sweep's own timed-window code,
+   :mod:`apps.vdb.stages.query_sweep`).
+3. **Mixed.** Insert client processes send the rest of the point's rows in dataset order, in batches of
+   ``insert_batch_size`` dealt to the clients in turn (each paced to its share of ``insert_rate``), while
+   query client processes query in a loop. Every client loads its rows and connects first; all start at one
+   common instant. Each insert client marks its last acknowledgement with a file; the query clients check
+   the marks before every request and stop once all are there, so no query is sent after the last insert
+   is acknowledged (up to the check itself). Recorded: per query its request's send and answer time and the
+   returned ids (``queries.parquet``); per insert batch its rows and send and acknowledge times
+   (``inserts.parquet``).
+
+Nothing is evaluated here: the per-checkpoint ground truth and the metrics are the report stage's
+(:mod:`apps.dataset.groundtruth.checkpoints`, :mod:`apps.evaluate.mixed`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from apps.dataset.groundtruth.checkpoints import loaded_rows
+from apps.dataset.layout import iter_vectors
+from apps.vdb.base import DatabaseError
+from apps.vdb.pool import ClientPool, client
+from apps.vdb.records import DatabaseTarget, QuerySetting, setting_label
+from apps.vdb.stages import query_sweep
+from apps.vdb.stages.index import build_index
+from apps.vdb.stages.insert import prepare_collection, request_size
+from apps.vdb.stages.mixed_config import MixedConfig, MixedRecord
+from apps.vdb.stages.query_raw import raw_query_table, requests_path
+from core.errors import ArtifactError
+from core.store import read_manifest, write_parquet_atomic
+
+RELEASE_AHEAD_S = 0.5  # common start this far ahead of handing out the work (each client must receive it)
+INSERTS_SCHEMA = pa.schema(
+    [
+        pa.field("client", pa.int32(), nullable=False),
+        pa.field("batch", pa.int32(), nullable=False),  # position of the batch in insert order
+        pa.field("row_start", pa.int64(), nullable=False),  # rows [row_start, row_stop) of the dataset
+        pa.field("row_stop", pa.int64(), nullable=False),
+        pa.field("t_send", pa.float64(), nullable=False),  # time.time() the batch's first request went out
+        pa.field("t_ack", pa.float64(), nullable=False),  # time.time() its last request was acknowledged
+    ]
+)
+_LOADED: dict[str, Any] = {}  # in an insert client process: its batches' rows, loaded before the clock
+
+
+def preload_rows(total: int, cfg: MixedConfig) -> int:
+    """Rows loaded before the phase: ``preload_fraction`` of ``total``, at least ``k``, fewer than all."""
+    preload = round(total * cfg.preload_fraction)
+    if preload < cfg.k or preload >= total:
+        raise ArtifactError(
+            f"vdb.mixed.preload_fraction {cfg.preload_fraction} of {total} rows preloads {preload} rows: "
+            f"it must be at least k={cfg.k} and leave rows to insert"
+        )
+    return preload
+
+
+def batches(start: int, stop: int, size: int) -> list[tuple[int, int]]:
+    """Rows ``[start, stop)`` in order as ``(row_start, row_stop)`` batches of ``size``."""
+    return [(lo, min(lo + size, stop)) for lo in range(start, stop, size)]
+
+
+def read_rows(dataset_dir: str, wanted: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(ids, vectors, {row_start: slice}) of the rows of ``wanted`` batches, in one pass over the dataset."""
+    lo, hi = min(b[0] for b in wanted), max(b[1] for b in wanted)
+    keep_ids, keep_vectors, position = [], [], 0
+    for ids, vectors in iter_vectors(Path(dataset_dir)):
+        if position >= hi:
+            break
+        end = position + len(ids)
+        if end > lo:
+            a, b = max(lo, position) - position, min(hi, end) - position
+            keep_ids.append(ids[a:b])
+            keep_vectors.append(np.array(vectors[a:b], np.float32))
+        position = end
+    ids, vectors = np.concatenate(keep_ids), np.concatenate(keep_vectors)
+    if len(ids) != hi - lo:
+        raise ArtifactError(f"{dataset_dir}: rows {lo}..{hi} asked but the dataset ends at row {position}")
+    return ids, vectors, {s: slice(s - lo, e - lo) for s, e in wanted}
+
+
+def load_share(dataset_dir: str, share: list[tuple[int, int]]) -> int:
+    """Pool function: load this insert client's batches (off the clock); returns its rows."""
+    _LOADED.clear()
+    if share:
+        ids, vectors, where = read_rows(dataset_dir, share)
+        _LOADED.update(ids=ids, vectors=vectors, where=where, share=share)
+    return sum(e - s for s, e in share)
+
+
+def _insert(ids: np.ndarray, vectors: np.ndarray, retries: int) -> None:
+    """One batch, split to the client's maximum request size; a failed request is retried (upsert)."""
+    db = client()
+    size = request_size(len(ids), db)
+    for lo in range(0, len(ids), size):
+        for attempt in range(retries + 1):
+            try:
+                db.insert(ids[lo : lo + size], vectors[lo : lo + size])
+                break
+            except Exception as exc:
+                if attempt == retries:
+                    raise DatabaseError(f"mixed insert failed after {retries} retries: {exc}") from exc
+                time.sleep(min(5.0, 0.2 * 2**attempt))
+
+
+def send_share(
+    release_at: float, rate: float | None, marker: str | None, retries: int = 3
+) -> dict[str, list]:
+    """Pool function: send the loaded batches in order from ``release_at``, ``rate`` vectors/s (None: as
+    fast as acknowledged); touch ``marker`` after the last acknowledgement (also on failure)."""
+    out: dict[str, list] = {"row_start": [], "row_stop": [], "t_send": [], "t_ack": []}
+    try:
+        if not _LOADED:
+            return out
+        ids, vectors, where = _LOADED["ids"], _LOADED["vectors"], _LOADED["where"]
+        time.sleep(max(0.0, release_at - time.time()))
+        sent = 0
+        for start, stop in _LOADED["share"]:
+            if rate is not None:
+                time.sleep(max(0.0, release_at + sent / rate - time.time()))
+            rows = where[start]
+            t_send = time.time()
+            _insert(ids[rows], vectors[rows], retries)
+            out["t_ack"].append(time.time())
+            out["t_send"].append(t_send)
+            out["row_start"].append(start)
+            out["row_stop"].append(stop)
+            sent += stop - start
+    finally:
+        if marker is not None:
+            Path(marker).touch()
+    return out
+
+
+def query_until(
+    vectors: np.ndarray,
+    k: int,
+    ef: int | None,
+    batch_size: int,
+    release_at: float,
+    markers: list[str],
+    deadline: float,
+) -> dict[str, Any]:
+    """Pool function: cycle through ``vectors`` in batches from ``release_at`` until every insert client's
+    ``markers`` exists (checked before each request) or ``deadline``; per request its first query's
+    position in the share, size, send and answer time, returned ids and scores."""
+    db = client()
+    starts = list(range(0, len(vectors), batch_size))
+    out: dict[str, Any] = {"first": [], "size": [], "t_start": [], "t_end": [], "ids": [], "scores": []}
+    time.sleep(max(0.0, release_at - time.time()))
+    n = 0
+    while starts and time.time() < deadline:
+        if all(Path(m).exists() for m in markers):
+            break
+        first = starts[n % len(starts)]
+        batch = vectors[first : first + batch_size]
+        t0 = time.time()
+        result = db.search(batch, k, ef)
+        out["t_end"].append(time.time())
+        out["t_start"].append(t0)
+        out["first"].append(first)
+        out["size"].append(len(batch))
+        out["ids"].append(np.asarray(result.ids))
+        out["scores"].append(np.asarray(result.scores))
+        n += 1
+    out["rank"] = db.rank
+    return out
+
+
+def _preload(
+    target: DatabaseTarget, dataset_dir: str, preload: int, batch_size: int, cfg: MixedConfig
+) -> float:
+    """Recreate the collection, insert rows [0, preload), wait until searchable, build the index: seconds."""
+    started = time.time()
+    prepare_collection(target, recreate=True)
+    share = batches(0, preload, batch_size)
+    with ClientPool(cfg.insert_clients, target) as pool:
+        parts = [share[c :: pool.size] for c in range(pool.size)]
+        loads = [pool.submit(load_share, dataset_dir, p, client_index=c) for c, p in enumerate(parts)]
+        for future in loads:
+            future.result()
+        sends = [pool.submit(send_share, 0.0, None, None, client_index=c) for c in range(pool.size)]
+        for future in sends:
+            future.result()
+    db = target.open_client()
+    try:
+        db.create_collection(target.collection)
+        db.wait_searchable(preload, cfg.timeout_s)
+        if db.count() != preload:
+            raise DatabaseError(f"{target.database}: {db.count()} rows after preloading {preload}")
+    finally:
+        db.close()
+    build_index(target, preload, cfg.timeout_s, None)
+    return time.time() - started
+
+
+def mixed_workload(
+    target: DatabaseTarget,
+    dataset_dir: str,
+    queries_file: str,
+    cfg: MixedConfig,
+    out_dir: str,
+    preload_batch_size: int,
+    rows: int | None = None,
+    _after: Any = None,
+) -> MixedRecord:
+    """Parsl task: preload, baseline, mixed phase (module docstring); raw files under ``<out_dir>/mixed``.
+
+    ``rows`` (``vdb.insert.rows``) limits the workload to the dataset's first rows, as the point's own load
+    is: the preloaded fraction and the inserts are of that prefix. ``_after`` only orders this task after
+    the query sweep.
+    """
+    out = Path(out_dir) / "mixed"
+    out.mkdir(parents=True, exist_ok=True)
+    total = loaded_rows(read_manifest(Path(dataset_dir))["rows"], rows)
+    preload = preload_rows(total, cfg)
+    preload_s = _preload(target, dataset_dir, preload, preload_batch_size, cfg)
+    query_ids, vectors = query_sweep.read_queries(queries_file, cfg.max_queries)
+    inserted = batches(preload, total, cfg.insert_batch_size)
+    rate = None if cfg.insert_rate == "max" else float(cfg.insert_rate)
+    with ClientPool(cfg.query_clients, target) as queries, ClientPool(cfg.insert_clients, target) as inserts:
+        setting = QuerySetting(ef=cfg.ef, batch_size=cfg.query_batch_size, clients=queries.size, k=cfg.k)
+        parts, requests, stall = query_sweep._measure(
+            queries, setting, query_ids, vectors, cfg.warmup_queries, cfg.baseline_duration_s
+        )
+        baseline = query_sweep._write_setting(
+            target.database, setting, parts, requests, stall, str(out / "baseline")
+        )
+        shares = np.array_split(np.arange(len(query_ids)), queries.size)
+        inserts.warm()  # every insert client connected and attached before the clock
+        warm = [
+            queries.submit(
+                query_sweep.warm_share,
+                vectors[s[: cfg.warmup_queries]],
+                cfg.k,
+                cfg.ef,
+                cfg.query_batch_size,
+                i,
+                client_index=i,
+            )
+            for i, s in enumerate(shares)
+        ]
+        loads = [
+            inserts.submit(load_share, dataset_dir, inserted[c :: inserts.size], client_index=c)
+            for c in range(inserts.size)
+        ]
+        for future in warm + loads:
+            future.result()
+        markers = [str(out / f"inserted.{c}") for c in range(inserts.size)]
+        for marker in markers:
+            Path(marker).unlink(missing_ok=True)
+        release_at = time.time() + RELEASE_AHEAD_S
+        per_client = None if rate is None else rate / inserts.size
+        sent = [
+            inserts.submit(send_share, release_at, per_client, m, client_index=c)
+            for c, m in enumerate(markers)
+        ]
+        asked = [
+            queries.submit(
+                query_until,
+                vectors[s],
+                cfg.k,
+                cfg.ef,
+                cfg.query_batch_size,
+                release_at,
+                markers,
+                release_at + cfg.timeout_s,
+                client_index=i,
+            )
+            for i, s in enumerate(shares)
+        ]
+        try:
+            acks = [f.result() for f in sent]
+        finally:
+            for marker in markers:  # the query clients stop even when an insert client failed
+                Path(marker).touch()
+        answers = [f.result() for f in asked]
+    insert_table = _inserts_table(acks, inserted)
+    if insert_table.num_rows != len(inserted):
+        raise DatabaseError(
+            f"{target.database}: {insert_table.num_rows} of {len(inserted)} insert batches acknowledged"
+        )
+    query_table = _queries_table(target.database, setting, answers, shares, query_ids)
+    inserts_file, queries_path = out / "inserts.parquet", out / "queries.parquet"
+    write_parquet_atomic(insert_table, inserts_file, row_group_rows=65536)
+    write_parquet_atomic(query_table, queries_path, row_group_rows=8192)
+    return MixedRecord(
+        preload_rows=preload,
+        total_rows=total,
+        setting=setting.label,
+        insert_setting=setting_label(None, cfg.insert_batch_size, inserts.size),
+        insert_rate=rate,
+        checkpoint_fraction=cfg.checkpoint_fraction,
+        preload_s=preload_s,
+        baseline_file=baseline.file,
+        baseline_requests_file=str(requests_path(Path(baseline.file))),
+        queries_file=str(queries_path),
+        inserts_file=str(inserts_file),
+        last_ack=float(max(insert_table.column("t_ack").to_pylist())),
+    )
+
+
+def _inserts_table(acks: list[dict[str, list]], inserted: list[tuple[int, int]]) -> pa.Table:
+    """Per insert batch: client, its position in insert order, rows, send and acknowledge times."""
+    number = {start: i for i, (start, _) in enumerate(inserted)}
+    rows = [
+        (c, number[s], s, e, ts, ta)
+        for c, part in enumerate(acks)
+        for s, e, ts, ta in zip(
+            part["row_start"], part["row_stop"], part["t_send"], part["t_ack"], strict=True
+        )
+    ]
+    rows.sort(key=lambda r: r[1])
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in INSERTS_SCHEMA.names]
+    return pa.table(dict(zip(INSERTS_SCHEMA.names, map(list, columns), strict=True)), schema=INSERTS_SCHEMA)
+
+
+def _queries_table(
+    database: str, setting: QuerySetting, answers: list[dict], shares: list[np.ndarray], query_ids: np.ndarray
+) -> pa.Table:
+    """One row per query sent in the mixed phase (:data:`apps.vdb.stages.query_raw.RAW_QUERY_SCHEMA`)."""
+    columns: dict[str, list] = {n: [] for n in ("client", "rank", "request", "query_ids", "ids", "scores")}
+    t_start: list[float] = []
+    t_end: list[float] = []
+    for c, (answer, share) in enumerate(zip(answers, shares, strict=True)):
+        for r, (first, size) in enumerate(zip(answer["first"], answer["size"], strict=True)):
+            columns["query_ids"] += query_ids[share[first : first + size]].tolist()
+            columns["ids"] += np.asarray(answer["ids"][r]).tolist()
+            columns["scores"] += np.asarray(answer["scores"][r]).tolist()
+            columns["client"] += [c] * size
+            columns["rank"] += [answer["rank"]] * size
+            columns["request"] += [r] * size
+            t_start += [answer["t_start"][r]] * size
+            t_end += [answer["t_end"][r]] * size
+    return raw_query_table(
+        database=database,
+        setting=setting.label,
+        ef=setting.ef,
+        batch_size=setting.batch_size,
+        clients=setting.clients,
+        k=setting.k,
+        t_start=t_start,
+        t_end=t_end,
+        **columns,
+    )

@@ -1,0 +1,95 @@
+"""Configuration and record of the mixed insert + query workload (``vdb.mixed``; ../shared/papers/000 §V-D).
+
+Kept apart from :mod:`apps.vdb.stages.mixed` (which needs the client pools) so that :mod:`apps.vdb.config` and
+:mod:`apps.vdb.records` can name these models without importing any client machinery.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.config import Strict
+
+
+class MixedConfig(Strict):
+    """The mixed insert + query workload: a phase of each point after the query sweep (None: off).
+
+    A fresh collection is preloaded with the first ``preload_fraction`` of the point's rows (the dataset's,
+    or its first ``vdb.insert.rows``; row order) and indexed; the same queries are measured on it alone
+    (the baseline); then insert clients send the rest of those rows in order while query clients query,
+    until the last insert is acknowledged.
+    """
+
+    preload_fraction: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="Share of the point's rows (the dataset, or its first vdb.insert.rows; the first ones) "
+        "loaded and indexed beforehand.",
+    )
+    checkpoint_fraction: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Exact ground truth is computed at prefixes every this share of the inserted rows "
+        "(plus the preloaded prefix); each query is scored against the last prefix fully acknowledged "
+        "before it was sent.",
+    )
+    insert_clients: int = Field(1, ge=1, description="Insert client processes (batches dealt in turn).")
+    insert_batch_size: int = Field(32, ge=1, description="Vectors per insert request.")
+    insert_rate: Literal["max"] | float = Field(
+        "max",
+        description="Vectors per second over all insert clients (each paces its share), or max (no pacing).",
+    )
+    query_clients: int = Field(1, ge=1, description="Query client processes.")
+    query_batch_size: int = Field(32, ge=1, description="Queries per request.")
+    ef: int | None = Field(64, ge=1, description="Search-time ef (nprobe for IVF); None: the default.")
+    k: int = Field(10, ge=1, description="Neighbours per query.")
+    max_queries: int | None = Field(None, ge=1, description="Use at most this many queries.")
+    warmup_queries: int = Field(16, ge=0, description="Queries sent (unrecorded) before each phase.")
+    baseline_duration_s: float = Field(
+        10.0, gt=0, description="Seconds the baseline (preloaded collection, no inserts) is measured."
+    )
+    timeout_s: float = Field(1800, gt=0, description="Upper bound on preloading and on the mixed phase.")
+
+
+class MixedRecord(BaseModel):
+    """What the mixed phase of a point wrote (raw files; metrics come later, in the report stage)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preload_rows: int  # rows [0, preload_rows) loaded and indexed before the phase
+    total_rows: int  # the dataset's rows: [preload_rows, total_rows) inserted while querying
+    setting: str  # setting_label of the queries (ef, batch, clients, k)
+    insert_setting: str  # setting_label of the inserts (batch, clients)
+    insert_rate: float | None  # vectors/s asked for (None: max)
+    checkpoint_fraction: float
+    preload_s: float  # preload upload + index build
+    baseline_file: str  # raw rows (first answer per distinct query) of the baseline
+    baseline_requests_file: str  # every request of the baseline window
+    queries_file: str  # mixed phase: one row per query sent (ids, send and answer time, client)
+    inserts_file: str  # mixed phase: one row per insert batch (rows, send and acknowledge time)
+    last_ack: float  # time.time() of the last insert acknowledged
+
+
+def mixed_problems(mixed: MixedConfig | None, databases: list) -> list[tuple[tuple, str]]:
+    """(location, message) for a point that cannot run the mixed workload.
+
+    An in-process engine (Qdrant edge) has one client process, which holds the engine's file lock: the
+    separate insert and query client processes the workload measures cannot open it, so it is refused
+    here (at validation, before any database starts) rather than measured in a different way.
+    """
+    if mixed is None:
+        return []
+    return [
+        (
+            ("mixed",),
+            f"{db.name} runs in process (mode: {getattr(db, 'mode', 'edge')}): the mixed workload needs "
+            "separate insert and query client processes; use a server (qdrant mode: server, a url) or "
+            "leave this database out of a run with vdb.mixed",
+        )
+        for db in databases
+        if getattr(db, "in_process", False)
+    ]

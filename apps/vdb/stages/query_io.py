@@ -1,0 +1,218 @@
+"""Storage I/O per query (as in ../shared/papers/004): exact counter deltas around each query setting.
+
+Once-a-second telemetry is too coarse for a setting that lasts less than a second, so the query stage
+reads the database processes' kernel counters (``/proc/<pid>/io`` through psutil) at the start and the
+end of each setting's measured window (after the warm-up, around the released clients) and keeps the
+difference in the raw file's metadata (key ``io``). The report divides it by the queries answered:
+
+* ``bytes_read_per_query``: ``read_bytes`` (bytes the processes caused to be fetched from storage, mmap
+  faults included; page-cache hits are not) ÷ queries;
+* ``read_calls_per_query``: read system calls (``syscr``; an mmap-based engine reads without any) ÷
+  queries;
+* ``peak_rss_bytes``: the processes' resident-set high-water mark during the window (``VmHWM`` after
+  resetting it through ``/proc/<pid>/clear_refs`` at the start; summed over processes, so an upper bound
+  of their simultaneous peak; the larger of the RSS at start and end where the reset is refused);
+  ``qps_per_gb`` = QPS ÷ that peak in GB (10⁹ bytes);
+* ``page_cache``: ``cold`` when the page cache was dropped (``sync``; ``1`` into
+  ``/proc/sys/vm/drop_caches``, which needs root) before the setting, as the study does before each run;
+  ``warm`` when it was kept (``vdb.query.page_cache: keep``) or dropping was refused (the metadata says
+  why).
+
+Which processes: an in-process engine is this very process (the query task); servers are the pids the
+runner wrote to ``<db dir>/server_pids.json`` (:func:`apps.telemetry.sampler.write_server_pids`) with their
+children, when they run on this host. On HPC the servers run on other nodes: no counters (nulls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from apps.telemetry.sampler import SERVER_PIDS
+
+log = logging.getLogger(__name__)
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+IO_KEY = "io"  # the raw file's metadata key
+GB = 1e9
+
+
+class IoWindow(BaseModel):
+    """The database processes' counter deltas over one setting's measured window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    page_cache: str  # cold | warm
+    page_cache_note: str = ""  # why it is warm (kept, refused, servers on other nodes)
+    processes: int  # database processes read (0: none on this host)
+    window_s: float | None = None
+    read_bytes: int | None = None
+    read_calls: int | None = None
+    read_chars: int | None = None
+    peak_rss_bytes: int | None = None
+
+
+def drop_page_cache() -> str:
+    """Write dirty pages and drop the clean page cache; '' when done, else why it was not."""
+    try:
+        os.sync()
+        DROP_CACHES.write_text("1")
+    except OSError as exc:
+        return f"dropping the page cache was refused ({exc.strerror or exc})"
+    return ""
+
+
+def _hwm(proc: psutil.Process) -> int | None:
+    """VmHWM (peak resident set) of ``proc`` in bytes, None when unreadable."""
+    try:
+        match = re.search(r"^VmHWM:\s+(\d+) kB", Path(f"/proc/{proc.pid}/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(match.group(1)) * 1024 if match else None
+
+
+def _reset_hwm(proc: psutil.Process) -> bool:
+    """Reset the peak-RSS mark of ``proc`` (``5`` into clear_refs, Linux ≥ 4.0); False when refused."""
+    try:
+        Path(f"/proc/{proc.pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+class QueryIo:
+    """The query stage's probe: ``prepare()`` before each setting, ``window()`` around its measurement."""
+
+    def __init__(self, in_process: bool, db_dir: str | Path, page_cache: str = "drop") -> None:
+        self.page_cache = page_cache
+        self.roots: list[int] = []
+        self.note = ""
+        if in_process:
+            self.roots = [os.getpid()]
+        else:
+            self.roots, self.note = _server_pids(Path(db_dir))
+        self.state, self.state_note = "warm", ""
+        self.last: IoWindow | None = None
+
+    def prepare(self) -> None:
+        """Before a setting (before its warm-up): drop the page cache where allowed and configured."""
+        if not self.roots:
+            self.state, self.state_note = "warm", self.note or "no database process on this host"
+        elif self.page_cache != "drop":
+            self.state, self.state_note = "warm", "page cache kept (vdb.query.page_cache: keep)"
+        else:
+            refused = drop_page_cache()
+            self.state, self.state_note = ("warm", refused) if refused else ("cold", "")
+
+    def _processes(self) -> list[psutil.Process]:
+        procs = []
+        for pid in self.roots:
+            try:
+                root = psutil.Process(pid)
+                procs += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+        return procs
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        """Counters of the database processes before and after the body; the delta goes to ``last``."""
+        procs = self._processes()
+        start = {p.pid: _counters(p) for p in procs}
+        reset = {p.pid: _reset_hwm(p) for p in procs if start[p.pid] is not None}
+        began = time.monotonic()
+        yield
+        window_s = time.monotonic() - began
+        totals: dict[str, int] = {"read_bytes": 0, "read_calls": 0, "read_chars": 0, "peak_rss_bytes": 0}
+        counted = 0
+        for proc in procs:
+            before, after = start[proc.pid], _counters(proc)
+            if before is None or after is None:
+                continue  # exited or unreadable: its share is unknown
+            counted += 1
+            for key in ("read_bytes", "read_calls", "read_chars"):
+                totals[key] += after[key] - before[key]
+            peak = _hwm(proc) if reset.get(proc.pid) else None
+            totals["peak_rss_bytes"] += peak if peak is not None else max(before["rss"], after["rss"])
+        values: dict[str, Any] = dict(totals) if counted else {}
+        self.last = IoWindow(
+            page_cache=self.state,
+            page_cache_note=self.state_note,
+            processes=counted,
+            window_s=window_s,
+            **values,
+        )
+
+    def metadata(self, meta: dict[str, str] | None) -> dict[str, str]:
+        """The raw file's metadata with the last window added (key ``io``)."""
+        out = dict(meta or {})
+        if self.last is not None:
+            out[IO_KEY] = self.last.model_dump_json()
+        return out
+
+
+def _counters(proc: psutil.Process) -> dict[str, int] | None:
+    try:
+        with proc.oneshot():
+            io = proc.io_counters()
+            rss = proc.memory_info().rss
+    except (psutil.Error, AttributeError):
+        return None
+    return {"read_bytes": io.read_bytes, "read_calls": io.read_count, "read_chars": io.read_chars, "rss": rss}
+
+
+def _server_pids(db_dir: Path) -> tuple[list[int], str]:
+    """The server pids the runner recorded for this database, when they run on this host."""
+    path = db_dir / SERVER_PIDS
+    try:
+        recorded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return [], f"no server pids recorded ({path.name} missing)"
+    if recorded.get("host") != socket.gethostname():
+        return [], f"servers run on {recorded.get('host')}, not on this host"
+    pids = [int(p) for p in (recorded.get("pids") or {}).values()]
+    return pids, "" if pids else "no local server process (attached or remote)"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation: the raw file's io metadata -> result columns
+# ---------------------------------------------------------------------------------------------------------
+
+
+def read_window(path: str | Path) -> IoWindow | None:
+    """The io window recorded in a raw query file's metadata, None for files written without one."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(IO_KEY.encode())
+    return IoWindow.model_validate_json(raw) if raw else None
+
+
+def io_columns(row: dict[str, Any], window: IoWindow | None) -> dict[str, Any]:
+    """Result columns of one evaluated query row (``queries_sent``, ``qps``) from its io window."""
+    if window is None:
+        return {}
+    queries = row.get("queries_sent") or 0  # every request of the window, repeats of a query included
+    qps = row.get("qps")
+
+    def per_query(value: int | None) -> float | None:
+        return value / queries if value is not None and queries else None
+
+    peak = window.peak_rss_bytes
+    return {
+        "page_cache": window.page_cache,
+        "bytes_read_per_query": per_query(window.read_bytes),
+        "read_calls_per_query": per_query(window.read_calls),
+        "peak_rss_bytes": peak,
+        "qps_per_gb": qps / (peak / GB) if peak and qps is not None else None,
+    }

@@ -1,0 +1,358 @@
+"""The query stage: run every setting of the sweep and store raw results (measure now, evaluate later).
+
+A setting is (ef, batch size, clients, k). The query set is split across the client processes; each sends
+its share in batches of ``batch_size``, cycling through it for ``duration_s`` seconds (at least one full
+pass; ``duration_s: None`` sends it once). Two files per setting: ``raw/<setting>.parquet`` holds the first
+answer to each distinct query (returned ids and scores, its request's start and end: recall rests on each
+distinct query once), ``raw/<setting>.requests.parquet`` every request of the window (QPS and latency rest
+on all of them), so a long window stores ~30 bytes per request, not every returned id. Client ``i`` talks
+to entry rank ``i % ranks`` (``Endpoints.entry``) and its rows record that rank.
+
+The clients start together: first every client connects and sends its warm-up queries (:func:`warm_share`;
+process start-up, imports and connecting stay off the clock), then all are released at one common instant
+(:func:`run_share` ``release_at``), so the QPS window does not hold the skew between client starts.
+
+Metrics (QPS, latency percentiles, recall) are computed afterwards from these raw Parquet files by
+:mod:`apps.evaluate.metrics`, so a metric can be corrected without re-running a cluster.
+
+A setting that stalls (a request timed out, or took > 20× the setting's median and > 1 s: a frozen or
+overloaded server) is run once more; if it stalls again its raw file is flagged (``stalled`` in the file's
+metadata and in its :class:`QueryRecord`) and the report marks it instead of presenting a normal figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import json
+import logging
+import math
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from apps.dataset.layout import arrow_to_vectors
+from apps.vdb.base import SEARCH_KNOB, RequestTimeout
+from apps.vdb.config import QuerySweepConfig
+from apps.vdb.pool import ClientPool, client, reset_client
+from apps.vdb.records import DatabaseTarget, IndexRecord, QueryRecord, QuerySetting
+from apps.vdb.stages.query_io import QueryIo
+from apps.vdb.stages.query_raw import raw_query_table, requests_path, requests_table
+from core.errors import ArtifactError
+from core.store import write_parquet_atomic
+
+log = logging.getLogger(__name__)
+STALL_FACTOR, STALL_MIN_S = 20.0, 1.0  # a request this much slower than the median is a stall
+ATTEMPTS = 2  # a stalled setting is run once more before it is flagged
+# The common start is this far ahead of handing out the shares: enough for each client process to receive
+# its share (a pickled slice of the query set) and be waiting when the instant comes.
+RELEASE_AHEAD_S = 0.25
+
+
+def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
+    """Every setting of the sweep, grouped by clients (pool reuse).
+
+    ef only varies for indexes with a search-time knob (for IVF it is nprobe). An in-process engine
+    serves one client, so its sweep has clients = 1 only rather than repeating the same setting.
+    """
+    efs = query_cfg.ef if index_type in SEARCH_KNOB else [None]
+    clients = [1] if in_process else sorted(set(query_cfg.clients))
+    return [
+        QuerySetting(ef=ef, batch_size=b, clients=c, k=k)
+        for c, ef, b, k in itertools.product(clients, efs, query_cfg.batch_size, query_cfg.k)
+    ]
+
+
+def warm_share(vectors: np.ndarray, k: int, ef: int | None, batch_size: int, index: int) -> str | None:
+    """Pool function, phase 1 of a setting: connect this client and send its warm-up ``vectors``.
+
+    Returns None, or why it stalled (a request timeout; the connection is then dropped).
+    """
+    try:
+        db = client()
+        for start in range(0, len(vectors), batch_size):
+            db.search(vectors[start : start + batch_size], k, ef)
+    except RequestTimeout as exc:
+        reset_client()
+        return f"client {index}: {exc}"
+    return None
+
+
+ROW_KEYS = ("client", "rank", "request", "query_ids", "ids", "scores", "t_start", "t_end")
+REQUEST_KEYS = ("client", "rank", "request", "queries", "t_start", "t_end")
+
+
+def empty_rows() -> dict[str, list]:
+    """The per-query rows of a share, with no query yet."""
+    return {key: [] for key in ROW_KEYS}
+
+
+def empty_requests() -> dict[str, np.ndarray]:
+    """The per-request arrays of a share, with no request yet."""
+    return {key: np.zeros(0) for key in REQUEST_KEYS}
+
+
+def run_share(
+    query_ids: np.ndarray,
+    vectors: np.ndarray,
+    k: int,
+    ef: int | None,
+    batch_size: int,
+    warmup: int,
+    index: int,
+    release_at: float | None = None,
+    duration_s: float | None = None,
+) -> tuple[dict[str, list], dict[str, np.ndarray], str | None]:
+    """Pool function: one client's share of a setting. Returns ``(rows, requests, stall)``.
+
+    The first ``warmup`` queries are sent unrecorded first; then, when ``release_at`` is given, the share
+    waits until that ``time.time()`` (the common start of every client of the setting). Without
+    ``duration_s`` the share is sent once; with it, the client cycles through its share until
+    ``duration_s`` seconds have passed since its first request and it has sent the share at least once.
+    ``rows``: one per distinct query, the first answer to it (ids, scores, its request's timing);
+    ``requests``: every request's timing as compact arrays (client, rank, request, queries, t_start,
+    t_end). On a request timeout the share stops there and ``stall`` says why (rows and requests hold
+    what was answered before it); the connection is dropped so a late answer cannot leak into the next
+    attempt.
+    """
+    rows = empty_rows()
+    stall = warm_share(vectors[: min(warmup, len(vectors))], k, ef, batch_size, index)
+    if stall:
+        return rows, empty_requests(), stall
+    # While measuring, keep per request only numpy arrays and compact float arrays (no new objects the
+    # cyclic garbage collector tracks) and freeze what exists: a collection pass is a latency spike.
+    ids: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    t_start, t_end = array("d"), array("d")
+    starts = list(range(0, len(vectors), batch_size))
+    per_pass = len(starts)
+    rank = None
+    gc.collect()
+    gc.freeze()
+    try:
+        db = client()
+        search, rank = db.search, db.rank
+        if release_at is not None:
+            time.sleep(max(0.0, release_at - time.time()))
+        deadline = math.inf
+        sent = 0
+        while per_pass and (sent < per_pass or (duration_s is not None and t_end[-1] < deadline)):
+            start = starts[sent % per_pass]
+            batch = vectors[start : start + batch_size]
+            t0 = time.time()
+            result = search(batch, k, ef)
+            t1 = time.time()
+            if sent < per_pass:
+                ids.append(result.ids)
+                scores.append(result.scores)
+                if sent == 0 and duration_s is not None:
+                    deadline = t0 + duration_s
+            t_start.append(t0)
+            t_end.append(t1)
+            sent += 1
+    except RequestTimeout as exc:
+        reset_client()
+        stall = f"client {index}: {exc}"
+    finally:
+        gc.unfreeze()
+    first_pass = len(ids)
+    rows["t_start"], rows["t_end"] = list(t_start[:first_pass]), list(t_end[:first_pass])
+    rows = _fill_rows(rows, query_ids, ids, scores, index, rank if ids else None)
+    n = len(t_start)
+    sizes = np.array([min(batch_size, len(vectors) - s) for s in starts] or [0], np.int32)
+    requests = {
+        "client": np.full(n, index, np.int32),
+        "rank": np.full(n, -1 if rank is None else rank, np.int32),
+        "request": np.arange(n, dtype=np.int32),
+        "queries": np.resize(sizes, n),
+        "t_start": np.frombuffer(t_start, np.float64) if n else np.zeros(0),
+        "t_end": np.frombuffer(t_end, np.float64) if n else np.zeros(0),
+    }
+    return rows, requests, stall
+
+
+def _fill_rows(
+    rows: dict[str, list],
+    query_ids: np.ndarray,
+    ids: list[np.ndarray],
+    scores: list[np.ndarray],
+    index: int,
+    rank: int | None,
+) -> dict[str, list]:
+    """Per-query rows from per-request arrays (requests of the share in order, from its first query)."""
+    sizes = [len(a) for a in ids]
+    n = sum(sizes)
+    rows["client"] = [index] * n
+    rows["rank"] = [rank] * n
+    rows["request"] = np.repeat(np.arange(len(sizes)), sizes).tolist()
+    rows["query_ids"] = query_ids[:n].tolist()
+    rows["ids"] = [r for a in ids for r in a.tolist()]
+    rows["scores"] = [r for a in scores for r in a.tolist()]
+    rows["t_start"] = np.repeat(rows["t_start"], sizes).tolist()
+    rows["t_end"] = np.repeat(rows["t_end"], sizes).tolist()
+    return rows
+
+
+def slow_request(parts: list[dict[str, Any]]) -> str | None:
+    """Why a completed setting counts as stalled: its slowest request took > 20× the median and > 1 s.
+
+    ``parts``: per client, its requests (``t_start``, ``t_end``: one entry per request).
+    """
+    latency = [np.asarray(p["t_end"], np.float64) - np.asarray(p["t_start"], np.float64) for p in parts]
+    values = np.concatenate(latency) if latency else np.zeros(0)
+    if not len(values):
+        return None
+    median, worst = float(np.median(values)), float(values.max())
+    if worst > STALL_MIN_S and worst > STALL_FACTOR * median:
+        return (
+            f"a request took {worst:.1f}s, {worst / max(median, 1e-9):.0f}× the median {median * 1000:.1f} ms"
+        )
+    return None
+
+
+def read_queries(queries_file: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, vectors) of the query set, the first ``limit`` when set."""
+    table = pq.read_table(queries_file, columns=["id", "embedding"])
+    if limit:
+        table = table.slice(0, limit)
+    return table.column("id").to_numpy(), arrow_to_vectors(table.column("embedding"))
+
+
+def query_sweep(
+    target: DatabaseTarget,
+    queries_file: str,
+    query_cfg: QuerySweepConfig,
+    out_dir: str,
+    _index: IndexRecord | None,
+) -> list[QueryRecord]:
+    """Parsl task: run every setting; write ``raw/<setting>.parquet``; return one record per setting.
+
+    ``_index`` only orders this task after the index build.
+    """
+    collection, database = target.collection, target.database
+    ids, vectors = read_queries(queries_file, query_cfg.max_queries)
+    if vectors.shape[1] != collection.dim:
+        raise ArtifactError(
+            f"{queries_file}: queries have dimension {vectors.shape[1]} but the {database} collection has "
+            f"{collection.dim}"
+        )
+    records = []
+    probe = QueryIo(target.endpoints.in_process, out_dir, query_cfg.page_cache)  # I/O per query
+    settings_list = sweep(query_cfg, collection.index_type, target.endpoints.in_process)
+    for clients, group in itertools.groupby(settings_list, key=lambda s: s.clients):
+        with ClientPool(clients, target) as pool:
+            for asked in group:
+                setting = asked.model_copy(update={"clients": pool.size})
+                probe.prepare()  # drop the page cache before the setting where allowed
+                parts, requests, stall = _measure(
+                    pool, setting, ids, vectors, query_cfg.warmup_queries, query_cfg.duration_s, probe
+                )
+                records.append(_write_setting(database, setting, parts, requests, stall, out_dir, probe))
+    return records
+
+
+def _write_setting(
+    database: str,
+    setting: QuerySetting,
+    parts: list[dict[str, list]],
+    requests: list[dict[str, np.ndarray]],
+    stall: str | None,
+    out_dir: str,
+    probe: QueryIo | None = None,
+) -> QueryRecord:
+    """Write a setting's raw rows (first answer per distinct query) and its requests file; the raw file's
+    metadata carries the stall, if any, and the window's I/O counter deltas (``probe``)."""
+    columns = {key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in ROW_KEYS}
+    table = raw_query_table(
+        database=database,
+        setting=setting.label,
+        ef=setting.ef,
+        batch_size=setting.batch_size,
+        clients=setting.clients,
+        k=setting.k,
+        **columns,
+    )
+    path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
+    joined = {key: np.concatenate([r[key] for r in requests]) for key in REQUEST_KEYS}
+    ranks = [None if r < 0 else int(r) for r in joined["rank"]]
+    every = requests_table(
+        joined["client"], ranks, joined["request"], joined["queries"], joined["t_start"], joined["t_end"]
+    )
+    write_parquet_atomic(every, requests_path(path), row_group_rows=65536)
+    # A stalled setting says so in its file (with the setting, for a file without rows).
+    meta = None
+    if stall:
+        described = json.dumps({"database": database, **setting.model_dump()})
+        meta = {"stalled": stall, "query_setting": described}
+    if probe is not None:
+        meta = probe.metadata(meta)
+    write_parquet_atomic(table, path, row_group_rows=8192, metadata=meta)
+    return QueryRecord(
+        setting=setting.label,
+        file=str(path),
+        stalled=stall,
+        distinct_queries=table.num_rows,
+        queries_sent=int(joined["queries"].sum()),
+        window_s=_window(joined),
+    )
+
+
+def _window(requests: dict[str, np.ndarray]) -> float:
+    """First request sent -> last answer (0 without requests)."""
+    if not len(requests["t_start"]):
+        return 0.0
+    return float(requests["t_end"].max() - requests["t_start"].min())
+
+
+def _measure(
+    pool: ClientPool,
+    setting: QuerySetting,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    warmup: int,
+    duration_s: float | None = None,
+    probe: QueryIo | None = None,
+) -> tuple[list[dict[str, list]], list[dict[str, np.ndarray]], str | None]:
+    """Run one setting over every client; run it once more if it stalled. Returns (rows, requests, stall).
+
+    Two phases: every client connects and warms up (:func:`warm_share`); once all have, each is handed its
+    share with one common ``release_at`` a little ahead, so they start together, and cycles through it
+    for ``duration_s`` (None: sends it once).
+    """
+    stall = None
+    shares = np.array_split(np.arange(len(ids)), pool.size)
+    args = (setting.k, setting.ef, setting.batch_size)
+    for attempt in range(1, ATTEMPTS + 1):
+        warm = [
+            pool.submit(warm_share, vectors[s[:warmup]], *args, i, client_index=i)
+            for i, s in enumerate(shares)
+        ]
+        timeouts = [why for why in (f.result() for f in warm) if why]
+        parts = [empty_rows() for _ in shares]
+        requests = [empty_requests() for _ in shares]
+        if not timeouts:
+            # The measured part only (warm-up excluded): the I/O counters' window.
+            with probe.window() if probe is not None else contextlib.nullcontext():
+                release_at = time.time() + RELEASE_AHEAD_S
+                futures = [
+                    pool.submit(
+                        run_share, ids[s], vectors[s], *args, 0, i, release_at, duration_s, client_index=i
+                    )
+                    for i, s in enumerate(shares)
+                ]
+                results = [f.result() for f in futures]
+            parts = [rows for rows, _, _ in results]
+            requests = [every for _, every, _ in results]
+            timeouts = [why for _, _, why in results if why]
+        stall = "; ".join(timeouts) if timeouts else slow_request(requests)
+        if stall is None:
+            return parts, requests, None
+        log.warning(
+            "query setting %s stalled (attempt %d of %d): %s", setting.label, attempt, ATTEMPTS, stall
+        )
+    return parts, requests, f"stalled twice; last: {stall}"

@@ -1,0 +1,180 @@
+"""``python -m pipeline dataset import|export``: ANN datasets in and out of the project's layout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from core.errors import PipelineError
+from core.store import ensure_writable_dir, os_error_reason
+from pipeline.cli.output import console, out
+from pipeline.cli.output import error as _error
+from pipeline.cli.output import fail as _fail
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Import an ANN benchmark dataset (with its queries and ground truth) or export one.",
+)
+
+
+def _os_reason(exc: OSError) -> str:
+    """``file: reason`` of an OSError, without the ``[Errno N]`` noise."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+@app.command("import")
+def import_(
+    fmt: Annotated[
+        str,
+        typer.Argument(
+            metavar="FORMAT", help="hdf5, vecs (fvecs/bvecs), bin (fbin/u8bin/i8bin), npy or vdbbench"
+        ),
+    ],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="PATHS...",
+            help="base, queries and ground-truth files in that order, or one folder (one .hdf5 file)",
+        ),
+    ],
+    name: Annotated[str, typer.Option(help="Dataset name (store/datasets/<name>-<key>/)")],
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None,
+        typer.Option(help="Distance of the ground truth (default: the file's, else l2)"),
+    ] = None,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Root of store/ (default: $PIPELINE_WORKDIR or the current folder)")
+    ] = None,
+    rows_per_part: Annotated[int, typer.Option(min=1, help="Base rows per part file")] = 1_000_000,
+) -> None:
+    """Import a dataset and check its published ground truth against exact search."""
+    import re
+
+    from apps.interchange.importer import import_dataset, warning_line
+
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
+    root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    store = root.expanduser().resolve() / "store"
+    try:
+        ensure_writable_dir(store / "datasets")
+    except OSError as exc:
+        _error(f"cannot create the store under {root}: {os_error_reason(exc, store / 'datasets')}", 2)
+    try:
+        result = import_dataset(fmt, paths, name, store, metric, rows_per_part)
+    except PipelineError as exc:
+        _fail(exc)
+    except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
+        _error(f"importing into {store}: {_os_reason(exc)}", 1)
+    manifest, check = result.manifest, result.check
+    state = "already imported" if result.cached else "imported"
+    out.print(
+        f"{state}: {result.directory}\n"
+        f"  {manifest['rows']:,} vectors x {manifest['dimension']} ({manifest['import']['source_dtype']}), "
+        f"{manifest['queries']['count']:,} queries, top-{manifest['groundtruth']['k']} ground truth, "
+        f"metric {manifest['metric']}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    line = warning_line(check, manifest["import"]["paths"]["groundtruth"])
+    if line:
+        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    else:
+        out.print(
+            f"  ground truth agrees with exact search up to ties: "
+            f"{check['agree_up_to_ties']}/{check['queries']} queries ({check['identical']} identical lists)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@app.command("export")
+def export(
+    dataset_dir: Annotated[
+        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+    ],
+    fmt: Annotated[
+        str, typer.Argument(metavar="FORMAT", help="fvecs, bvecs, fbin, u8bin, i8bin, npy, hdf5 or vdbbench")
+    ],
+    out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="New or empty output folder")],
+    queries: Annotated[
+        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    groundtruth: Annotated[
+        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None, typer.Option(help="Override the ground truth's metric")
+    ] = None,
+) -> None:
+    """Export a dataset with its queries and ground truth so other tools can run on it."""
+    from apps.interchange.exporter import export_dataset, locate
+
+    try:
+        written = export_dataset(locate(dataset_dir, queries, groundtruth, metric), fmt, out_dir)
+    except PipelineError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _error(f"exporting to {out_dir}: {_os_reason(exc)}", 1)
+    out.print(
+        f"exported {written['rows']:,} vectors x {written['dim']}, {written['queries']:,} queries, "
+        f"top-{written['k']} ({written['metric']}) as {fmt}: {written['dir']}: {', '.join(written['files'])}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("geometry")
+def geometry(
+    dataset_dir: Annotated[
+        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+    ],
+    queries: Annotated[
+        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    groundtruth: Annotated[
+        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
+    ] = None,
+    metric: Annotated[
+        Literal["l2", "ip", "cosine"] | None, typer.Option(help="The metric, when nothing recorded it")
+    ] = None,
+    sample_rows: Annotated[int, typer.Option(help="Rows (and queries) sampled at most")] = 5000,
+    k: Annotated[int, typer.Option(help="Neighbours per point for the LID (MLE)")] = 20,
+    seed: Annotated[int, typer.Option(help="Seed of the sample")] = 0,
+    write_card: Annotated[
+        bool, typer.Option("--write-card", help="Also put the figures into the dataset's README.md")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
+) -> None:
+    """Print the intrinsic dimension (MLE, TwoNN) and relative contrast of a dataset and its queries."""
+    from pydantic import ValidationError
+
+    from apps.dataset.geometry import GeometryConfig, dataset_geometry
+    from apps.dataset.geometry_stage import summary_lines, update_card
+    from apps.interchange.exporter import locate
+
+    try:
+        config = GeometryConfig(sample_rows=sample_rows, k=k, seed=seed)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "k"
+        _error(f"--{field.replace('_', '-')}: {first['msg']}", 2)
+    try:
+        found = locate(dataset_dir, queries, groundtruth, metric)
+        record = dataset_geometry(
+            found.dataset_dir, found.queries_file, found.groundtruth_file, found.metric, config
+        )  # type: ignore[arg-type]
+    except PipelineError as exc:
+        _fail(exc)
+    if write_card and not update_card(found.dataset_dir, record):
+        console.print(f"[yellow]warning:[/] could not write {found.dataset_dir / 'README.md'}")
+    if as_json:
+        out.print_json(record.model_dump_json())
+        return
+    for line in summary_lines(record, found.name):
+        out.print(line, highlight=False, soft_wrap=True)

@@ -1,0 +1,234 @@
+"""``python -m pipeline validate|plan|run|status|submit|report|compare|dataset``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from core.errors import PipelineError
+from pipeline.cli import results as cli_results
+from pipeline.cli.dataset import app as dataset_app
+from pipeline.cli.output import console, out
+from pipeline.cli.output import error as _error
+from pipeline.cli.output import fail as _fail
+from pipeline.config.loader import LoadedConfig, load_config
+
+if TYPE_CHECKING:
+    from pipeline.plan import Plan
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Pes2o-VE pipeline: corpus -> embedding dataset -> vector-database benchmarks, with provenance.",
+)
+app.add_typer(dataset_app, name="dataset")
+ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
+
+
+def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
+    """Load and plan ``config``; a bad config ends the command with its message (no traceback)."""
+    from pipeline.plan import build_plan
+
+    try:
+        loaded = load_config(config)
+        return loaded, build_plan(loaded)
+    except PipelineError as exc:
+        _fail(exc)
+
+
+@app.command()
+def validate(config: ConfigArg) -> None:
+    """Check a configuration: syntax, fields, and that every path it names exists."""
+    loaded, plan = _load_plan(config)
+    out.print(
+        f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
+        f"{len(plan.corpus_files)} corpus file(s), "
+        f"model {plan.model_dir}, dimension {plan.dimension}"
+    )
+
+
+@app.command()
+def plan(config: ConfigArg) -> None:
+    """Dry run: stages, content keys, shards, resources. Nothing is executed."""
+    loaded, the_plan = _load_plan(config)
+    cfg = loaded.config
+    total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
+    out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
+    out.print(
+        f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB ({cfg.corpus.format})"
+    )
+    if cfg.sharding.bytes_per_shard:
+        out.print(f"sharding: ~{cfg.sharding.bytes_per_shard:,} text bytes per shard")
+    else:
+        out.print(f"sharding: {cfg.sharding.docs_per_shard:,} documents per shard")
+    out.print(
+        f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
+        f"{cfg.embedding.backend}, {cfg.embedding.dtype}"
+    )
+    if cfg.executor.platform == "local":
+        out.print(f"executor: local, {cfg.executor.workers} worker processes on {cfg.executor.address}")
+    else:
+        out.print(f"executor: {cfg.executor.platform} (Parsl config and job scripts below)")
+    table = Table("stage", "content key", "status", "shards", "directory")
+    for name, stage in the_plan.stages.items():
+        status, shards = _stage_status(stage.directory)
+        table.add_row(name, stage.key, status, shards, str(stage.directory))
+    out.print(table)
+    if the_plan.points:
+        from pipeline.sweep import describe
+
+        lines = describe(the_plan.points)  # plain lines: labels hold brackets, and must not be cut
+        out.print(f"vdb points ({len(lines)}, run in this order, one at a time):")
+        for number, label, repeat, params, key, done in lines:
+            state = "done" if done else "to run"
+            text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
+            out.print(text, markup=False, highlight=False, soft_wrap=True)
+    from pipeline.hpc_plan import render_plan
+
+    directories = None
+    if cfg.vdb and cfg.vdb.cluster:  # each database job shape renders in its first point's directory
+        from pipeline.hpc_plan import pilot_shapes
+
+        where = {id(p.point): p.directory for p in the_plan.points}
+        directories = {i: where[id(first)] for i, (first, _) in enumerate(pilot_shapes(cfg.vdb))}
+    hpc = render_plan(loaded, directories)  # Parsl config, job scripts, server commands (HPC only)
+    if hpc:
+        out.print(hpc, markup=False, highlight=False)
+
+
+def _stage_status(directory: Path) -> tuple[str, str]:
+    from core.store import complete_manifest
+
+    if complete_manifest(directory) is not None:
+        return "[green]complete[/]", ""
+    done = len(list(directory.glob("_shards/*.json"))) if directory.exists() else 0
+    return ("[yellow]partial[/]", f"{done} done") if done else ("to run", "")
+
+
+@app.command()
+def run(config: ConfigArg) -> None:
+    """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table."""
+    from pipeline import workflow
+
+    try:
+        loaded = load_config(config)
+        run_dir = workflow.run(loaded, console)
+    except PipelineError as exc:
+        _fail(exc)
+    except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
+        _error(str(exc), 1)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        raise typer.Exit(130) from None
+    except Exception as exc:  # a lost worker, a library error: one line here, the traceback in the log
+        from core.errors import describe
+        from pipeline.dag import root_cause
+
+        _error(f"{describe(root_cause(exc))} (the traceback is in the run's pipeline.log)", 1)
+    cli_results.run_headline(run_dir)
+
+
+@app.command()
+def submit(
+    config: ConfigArg,
+    endpoint: Annotated[str, typer.Option(help="Globus Compute endpoint UUID (on the login node)")],
+    repo_dir: Annotated[
+        str | None, typer.Option(help="Pipeline checkout on the remote side (default: $PES2O_REPO there)")
+    ] = None,
+) -> None:
+    """Start ``run`` on a remote login node through Globus Compute; prints the run id."""
+    from executors.globus import compute_executor, submit_run
+
+    with compute_executor(endpoint) as executor:
+        record = submit_run(executor, config, repo_dir=repo_dir)
+    out.print(f"started [bold]{record['run_id']}[/] on {record['host']} (pid {record['pid']})")
+    out.print(f"run directory: {record['run_dir']}\nlog: {record['log']}")
+    out.print(f"follow it with: python -m pipeline status --endpoint {endpoint} {record['run_dir']}")
+
+
+def _remote_status(endpoint: str, run: str, workdir: str | None, repo_dir: str | None) -> None:
+    from executors.globus import compute_executor, remote_status
+
+    with compute_executor(endpoint) as executor:
+        state = remote_status(executor, workdir, run, repo_dir=repo_dir)
+    out.print(f"[bold]{run}[/]  status [bold]{state['status']}[/]  host {state.get('host')}")
+    table = Table("stage", "key", "cached", "tasks", "finished")
+    for name, stage in (state.get("stages") or {}).items():
+        table.add_row(
+            name,
+            str(stage.get("key")),
+            "yes" if stage.get("cached") else "",
+            str(stage.get("tasks", "")),
+            "yes" if stage.get("finished") else "",
+        )
+    out.print(table)
+    if state["status"] in ("failed", "lost"):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    run_dir: Annotated[
+        Path, typer.Argument(help="A run directory, runs/<run-id> (or a run id with --endpoint)")
+    ],
+    endpoint: Annotated[
+        str | None, typer.Option(help="Read the run on a remote login node through Globus Compute")
+    ] = None,
+    workdir: Annotated[
+        str | None, typer.Option(help="Remote workdir holding runs/ (with --endpoint)")
+    ] = None,
+    repo_dir: Annotated[str | None, typer.Option(help="Remote pipeline checkout (with --endpoint)")] = None,
+) -> None:
+    """What a run did: status, stages, tasks, outputs."""
+    from pipeline.provenance import PROVENANCE
+
+    if endpoint:
+        _remote_status(endpoint, str(run_dir), workdir, repo_dir)
+        return
+    path = run_dir / PROVENANCE
+    if not path.exists():
+        _error(f"{path} does not exist (is {run_dir} a run directory?)", 2)
+    try:
+        prov = json.loads(path.read_text())
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
+        run_id, run_status, host, stages_of = prov["run_id"], prov["status"], prov["host"], prov["stages"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        _error(f"{path}: not a readable provenance file ({exc!r})", 2)
+    out.print(f"[bold]{run_id}[/]  status [bold]{run_status}[/]  started {started}  host {host}")
+    if prov.get("error"):
+        out.print(f"[red]error:[/] {prov['error']}")
+    table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
+    order = ["shard", "chunk", "embed", "queries", "groundtruth"]
+    stages = sorted(stages_of.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    for name, stage in stages:
+        rows = sum(int(t.get("rows", 0) or 0) for t in stage["tasks"])
+        seconds = f"{stage['finished'] - stage['started']:.1f}" if stage.get("finished") else "running"
+        table.add_row(
+            name,
+            stage["key"],
+            "yes" if stage["cached"] else "",
+            str(len(stage["tasks"])),
+            f"{rows:,}" if rows else "",
+            seconds,
+            _stage_status(Path(stage["directory"]))[0],
+        )
+    out.print(table)
+
+
+app.command()(cli_results.report)  # pipeline/cli/results.py
+app.command()(cli_results.compare)
+
+
+def main() -> None:
+    """Console entry point."""
+    app(prog_name="python -m pipeline")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Read a YAML run configuration: ``${ENV}`` interpolation, validation, errors naming file:line and field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from core.errors import ConfigError
+from pipeline.config.model import RunConfig
+from pipeline.config.yaml_guard import parse_yaml
+
+# ${NAME} or ${NAME:-default}
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated configuration with where it came from."""
+
+    config: RunConfig
+    path: Path
+    node: yaml.Node | None = field(default=None, compare=False, repr=False)
+
+    def error_at(self, loc: tuple, message: str) -> ConfigError:
+        """A ConfigError for the field at ``loc`` (e.g. ("corpus", "paths")), with its line and value."""
+        return ConfigError(f"{_dotted(loc)}: {message}", file=str(self.path), line=_line_of(self.node, loc))
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative data paths in the config are resolved against."""
+        return self.path.parent
+
+    def resolved_dict(self) -> dict[str, Any]:
+        """The configuration after interpolation and defaults, as plain JSON-able data."""
+        return self.config.model_dump(mode="json")
+
+    @property
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of the resolved configuration."""
+        canonical = json.dumps(self.resolved_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    """Parse, interpolate and validate ``path``; raise ConfigError naming file, line, field and value."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a configuration file", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration ({exc.strerror})", file=str(path)) from None
+    node, data = parse_yaml(text, path)
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a mapping of sections (name, corpus, ...)", file=str(path))
+    data = _interpolate(data, node, path, ())
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, node, path) from None
+    _refuse_coerced_booleans(data, config, node, path, ())
+    return LoadedConfig(config=config, path=path.resolve(), node=node)
+
+
+def _refuse_coerced_booleans(
+    value: Any, model: Any, node: yaml.Node | None, path: Path, where: tuple
+) -> None:
+    """A YAML ``true``/``false`` that validation turned into a number (``workers: true`` -> 1) is an error.
+
+    Walks the parsed data beside the validated models, so every config model is covered at once.
+    """
+    if isinstance(value, bool):
+        if not isinstance(model, bool) and isinstance(model, int | float):
+            raise ConfigError(
+                f"{_dotted(where)}: a boolean ({value}) where a number is expected",
+                file=str(path),
+                line=_line_of(node, where),
+            )
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(model, dict) and key in model:
+                sub = model[key]
+            elif isinstance(model, BaseModel) and isinstance(key, str) and key in type(model).model_fields:
+                sub = getattr(model, key)
+            else:
+                continue
+            _refuse_coerced_booleans(item, sub, node, path, (*where, key))
+    elif isinstance(value, list) and isinstance(model, list | tuple) and len(model) == len(value):
+        for i, (item, sub) in enumerate(zip(value, model, strict=True)):
+            _refuse_coerced_booleans(item, sub, node, path, (*where, i))
+
+
+def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -> Any:
+    """Replace ${NAME} / ${NAME:-default} in every string scalar, keeping structure."""
+    if isinstance(value, dict):
+        return {k: _interpolate(v, _child(node, k), path, (*where, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, _child(node, i), path, (*where, i)) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        line = node.start_mark.line + 1 if node is not None else None
+        raise ConfigError(
+            f"{_dotted(where)}: environment variable {name} is not set "
+            f"(use ${{{name}:-default}} for a default)",
+            file=str(path),
+            line=line,
+        )
+
+    return _ENV_PATTERN.sub(substitute, value)
+
+
+def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
+    """The YAML node under ``node`` for a mapping key or sequence index (None when absent)."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if key_node.value == key:
+                return value_node
+    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+        return node.value[key]
+    return None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
+    """Line of the deepest YAML node that exists along ``loc`` (1-based)."""
+    line = None
+    for part in loc:
+        if node is None:
+            break
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == part:
+                    line = key_node.start_mark.line + 1
+                    node = value_node
+                    break
+            # not found: a missing field, or a union tag such as 'recursive' in the loc; keep the parent
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+    return line
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "<top level>"
+
+
+def _config_error(exc: ValidationError, node: yaml.Node, path: Path) -> ConfigError:
+    """One ConfigError listing every problem pydantic found, each with line, field and value."""
+    problems = []
+    first_line = None
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        line = _line_of(node, loc)
+        first_line = first_line or line
+        value = err.get("input")
+        shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
+        where = f"line {line}: " if line else ""
+        problems.append(f"{where}{_dotted(loc)}: {err['msg']}{shown}")
+    message = "invalid configuration:\n  " + "\n  ".join(problems)
+    return ConfigError(message, file=str(path), line=first_line)

@@ -1,0 +1,102 @@
+"""The run configuration (pydantic v2): one model assembled from the models next to the code they configure.
+
+The YAML file maps one-to-one onto :class:`RunConfig`; :mod:`pipeline.config.loader` reads it, interpolates
+``${ENV}`` values and turns validation errors into messages naming the file, line, field and value.
+``docs/configuration.md`` is generated from these models, so every field carries a description.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from apps.dataset.chunking import ChunkingConfig, NoChunking, RecursiveChunking, SemanticChunking
+from apps.dataset.corpus import CorpusConfig, ShardingConfig
+from apps.dataset.embedding.model import QWEN3_QUERY_TASK, EmbeddingConfig
+from apps.dataset.geometry import GeometryConfig
+from apps.dataset.groundtruth.stage import GroundTruthConfig
+from apps.dataset.layout import DatasetConfig
+from apps.dataset.queries import QueriesConfig
+from apps.vdb.config import CollectionConfig, InsertConfig, QuerySweepConfig, VdbConfig
+from core.config import Strict
+from executors.config import ExecutorConfig, LocalExecutorConfig
+
+__all__ = [
+    "QWEN3_QUERY_TASK",
+    "ChunkingConfig",
+    "CollectionConfig",
+    "CorpusConfig",
+    "DatasetConfig",
+    "EmbeddingConfig",
+    "GeometryConfig",
+    "GroundTruthConfig",
+    "InsertConfig",
+    "LocalExecutorConfig",
+    "NoChunking",
+    "QueriesConfig",
+    "QuerySweepConfig",
+    "RecursiveChunking",
+    "RunConfig",
+    "SemanticChunking",
+    "ShardingConfig",
+    "Strict",
+    "VdbConfig",
+]
+
+
+class RunConfig(Strict):
+    """One run of the workflow."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="Run name, used in run ids.")
+    workdir: str = Field(
+        ".",
+        description="Root for store/ (content-keyed artifacts) and runs/; relative to the current directory.",
+    )
+    corpus: CorpusConfig
+    sharding: ShardingConfig = Field(default_factory=ShardingConfig)
+    chunking: ChunkingConfig = Field(default_factory=NoChunking)
+    embedding: EmbeddingConfig
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
+    queries: QueriesConfig | None = Field(None, description="Omit to skip queries and ground truth.")
+    groundtruth: GroundTruthConfig = Field(default_factory=GroundTruthConfig)
+    geometry: GeometryConfig = Field(
+        default_factory=GeometryConfig,
+        description="Intrinsic dimension and relative contrast of the dataset and queries (a sample).",
+    )
+    executor: ExecutorConfig = Field(default_factory=LocalExecutorConfig)
+    monitoring: bool = Field(False, description="Record Parsl's monitoring database in the run directory.")
+    vdb: VdbConfig | None = Field(
+        None, description="Omit to stop after the dataset, queries and ground truth."
+    )
+
+    @model_validator(mode="after")
+    def _holdout_queries_need_holdout(self) -> RunConfig:
+        if self.queries and self.queries.source == "holdout" and self.dataset.holdout_fraction <= 0:
+            raise ValueError("queries.source 'holdout' needs dataset.holdout_fraction > 0")
+        return self
+
+    @model_validator(mode="after")
+    def _vdb_needs_queries(self) -> RunConfig:
+        if self.vdb is None:
+            return self
+        if self.queries is None:
+            raise ValueError("vdb needs queries (and their ground truth) to measure recall")
+        # every point's k: an entry may override vdb.query (apps/vdb/sweep.py)
+        for point in self.vdb.points or [None]:
+            query = point.config.query if point is not None else self.vdb.query
+            if max(query.k) > self.groundtruth.k:
+                where = "vdb.query.k" if point is None else f"vdb.query.k of point {point.label!r}"
+                raise ValueError(f"{where} {max(query.k)} exceeds groundtruth.k {self.groundtruth.k}")
+        names = [
+            db.name for db in self.vdb.databases
+        ]  # one database twice: distinct labels (apps/vdb/sweep.py)
+        unknown = set(self.vdb.optional) - set(names)
+        if unknown:
+            raise ValueError(f"vdb.optional names databases not in vdb.databases: {sorted(unknown)}")
+        return self
+
+    def resolve_path(self, value: str, base: Path) -> Path:
+        """A path from the config, relative to ``base`` (the config file's directory) unless absolute."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (base / path)

@@ -1,0 +1,581 @@
+"""ANN datasets in and out: the shared samples import with their published ground truth agreeing with the
+project's exact search up to ties, a corrupted copy is reported, every export format round-trips, and bad
+input is refused in one line with nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from apps.dataset.layout import iter_vectors
+from apps.interchange import vecs
+from apps.interchange.exporter import EXPORT_FORMATS, export_dataset, locate
+from apps.interchange.importer import import_dataset
+from core.errors import InputDataError
+from core.store import complete_manifest
+from pipeline.cli.main import app
+from tests.conftest import REPO
+
+
+def _base(directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    parts = list(iter_vectors(directory))
+    return np.concatenate([i for i, _ in parts]), np.concatenate([v for _, v in parts])
+
+
+def _gt(directory: Path) -> np.ndarray:
+    column = pq.read_table(directory / "groundtruth.parquet").column("neighbors").combine_chunks()
+    return column.flatten().to_numpy().reshape(len(column), -1)
+
+
+def _queries(directory: Path) -> np.ndarray:
+    column = pq.read_table(directory / "queries.parquet").column("embedding").combine_chunks()
+    return column.flatten().to_numpy().reshape(len(column), -1)
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def bigann(tmp_path_factory, shared_data: Path):
+    """bigann10k imported once from its big-ann files (gt100.ibin: ids without distances)."""
+    root = shared_data / "ann" / "bigann10k"
+    store = tmp_path_factory.mktemp("store")
+    files = [root / "base.10k.u8bin", root / "query.100.u8bin", root / "gt100.ibin"]
+    return import_dataset("bin", files, "bigann10k", store), root
+
+
+def test_bigann10k_published_ground_truth_agrees_up_to_ties(bigann) -> None:
+    imported, root = bigann
+    check = imported.check
+    assert check["metric"] == "l2" and check["queries"] == 100 and check["k"] == 100
+    assert check["disagree"] == 0 and check["agree_up_to_ties"] == 100
+    assert check["identical"] < 100  # some lists differ only in the order of equal distances: ties are judged
+    ids, base = _base(imported.directory)
+    np.testing.assert_array_equal(ids, np.arange(10_000))
+    np.testing.assert_array_equal(base, vecs.read_bin(root / "base.10k.u8bin"))
+    np.testing.assert_array_equal(_gt(imported.directory), vecs.read_bin(root / "gt100.ibin"))
+    np.testing.assert_array_equal(_queries(imported.directory), vecs.read_bin(root / "query.100.u8bin"))
+    manifest = complete_manifest(imported.directory, checksums=True)
+    assert manifest["stage"] == "embed" and manifest["rows"] == 10_000 and manifest["dimension"] == 128
+    assert manifest["import"]["source_dtype"] == "uint8" and manifest["warnings"] == []
+    assert (imported.directory / "README.md").read_text().startswith("# bigann10k")
+
+
+def test_imported_dataset_reads_like_a_pipeline_one(bigann) -> None:
+    """The readers the insert, query and report stages use accept it."""
+    from apps.dataset.lookup import read_groundtruth
+    from apps.vdb.stages.insert import work_units
+    from apps.vdb.stages.query_sweep import read_queries
+
+    imported, _ = bigann
+    assert len(work_units(str(imported.directory))) == 3  # 10,000 rows in row groups of 4096
+    query_ids, queries = read_queries(str(imported.directory / "queries.parquet"), None)
+    assert queries.shape == (100, 128)
+    gt = read_groundtruth(imported.directory / "groundtruth.parquet")
+    assert gt.column("query_id").to_pylist() == query_ids.tolist()
+
+
+def test_fmnist1k_via_cli_agrees_and_a_second_import_is_reused(shared_data: Path, tmp_path: Path) -> None:
+    folder = str(shared_data / "ann" / "fmnist1k")
+    code, output = _cli("dataset", "import", "vecs", folder, "--name", "fmnist1k", "--workdir", str(tmp_path))
+    assert code == 0, output
+    assert "agrees with exact search up to ties: 500/500 queries" in output
+    code, output = _cli(
+        "dataset", "import", "fvecs", folder, "--name", "fmnist1k", "--workdir", str(tmp_path)
+    )
+    assert code == 0 and output.startswith("already imported")
+    assert len(list((tmp_path / "store" / "datasets").iterdir())) == 1
+
+
+def test_corrupted_groundtruth_is_reported(shared_data: Path, tmp_path: Path) -> None:
+    root = shared_data / "ann" / "fmnist1k"
+    bad = tmp_path / "fmnist1k_groundtruth.ivecs"
+    gt = vecs.read_vecs(root / "fmnist1k_groundtruth.ivecs")
+    gt[3, 5] = 999 if gt[3, 5] != 999 else 998  # a far row in the top 100
+    gt[7, [0, 1]] = gt[7, [1, 0]]  # nearest two swapped: order matters where distances differ
+    vecs.write_vecs(bad, [gt])
+    args = [str(root / "fmnist1k_base.fvecs"), str(root / "fmnist1k_query.fvecs"), str(bad)]
+    code, output = _cli("dataset", "import", "vecs", *args, "--name", "bad", "--workdir", str(tmp_path))
+    assert code == 0, output
+    assert f"warning: {bad}: published ground truth disagrees" in output
+    assert "on 2 of 500 queries" in output and "query 3 position 5: published" in output
+    (directory,) = (tmp_path / "store" / "datasets").iterdir()
+    manifest = json.loads((directory / "manifest.json").read_text())
+    check = manifest["import"]["groundtruth_check"]
+    assert check["disagree"] == 2 and check["disagreeing_query_ids"] == [3, 7]
+    assert check["first"][1]["position"] == 0 and manifest["warnings"]
+
+
+@pytest.mark.parametrize("fmt", EXPORT_FORMATS)
+def test_export_round_trips(bigann, tmp_path: Path, fmt: str) -> None:
+    imported, root = bigann
+    out = tmp_path / fmt
+    if fmt == "i8bin":  # bigann's values reach 255: int8 cannot hold them, and says so
+        with pytest.raises(
+            InputDataError, match=r"base\.i8bin: values are not all integers in \[-128, 127\]"
+        ):
+            export_dataset(locate(imported.directory), fmt, out)
+        assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+        return
+    export_dataset(locate(imported.directory), fmt, out)
+    if fmt == "bvecs":
+        for mine, theirs in [
+            ("base.bvecs", "bigann10k_base.bvecs"),
+            ("query.bvecs", "bigann10k_query.bvecs"),
+        ]:
+            assert (out / mine).read_bytes() == (root / theirs).read_bytes()
+        assert (out / "groundtruth.ivecs").read_bytes() == (root / "bigann10k_groundtruth.ivecs").read_bytes()
+    if fmt == "u8bin":
+        assert (out / "base.u8bin").read_bytes() == (root / "base.10k.u8bin").read_bytes()
+        assert (out / "query.u8bin").read_bytes() == (root / "query.100.u8bin").read_bytes()
+        ids, distances = vecs.read_ibin_groundtruth(out / "groundtruth.ibin")  # big-ann layout with distances
+        np.testing.assert_array_equal(ids, vecs.read_bin(root / "gt100.ibin"))
+        assert distances is not None and (np.diff(distances, axis=1) >= -1e-3).all()
+    source = out / "bigann10k.hdf5" if fmt == "hdf5" else out
+    again = import_dataset(fmt, [source], f"rt-{fmt}", tmp_path / "store")
+    assert again.check["disagree"] == 0
+    np.testing.assert_array_equal(_base(again.directory)[1], _base(imported.directory)[1])
+    np.testing.assert_array_equal(_queries(again.directory), _queries(imported.directory))
+    np.testing.assert_array_equal(_gt(again.directory), _gt(imported.directory))
+
+
+def test_hdf5_angular_file_in_the_ann_benchmarks_layout(shared_data: Path, tmp_path: Path) -> None:
+    root = shared_data / "ann" / "fmnist1k"
+    base = vecs.read_vecs(root / "fmnist1k_base.fvecs")
+    queries = vecs.read_vecs(root / "fmnist1k_query.fvecs")[:40]
+    b = base / np.linalg.norm(base, axis=1, keepdims=True)
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    distance = 1.0 - q.astype(np.float64) @ b.T.astype(np.float64)
+    neighbors = np.argsort(distance, axis=1, kind="stable")[:, :10]
+    path = tmp_path / "fmnist-angular.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.attrs["distance"] = "angular"
+        h5.create_dataset("train", data=base)
+        h5.create_dataset("test", data=queries)
+        h5.create_dataset("neighbors", data=neighbors.astype(np.int32))
+        h5.create_dataset("distances", data=np.take_along_axis(distance, neighbors, 1).astype(np.float32))
+    imported = import_dataset("hdf5", [path], "fm-angular", tmp_path / "store")
+    assert imported.manifest["metric"] == "cosine"
+    assert imported.check["disagree"] == 0 and imported.check["queries"] == 40
+    out = tmp_path / "export"
+    export_dataset(locate(imported.directory), "hdf5", out)
+    with h5py.File(out / "fm-angular.hdf5", "r") as h5:
+        assert h5.attrs["distance"] == "angular"
+        np.testing.assert_array_equal(h5["train"][:], base)
+        np.testing.assert_array_equal(h5["test"][:], queries)
+        np.testing.assert_array_equal(h5["neighbors"][:], neighbors)
+        np.testing.assert_allclose(h5["distances"][:], np.take_along_axis(distance, neighbors, 1), atol=1e-5)
+    with pytest.raises(InputDataError, match="declares metric cosine, --metric asks for l2"):
+        import_dataset("hdf5", [path], "fm-l2", tmp_path / "store", metric="l2")
+
+
+def test_pipeline_built_dataset_exports_with_its_ids(tmp_path: Path) -> None:
+    """Ids shard * 10**9 + row: row-numbered formats map them (ids.npy), VectorDBBench keeps them."""
+    from apps.dataset.groundtruth.stage import GroundTruthConfig, compute_groundtruth
+    from apps.dataset.layout import finalize_dataset, row_id, vectors_to_arrow
+    from core.store import write_parquet_atomic
+
+    rng = np.random.default_rng(3)
+    dataset, records, all_ids, all_vectors = tmp_path / "dataset", [], [], []
+    for shard, rows in enumerate([40, 35]):
+        ids = np.array([row_id(shard, r) for r in range(rows)], np.int64)
+        vectors = rng.standard_normal((rows, 8)).astype(np.float32)
+        table = pa.table({"id": ids, "embedding": vectors_to_arrow(vectors, "float32")})
+        name = f"part-{shard:05d}.parquet"
+        records.append({"file": name, "shard": shard, **write_parquet_atomic(table, dataset / name)})
+        all_ids.append(ids)
+        all_vectors.append(vectors)
+    finalize_dataset(str(dataset), "k", records, {"dimension": 8, "dataset_name": "toy"}, {})
+    queries = tmp_path / "queries" / "queries.parquet"
+    query_vectors = rng.standard_normal((6, 8)).astype(np.float32)
+    write_parquet_atomic(
+        pa.table(
+            {"id": np.arange(6, dtype=np.int64), "embedding": vectors_to_arrow(query_vectors, "float32")}
+        ),
+        queries,
+    )
+    compute_groundtruth(str(tmp_path / "gt"), str(dataset), str(queries), GroundTruthConfig(k=5, metric="l2"))
+    code, output = _cli("dataset", "export", str(dataset), "fvecs", str(tmp_path / "none"))
+    assert code == 3 and "name them with --queries and --groundtruth" in output
+    code, output = _cli(
+        "dataset", "export", str(dataset), "fvecs", str(tmp_path / "fvecs"),
+        "--queries", str(queries.parent), "--groundtruth", str(tmp_path / "gt"),
+    )  # fmt: skip
+    assert code == 0, output
+    ids, gt = (
+        np.load(tmp_path / "fvecs" / "ids.npy"),
+        vecs.read_vecs(tmp_path / "fvecs" / "groundtruth.ivecs"),
+    )
+    np.testing.assert_array_equal(ids, np.concatenate(all_ids))
+    np.testing.assert_array_equal(ids[gt], _gt(tmp_path / "gt"))
+    np.testing.assert_array_equal(
+        vecs.read_vecs(tmp_path / "fvecs" / "base.fvecs"), np.concatenate(all_vectors)
+    )
+    with pytest.raises(InputDataError, match="computed with metric l2; --metric ip would relabel it"):
+        locate(dataset, queries, tmp_path / "gt", metric="ip")  # the groundtruth stage recorded l2
+    loose = tmp_path / "loose" / "groundtruth.parquet"  # no manifest beside it, none in the dataset
+    loose.parent.mkdir()
+    shutil.copy(tmp_path / "gt" / "groundtruth.parquet", loose)
+    with pytest.raises(InputDataError, match="its metric is unknown"):
+        locate(dataset, queries, loose)
+    assert locate(dataset, queries, loose, metric="ip").metric == "ip"  # unknown: --metric names it
+    export_dataset(locate(dataset, queries, tmp_path / "gt"), "vdbbench", tmp_path / "vdb")
+    again = import_dataset("vdbbench", [tmp_path / "vdb"], "toy-vdb", tmp_path / "store")
+    assert again.check["disagree"] == 0 and not again.manifest["import"]["ids_are_rows"]
+    np.testing.assert_array_equal(_base(again.directory)[0], np.concatenate(all_ids))
+    np.testing.assert_array_equal(_gt(again.directory), _gt(tmp_path / "gt"))
+
+
+def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
+    fm, bg = shared / "ann" / "fmnist1k", shared / "ann" / "bigann10k"
+    truncated = tmp / "truncated_base.fvecs"
+    truncated.write_bytes((fm / "fmnist1k_base.fvecs").read_bytes()[:-7])
+    header = tmp / "short.u8bin"
+    header.write_bytes((bg / "base.10k.u8bin").read_bytes()[:100_008])
+    out_of_range = tmp / "gt.ivecs"
+    gt = vecs.read_vecs(fm / "fmnist1k_groundtruth.ivecs")
+    gt[2, 4] = 1000
+    vecs.write_vecs(out_of_range, [gt])
+    no_key = tmp / "nokey.hdf5"
+    with h5py.File(no_key, "w") as h5:
+        h5.create_dataset("train", data=np.zeros((4, 2), np.float32))
+        h5.create_dataset("test", data=np.zeros((1, 2), np.float32))
+    fmb, fmq, fmgt = (str(fm / f"fmnist1k_{r}") for r in ("base.fvecs", "query.fvecs", "groundtruth.ivecs"))
+    bgq, bggt = str(bg / "query.100.u8bin"), str(bg / "gt100.ibin")
+    return [
+        (["vecs", str(truncated), fmq, fmgt], f"{truncated}: 3139993 bytes is not a whole number of rows"),
+        (["bin", str(header), bgq, bggt], f"{header}: header says 10000x128"),
+        (["vecs", fmb, str(bg / "bigann10k_query.bvecs"), fmgt], "queries have dimension 128, the base"),
+        (["vecs", fmb, fmq, str(out_of_range)], f"{out_of_range}: 1 neighbour id(s) outside"),
+        (["parquet", str(fm)], "unknown format 'parquet'"),
+        (["hdf5", str(no_key)], f"{no_key}: no 'neighbors' dataset (found test, train)"),
+        (["vecs", str(shared / "ann" / "siftsmall_partial")], "siftsmall_partial: no base file"),
+    ]  # fmt: skip
+
+
+def test_bad_input_is_one_line_and_leaves_nothing(shared_data: Path, tmp_path: Path) -> None:
+    for args, message in _bad_inputs(shared_data, tmp_path):
+        code, output = _cli("dataset", "import", *args, "--name", "bad", "--workdir", str(tmp_path / "w"))
+        assert code == 3, output
+        assert output.startswith("error: ") and output.count("\n") == 1 and message in output, output
+        datasets = tmp_path / "w" / "store" / "datasets"
+        assert not datasets.exists() or not list(datasets.iterdir())
+
+
+def test_interrupted_import_leaves_no_dataset(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
+    """A failure after the parts are written (here in the check) removes the temp folder: no half dataset."""
+    import apps.interchange.importer as ann_import
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(ann_import, "compare_groundtruth", boom)
+    with pytest.raises(RuntimeError):
+        import_dataset("vecs", [shared_data / "ann" / "fmnist1k"], "fm", tmp_path)
+    assert list((tmp_path / "datasets").iterdir()) == []
+    shutil.rmtree(tmp_path / "datasets")
+
+
+@pytest.mark.slow
+def test_vdb_stages_run_on_an_imported_dataset(bigann, tmp_path: Path) -> None:
+    """Insert, index, query sweep and recall (Qdrant's embedded engine) on imported bigann10k."""
+    from apps.dataset.lookup import fetch_vectors, read_groundtruth, read_query_vectors
+    from apps.evaluate.recall import needed_base_ids, recall_at_k
+    from apps.vdb.base import CollectionSpec
+    from apps.vdb.config import QuerySweepConfig
+    from apps.vdb.qdrant.deploy import QdrantDeployment
+    from apps.vdb.qdrant.settings import QdrantSettings
+    from apps.vdb.records import DatabaseTarget
+    from apps.vdb.stages.index import build_index
+    from apps.vdb.stages.insert import insert_partition, prepare_collection, work_units
+    from apps.vdb.stages.query_sweep import query_sweep
+
+    imported, _ = bigann
+    directory = imported.directory
+    settings = QdrantSettings(name="qdrant", mode="edge", indexing_threshold_kb=1, full_scan_threshold_kb=1)
+    deployment = QdrantDeployment(settings)
+    endpoints = deployment.start(tmp_path / "qdrant")
+    try:
+        spec = CollectionSpec(name="bigann", dim=128, metric=imported.manifest["metric"], index_type="hnsw")
+        target = DatabaseTarget(settings=settings, endpoints=endpoints, collection=spec)
+        prepare_collection(target, False)
+        insert_partition(target, work_units(str(directory)), 1000, 1, 0)
+        index = build_index(target, 10_000, 300, None)
+        sweep = QuerySweepConfig(
+            ef=[128], batch_size=[10], clients=[1], k=[10], warmup_queries=0, duration_s=None
+        )
+        (record,) = query_sweep(
+            target, str(directory / "queries.parquet"), sweep, str(tmp_path / "out"), index
+        )
+    finally:
+        deployment.stop()
+    raw = pq.read_table(record.file)
+    groundtruth = read_groundtruth(directory / "groundtruth.parquet")
+    base = fetch_vectors(directory, needed_base_ids(raw, groundtruth, 10))
+    recall, _ = recall_at_k(raw, groundtruth, read_query_vectors(directory / "queries.parquet"), base, "l2")
+    assert raw.num_rows == 100 and recall >= 0.9, recall
+
+
+# --- hostile input: one line, the documented exit code, nothing left behind ------------------------------
+
+
+def _one_line(code: int, output: str, expected_code: int, message: str) -> None:
+    assert code == expected_code, output
+    assert output.startswith("error: ") and output.count("\n") == 1 and message in output, output
+
+
+def _leftovers(store: Path) -> list[Path]:
+    datasets = store / "datasets"
+    return list(datasets.iterdir()) if datasets.exists() else []
+
+
+@pytest.mark.parametrize(("role", "row"), [("base", 500), ("query", 3)])
+def test_a_row_of_another_dimension_is_one_line(
+    shared_data: Path, tmp_path: Path, role: str, row: int
+) -> None:
+    """The size is whole rows, but one row's own dimension says 7: found while reading, named by row."""
+    folder = tmp_path / "fm"
+    shutil.copytree(shared_data / "ann" / "fmnist1k", folder)
+    damaged = folder / f"fmnist1k_{role}.fvecs"
+    damaged.chmod(0o644)
+    with open(damaged, "r+b") as fh:
+        fh.seek(row * (4 + 784 * 4))
+        fh.write(np.int32(7).tobytes())
+    code, output = _cli("dataset", "import", "vecs", str(folder), "--name", "fm", "--workdir", str(tmp_path))
+    _one_line(code, output, 3, f"{damaged}: row {row} has dimension 7, expected 784")
+    assert _leftovers(tmp_path / "store") == []
+
+
+def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Path) -> None:
+    folder = str(shared_data / "ann" / "fmnist1k")
+    args = ["dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path)]
+    code, output = _cli(*args)
+    assert code == 0, output
+    (directory,) = _leftovers(tmp_path / "store")
+    with open(directory / "groundtruth.parquet", "r+b") as fh:
+        fh.truncate(100)  # what `truncate -s 100` does
+    code, output = _cli(*args)
+    _one_line(code, output, 4, f"{directory} holds a damaged or incomplete dataset")
+    assert "groundtruth.parquet: 100 bytes" in output and "already imported" not in output
+    code, output = _cli("dataset", "export", str(directory), "npy", str(tmp_path / "out"))
+    _one_line(code, output, 4, f"{directory}: damaged dataset")
+    assert not (tmp_path / "out").exists()
+    (directory / "manifest.json").write_text("{")  # a manifest that is not JSON: damaged as well
+    code, output = _cli(*args)
+    _one_line(code, output, 4, "manifest.json: missing or not readable JSON")
+
+
+def test_export_refuses_unreadable_queries_and_groundtruth(bigann, tmp_path: Path) -> None:
+    imported, _ = bigann
+    text = tmp_path / "queries.parquet"
+    text.write_text("id,embedding\n0,1\n")
+    no_query_id = tmp_path / "nq" / "groundtruth.parquet"
+    no_query_id.parent.mkdir()
+    pq.write_table(pa.table({"neighbors": [[1, 2]] * 100}), no_query_id)
+    ragged = tmp_path / "ragged" / "groundtruth.parquet"
+    ragged.parent.mkdir()
+    lists = [[1, 2, 3]] * 99 + [[1, 2]]
+    pq.write_table(pa.table({"query_id": np.arange(100), "neighbors": lists}), ragged)
+    cases = [
+        (["--queries", str(text)], f"{text}: not a readable Parquet file"),
+        (["--groundtruth", str(no_query_id)], f"{no_query_id}: no column 'query_id'"),
+        (
+            ["--groundtruth", str(ragged.parent)],
+            f"{ragged}: column 'neighbors' has rows of different lengths",
+        ),
+    ]
+    for extra, message in cases:
+        out = tmp_path / "out"
+        code, output = _cli("dataset", "export", str(imported.directory), "fvecs", str(out), *extra)
+        _one_line(code, output, 3, message)
+        assert not out.exists() and not list(tmp_path.glob(".out.*"))
+
+
+def test_concurrent_imports_of_the_same_files_make_one_dataset(shared_data: Path, tmp_path: Path) -> None:
+    """Two processes at once: the second waits for the first's lock and finds its dataset."""
+    import os
+    import subprocess
+    import sys
+
+    repo = REPO
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    command = [sys.executable, "-m", "pipeline", "dataset", "import", "vecs"]
+    command += [str(shared_data / "ann" / "fmnist1k"), "--name", "fm", "--workdir", str(tmp_path)]
+    runs = [
+        subprocess.Popen(command, env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    try:
+        outputs = [run.communicate(timeout=300)[0].decode() for run in runs]
+    finally:
+        for run in runs:  # none may outlive the test
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert sorted(o.split(":")[0] for o in outputs) == ["already imported", "imported"], outputs
+    (directory,) = _leftovers(tmp_path / "store")
+    assert complete_manifest(directory, checksums=True) is not None
+
+
+def test_export_metric_may_not_relabel_recorded_ground_truth(bigann) -> None:
+    imported, _ = bigann
+    assert locate(imported.directory, metric="l2").metric == "l2"  # agreeing: fine
+    with pytest.raises(InputDataError, match="computed with metric l2; --metric cosine would relabel it"):
+        locate(imported.directory, metric="cosine")
+
+
+def test_export_refuses_a_folder_inside_the_dataset_or_its_store(bigann) -> None:
+    from core.errors import ArtifactError
+
+    imported, _ = bigann
+    directory = imported.directory
+    for out in (directory / "export", directory.parent / "export", directory.parent.parent / "x" / "y"):
+        with pytest.raises(ArtifactError, match="inside the dataset"):
+            export_dataset(locate(directory), "npy", out)
+        assert not out.exists()
+    assert not (directory.parent.parent / "x").exists()
+
+
+def _touch(folder: Path, *names: str) -> Path:
+    folder.mkdir()
+    for name in names:
+        (folder / name).touch()
+    return folder
+
+
+def test_folder_guessing_by_whole_words(tmp_path: Path) -> None:
+    from apps.interchange.formats import find_files
+
+    sift = _touch(
+        tmp_path / "sift", "sift_base.fvecs", "sift_learn.fvecs", "sift_query.fvecs", "sift_groundtruth.ivecs"
+    )
+    found = find_files("vecs", [sift])
+    assert {role: p.name for role, p in found.items()} == {
+        "base": "sift_base.fvecs", "queries": "sift_query.fvecs", "groundtruth": "sift_groundtruth.ivecs"
+    }  # fmt: skip
+    latest = _touch(tmp_path / "latest", "latest.fvecs", "query.fvecs", "gt100.ivecs")
+    found = find_files("vecs", [latest])
+    assert (found["base"].name, found["queries"].name) == ("latest.fvecs", "query.fvecs")
+    two = _touch(tmp_path / "two", "a.fvecs", "b.fvecs", "gt.ivecs")
+    with pytest.raises(InputDataError) as error:
+        find_files("vecs", [two])
+    assert str(error.value) == (
+        f"{two}: two candidate base files a.fvecs, b.fvecs; name them base/query or give the three paths"
+    )
+
+
+def test_the_sift1m_layout_imports_from_its_folder(shared_data: Path, tmp_path: Path) -> None:
+    """SIFT1M's own names (with the learn set beside the base), on fmnist1k's real files."""
+    root, folder = shared_data / "ann" / "fmnist1k", tmp_path / "sift"
+    folder.mkdir()
+    for theirs, ours in [("base", "base"), ("base", "learn"), ("query", "query")]:
+        shutil.copy(root / f"fmnist1k_{theirs}.fvecs", folder / f"sift_{ours}.fvecs")
+    shutil.copy(root / "fmnist1k_groundtruth.ivecs", folder / "sift_groundtruth.ivecs")
+    imported = import_dataset("vecs", [folder], "sift", tmp_path / "store")
+    assert imported.manifest["import"]["paths"]["base"].endswith("sift_base.fvecs")
+    assert imported.check["disagree"] == 0 and imported.check["queries"] == 500
+
+
+def test_an_unusable_workdir_or_out_dir_says_what_was_being_done(bigann, tmp_path: Path, shared_data) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    folder = str(shared_data / "ann" / "fmnist1k")
+    code, output = _cli("dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(blocker))
+    _one_line(
+        code, output, 2, f"cannot create the store under {blocker}: {blocker} is a file, not a directory"
+    )
+    imported, _ = bigann
+    code, output = _cli("dataset", "export", str(imported.directory), "npy", str(blocker / "out"))
+    _one_line(code, output, 2, f"{blocker / 'out'}: cannot create the output folder: {blocker} is a file")
+
+
+def test_a_killed_imports_temporary_folder_is_swept(shared_data: Path, tmp_path: Path) -> None:
+    import os
+    import time
+
+    from apps.interchange.importer import sweep_stale
+
+    files = [
+        shared_data / "ann" / "bigann10k" / n for n in ("base.10k.u8bin", "query.100.u8bin", "gt100.ibin")
+    ]
+    first = import_dataset("bin", files, "bg", tmp_path)
+    shutil.rmtree(first.directory)
+    stale = first.directory.parent / f".{first.directory.name}.k1lled_1.tmp"
+    (stale / "part-00000.parquet").parent.mkdir()
+    (stale / "part-00000.parquet").write_bytes(b"half")
+    other = first.directory.parent / ".bg-0000000000000000.k1lled_2.tmp"  # another dataset's: not ours
+    other.mkdir()
+    again = import_dataset("bin", files, "bg", tmp_path)
+    assert not again.cached and not stale.exists() and other.exists()
+    # Without a lock (a file system refusing them) only an old one goes: a fresh one may be a live import's.
+    fresh, old = (first.directory.parent / f".{first.directory.name}.{n}.tmp" for n in ("fresh", "old"))
+    fresh.mkdir()
+    old.mkdir()
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert sweep_stale(first.directory, locked=False) == [old] and fresh.exists()
+
+
+def test_hdf5_is_closed_and_a_text_npy_is_named(shared_data: Path, tmp_path: Path) -> None:
+    from apps.interchange.formats import open_source
+
+    path = tmp_path / "small.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("train", data=np.eye(4, dtype=np.float32))
+        h5.create_dataset("test", data=np.eye(4, dtype=np.float32)[:2])
+        h5.create_dataset("neighbors", data=np.array([[0], [1]], np.int32))
+    source = open_source("hdf5", [path])
+    assert next(source.batches(10))[1].shape == (4, 4)
+    with h5py.File(path, "w"):  # h5py refuses this while the file is open anywhere in the process
+        pass
+    text = tmp_path / "base.npy"
+    text.write_text("1.0 2.0\n3.0 4.0\n")
+    np.save(tmp_path / "query.npy", np.zeros((1, 2), np.float32))
+    np.save(tmp_path / "gt.npy", np.zeros((1, 1), np.int32))
+    with pytest.raises(InputDataError) as error:
+        open_source("npy", [text, tmp_path / "query.npy", tmp_path / "gt.npy"])
+    assert str(error.value).startswith(f"{text}: not a .npy array file") and "pickled" not in str(error.value)
+
+
+def test_staged_directory_and_one_map_of_hdf5_names(tmp_path: Path) -> None:
+    import os
+
+    import apps.interchange.exporter as ann_export
+    import apps.interchange.formats as ann_formats
+    from core.store import staged_directory
+
+    final = tmp_path / "final"
+    with staged_directory(final) as tmp:
+        (tmp / "a").write_text("a")
+        assert not final.exists()
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (final / "a").read_text() == "a" and final.stat().st_mode & 0o777 == 0o755 & ~umask
+    with pytest.raises(RuntimeError), staged_directory(tmp_path / "failed"):
+        raise RuntimeError("boom")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+    assert ann_export.HDF5_DISTANCE is ann_formats.HDF5_DISTANCE and not hasattr(ann_export, "VDBBENCH_FILES")
+    assert all(ann_formats.HDF5_METRICS[attr] == m for m, attr in ann_formats.HDF5_DISTANCE.items())
+
+
+def test_the_documented_keys_are_current(shared_data: Path, tmp_path: Path) -> None:
+    """docs/datasets.md's example output names the keys an import makes today."""
+    import re
+
+    docs = (REPO / "docs" / "datasets.md").read_text()
+    documented = dict(re.findall(r"imported: \S+/store/datasets/([a-z0-9]+)-([0-9a-f]{16})", docs))
+    bg = shared_data / "ann" / "bigann10k"
+    made = import_dataset(
+        "bin", [bg / "base.10k.u8bin", bg / "query.100.u8bin", bg / "gt100.ibin"], "bigann10k", tmp_path
+    )
+    assert documented["bigann10k"] == made.directory.name.rsplit("-", 1)[1]

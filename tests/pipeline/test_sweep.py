@@ -1,0 +1,319 @@
+"""Sweeps of the vdb section: lists where one value is expected become points (apps/vdb/sweep.py), each
+point keyed and placed on its own (pipeline/sweep.py); errors name the field as written and the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from apps.vdb.config import VdbConfig
+from core.errors import ConfigError
+from pipeline.config.loader import load_config
+from pipeline.sweep import plan_points
+from tests.conftest import base_config
+
+QDRANT = {"name": "qdrant", "mode": "edge"}
+
+
+def points(section: dict[str, Any]) -> list[tuple[str, int, dict[str, Any]]]:
+    return [(p.label, p.repeat, p.params) for p in VdbConfig.model_validate(section).points]
+
+
+def errors(section: dict[str, Any]) -> list[tuple[tuple, str]]:
+    with pytest.raises(ValidationError) as caught:
+        VdbConfig.model_validate(section)
+    return [(tuple(e["loc"]), e["msg"]) for e in caught.value.errors()]
+
+
+def test_no_sweep_is_one_point_per_database() -> None:
+    vdb = VdbConfig.model_validate({"databases": [QDRANT, {"name": "milvus"}]})
+    assert [(p.label, p.database, p.repeat, p.params) for p in vdb.points] == [
+        ("qdrant", "qdrant", 0, {}),
+        ("milvus", "milvus", 0, {}),
+    ]
+    assert vdb.points[0].config.collection == vdb.collection  # each point is an ordinary section
+    assert "label" not in vdb.model_dump()["databases"][0]  # the dump of an unswept section is unchanged
+
+
+def test_cartesian_crosses_shared_and_entry_axes() -> None:
+    section = {
+        "databases": [{**QDRANT, "default_segment_number": [1, 4]}],
+        "collection": {"hnsw_m": [16, 32]},
+        "insert": {"clients_per_worker": 2, "batch_sizes": [64, 256]},  # a list by nature: no axis
+    }
+    got = points(section)
+    assert [p[2] for p in got] == [
+        {"collection.hnsw_m": 16, "qdrant.default_segment_number": 1},
+        {"collection.hnsw_m": 16, "qdrant.default_segment_number": 4},
+        {"collection.hnsw_m": 32, "qdrant.default_segment_number": 1},
+        {"collection.hnsw_m": 32, "qdrant.default_segment_number": 4},
+    ]
+    assert got[3][0] == "qdrant[hnsw_m=32,default_segment_number=4]"
+    vdb = VdbConfig.model_validate(section)
+    last = vdb.points[3].config
+    assert last.collection.hnsw_m == 32 and last.databases[0].default_segment_number == 4
+    assert last.insert.batch_sizes == [64, 256]
+    assert vdb.collection.hnsw_m == 16  # the section itself holds the first values
+
+
+def test_zip_pairs_and_repeats_repeat_each_point() -> None:
+    section = {
+        "databases": [QDRANT],
+        "collection": {"hnsw_m": [8, 16, 32]},
+        "insert": {"clients_per_worker": [1, 2, 4]},
+        "sweep": "zip",
+        "repeats": 2,
+    }
+    got = points(section)
+    assert [(p[2]["collection.hnsw_m"], p[2]["insert.clients_per_worker"], p[1]) for p in got] == [
+        (8, 1, 0),
+        (8, 1, 1),
+        (16, 2, 0),
+        (16, 2, 1),
+        (32, 4, 0),
+        (32, 4, 1),
+    ]
+    assert got[0][0] == got[1][0] == "qdrant[hnsw_m=8,clients_per_worker=1]"
+
+
+def test_zip_with_unequal_lengths_names_both_lists() -> None:
+    section = {
+        "databases": [{**QDRANT, "default_segment_number": [1, 2, 3]}],
+        "collection": {"hnsw_m": [16, 32]},
+        "sweep": "zip",
+    }
+    ((loc, message),) = errors(section)
+    assert loc == ("sweep",)
+    assert "vdb.collection.hnsw_m has 2" in message
+    assert "vdb.databases[0].default_segment_number has 3" in message
+
+
+def test_error_names_the_field_and_the_list_index() -> None:
+    assert errors({"databases": [QDRANT], "collection": {"hnsw_m": [16, 1]}})[0][0] == (
+        "collection",
+        "hnsw_m",
+        1,
+    )
+    ((loc, _),) = errors(
+        {"databases": [QDRANT, {**QDRANT, "label": "q2", "default_segment_number": [2, -1]}]}
+    )
+    assert loc == ("databases", 1, "default_segment_number", 1)
+    ((loc, message),) = errors(
+        {"databases": [QDRANT, {**QDRANT, "label": "q2", "collection": {"index_type": ["hnsw", "ivf_pq"]}}]}
+    )
+    assert loc == ("databases", 1, "collection", "index_type", 1)
+    assert "not built by vdb.databases[1] (qdrant)" in message
+    assert errors({"databases": [QDRANT], "collection": {"hnsw_m": []}})[0][0] == ("collection", "hnsw_m")
+
+
+def test_same_database_twice_needs_distinct_labels() -> None:
+    ((loc, message),) = errors({"databases": [QDRANT, QDRANT]})
+    assert loc == ("databases", 1) and "label 'qdrant'" in message
+    got = points({"databases": [QDRANT, {**QDRANT, "label": "qdrant-4seg", "default_segment_number": 4}]})
+    assert [p[0] for p in got] == ["qdrant", "qdrant-4seg"]
+    # per-entry overrides of the collection: one report across engines and index types
+    vdb = VdbConfig.model_validate(
+        {"databases": [{"name": "milvus"}, {"name": "milvus", "collection": {"index_type": "ivf_flat"}}]}
+    )
+    assert [p.label for p in vdb.points] == ["milvus", "milvus[index_type=ivf_flat]"]
+    assert [p.config.collection.index_type for p in vdb.points] == ["hnsw", "ivf_flat"]
+    assert vdb.points[1].params == {"collection.index_type": "ivf_flat"}
+
+
+def test_labels_that_would_share_a_file_name_are_refused() -> None:
+    # "q 4" and "q/4" are distinct labels but one file name, q_4: their points' links would collide
+    ((loc, message),) = errors({"databases": [{**QDRANT, "label": "q 4"}, {**QDRANT, "label": "q/4"}]})
+    assert loc == ("databases", 1, "label")
+    assert "'q/4' and label 'q 4' would share the file name 'q_4'" in message
+
+
+def test_dump_writes_the_sweep_back() -> None:
+    section = {
+        "databases": [QDRANT, {"name": "milvus", "label": "ivf", "collection": {"index_type": "ivf_flat"}}],
+        "collection": {"hnsw_m": [16, 32]},
+        "repeats": 3,
+    }
+    vdb = VdbConfig.model_validate(section)
+    dumped = vdb.model_dump(mode="json")
+    assert dumped["collection"]["hnsw_m"] == [16, 32]
+    assert dumped["databases"][1]["label"] == "ivf"
+    again = VdbConfig.model_validate(dumped)
+    assert [(p.label, p.repeat) for p in again.points] == [(p.label, p.repeat) for p in vdb.points]
+    assert len(vdb.points) == 2 * 2 * 3
+
+
+def test_point_keys_depend_on_settings_not_on_the_rest_of_the_sweep(tmp_path: Path) -> None:
+    one = VdbConfig.model_validate({"databases": [QDRANT], "collection": {"hnsw_m": [16, 32]}, "repeats": 2})
+    more = VdbConfig.model_validate({"databases": [QDRANT], "collection": {"hnsw_m": [16, 32, 64]}})
+    a = plan_points(one, tmp_path, ["ds", "q", "gt"], "cosine")
+    b = plan_points(more, tmp_path, ["ds", "q", "gt"], "cosine")
+    assert len({p.key for p in a}) == 4  # repeats are distinct points
+    assert [p.key for p in a if p.point.repeat == 0] == [p.key for p in b[:2]]  # adding a value reruns none
+    assert a[0].directory == tmp_path / "vdb-points" / a[0].key
+    assert [p.link for p in a[:2]] == ["qdrant[hnsw_m=16].r0", "qdrant[hnsw_m=16].r1"]
+    assert not a[0].complete
+    renamed = VdbConfig.model_validate(
+        {"databases": [{**QDRANT, "label": "edge"}], "collection": {"hnsw_m": 16}}
+    )
+    assert plan_points(renamed, tmp_path, ["ds", "q", "gt"], "cosine")[0].key == b[0].key  # label not keyed
+
+
+def test_loader_error_has_the_line_of_the_bad_list_item(small_corpus: Path, tmp_path: Path) -> None:
+    vdb = {"databases": [QDRANT], "collection": {"hnsw_m": [16, 1]}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base_config(small_corpus, tmp_path / "wd", vdb=vdb), sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    text = str(caught.value)
+    assert "vdb.collection.hnsw_m.1" in text and "(got 1)" in text
+    line = next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t.strip() == "- 1")
+    assert caught.value.line == line
+
+
+def test_an_entry_overrides_query_and_cluster_sections_merged_key_by_key() -> None:
+    cluster = {
+        "images": {"milvus": "m.sif"},
+        "storage": {"medium": "memory", "ssd_path": "/ssd"},
+        "overrides": {"milvus": {"workers_per_node": 2}},
+    }
+    media = {"storage": {"medium": ["memory", "ssd"]}, "overrides": {}}  # {}: no shared overrides
+    section = {
+        "databases": [
+            {"name": "milvus", "label": "media", "cluster": media},
+            {"name": "milvus", "label": "short", "query": {"duration_s": 1.0}},
+        ],
+        "cluster": cluster,
+        "query": {"duration_s": 5.0},
+    }
+    vdb = VdbConfig.model_validate(section)
+    media, short = vdb.points[:2], vdb.points[2]
+    assert [p.label for p in vdb.points] == ["media[medium=memory]", "media[medium=ssd]", "short"]
+    assert [p.config.cluster.storage.medium for p in media] == ["memory", "ssd"]
+    assert {p.config.cluster.storage.ssd_path for p in media} == {"/ssd"}  # the shared keys stay
+    assert [p.config.query.duration_s for p in vdb.points] == [5.0, 5.0, 1.0]
+    assert [bool(p.config.cluster.overrides) for p in vdb.points] == [False, False, True]
+    assert short.params == {"query.duration_s": 1.0}
+    assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
+
+
+def test_an_entry_sweeps_its_own_cores_and_binding() -> None:
+    section = {
+        "databases": [
+            {"name": "weaviate", "label": "cores", "cores_per_worker": [1, 2]},
+            {"name": "weaviate", "label": "free", "bind": "none"},
+            {"name": "milvus"},
+        ],
+        "cores_per_worker": 2,
+    }
+    vdb = VdbConfig.model_validate(section)
+    got = [(p.label, p.config.cores_per_worker, p.config.bind) for p in vdb.points]
+    assert got == [
+        ("cores[cores_per_worker=1]", 1, "cores"),
+        ("cores[cores_per_worker=2]", 2, "cores"),
+        ("free", 2, "none"),
+        ("milvus", 2, "cores"),
+    ]
+    assert vdb.points[0].params == {"cores_per_worker": 1}
+    assert VdbConfig.model_validate(vdb.model_dump()).model_dump() == vdb.model_dump()  # round trip
+    bad = {"databases": [{"name": "weaviate", "cores_per_worker": [1, 0]}]}
+    assert errors(bad)[0][0] == ("databases", 0, "cores_per_worker", 1)
+
+
+def test_a_section_built_in_code_keeps_each_points_values() -> None:
+    """VdbConfig(...) validates into the instance being built: the points must still be their own."""
+    built = VdbConfig(databases=[QDRANT], insert={"workers": [1, 2]})
+    assert [p.config.insert.workers for p in built.points] == [1, 2]
+    assert built.insert.workers == 1  # the section itself holds the first values
+
+
+# --- HPC: one database job shape per point that changes it ----------------------------------------------
+
+
+@pytest.fixture
+def swept_polaris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """configs/polaris.yaml with Qdrant alone, its workers, shards and nodes swept together."""
+    from tests.conftest import REPO
+    from tests.pipeline.test_hpc_render import FIXED_ENV
+
+    for key, value in FIXED_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("QUEUE", raising=False)
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+
+    def write(nodes: list[int]) -> Path:
+        config = yaml.safe_load(text)
+        vdb = config["vdb"]
+        vdb["databases"] = [db for db in vdb["databases"] if db["name"] == "qdrant" and "label" not in db]
+        vdb["cluster"]["overrides"] = {}
+        vdb["cluster"].update(workers=[40, 80], nodes=nodes)
+        vdb["collection"]["shards"] = [40, 80]
+        vdb["sweep"] = "zip"
+        vdb["repeats"] = 2
+        path = tmp_path / "polaris-sweep.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False).replace("../", str(REPO) + "/"))
+        return path
+
+    return write
+
+
+def test_hpc_plan_renders_one_job_per_deployment_shape(swept_polaris) -> None:
+    from pipeline.hpc_plan import pilot_shapes, render_artifacts, render_plan
+
+    loaded = load_config(swept_polaris([10, 20]))
+    assert len(loaded.config.vdb.points) == 4  # 2 shapes x 2 repeats
+    shapes = pilot_shapes(loaded.config.vdb)
+    assert [len(points) for _, points in shapes] == [2, 2]  # repeats share their shape's job script
+    rendered = render_artifacts(loaded)
+    jobs = sorted(name for name in rendered if name.endswith("/job.sh"))
+    assert len(jobs) == 2 and all(name.startswith("qdrant[") for name in jobs)
+    selects = sorted(line for name in jobs for line in rendered[name].splitlines() if "select=" in line)
+    assert [s.split("select=")[1].split(":")[0] for s in selects] == ["10", "20"]
+    servers = {name: rendered[name.replace("job.sh", "servers.txt")] for name in jobs}
+    assert (
+        sorted(text.count("\n") for text in servers.values())[0]
+        < sorted(text.count("\n") for text in servers.values())[1]
+    )  # the 80-rank shape lists more ranks
+    text = render_plan(loaded, check=False)
+    assert "rank 79 " in text and "used by 2 points" in text
+
+
+def test_hpc_check_names_the_swept_value_that_does_not_fit(swept_polaris) -> None:
+    from pipeline.hpc_plan import check_or_raise
+
+    loaded = load_config(swept_polaris([10, 2]))  # 80 ranks on 2 nodes x 4: too few nodes
+    with pytest.raises(ConfigError) as caught:
+        check_or_raise(loaded)
+    text = str(caught.value)
+    assert "vdb.cluster.workers.1" in text or "vdb.cluster.nodes.1" in text, text
+    assert "vdb.cluster.workers.0" not in text and "vdb.cluster.nodes.0" not in text
+
+
+def test_an_entrys_k_above_the_ground_truth_is_refused_before_anything_runs(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    vdb = {"databases": [{**QDRANT, "label": "deep", "query": {"k": [100]}}]}
+    path = tmp_path / "deep.yaml"
+    path.write_text(yaml.safe_dump(base_config(small_corpus, tmp_path / "wd", vdb=vdb), sort_keys=False))
+    with pytest.raises(ConfigError, match=r"vdb\.query\.k of point 'deep' 100 exceeds groundtruth\.k 10"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("label", [".", "..", "../x", 5, True])
+def test_a_label_is_a_string_and_never_names_a_directory(label: object) -> None:
+    from apps.vdb.sweep_labels import label_slug
+
+    if isinstance(label, str):  # accepted, as a plain file name inside the stage directory
+        (point,) = VdbConfig.model_validate({"databases": [{**QDRANT, "label": label}]}).points
+        assert label_slug(point.label) not in ("", ".", "..") and "/" not in label_slug(point.label)
+    else:
+        ((loc, message),) = errors({"databases": [{**QDRANT, "label": label}]})
+        assert loc == ("databases", 0, "label") and "label must be a string" in message
+
+
+def test_labels_differing_only_in_case_are_refused() -> None:  # one file on macOS's file system
+    ((loc, message),) = errors({"databases": [{**QDRANT, "label": "HNSW"}, {**QDRANT, "label": "hnsw"}]})
+    assert loc == ("databases", 1, "label") and "case is ignored" in message

@@ -1,0 +1,123 @@
+"""A swept run end to end through the CLI with Qdrant's embedded engine: one result row per point x
+setting x repeat with the swept parameters as columns, and an interrupted sweep that resumes at its
+first unfinished point without running a finished one again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline.config.loader import load_config
+from pipeline.plan import build_plan
+from tests.conftest import base_config, run_cli, sample_records, write_jsonl
+
+pytestmark = pytest.mark.slow
+
+QDRANT = {"name": "qdrant", "mode": "edge", "indexing_threshold_kb": 1, "full_scan_threshold_kb": 1}
+# A short measured window per setting (the default is 10 s): the tests check the sweep's bookkeeping.
+QUERY = {"ef": [16, 64], "batch_size": [8], "clients": [1], "k": [10], "warmup_queries": 2, "duration_s": 0.5}
+
+
+def vdb(**extra) -> dict:
+    return {
+        "databases": [{**QDRANT, "default_segment_number": [1, 2]}],
+        "collection": {"index_type": "hnsw", "hnsw_m": 16, "ef_construction": 64},
+        "insert": {"batch_sizes": [64], "clients_per_worker": 1},
+        "query": QUERY,
+        **extra,
+    }
+
+
+def newest_provenance(workdir: Path) -> dict:
+    records = [json.loads(p.read_text()) for p in (workdir / "runs").glob("*/provenance.json")]
+    return max(records, key=lambda record: record["started"])
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("sweepcorpus") / "c.jsonl", sample_records(40))
+
+
+def test_two_points_two_repeats_give_rows_with_parameter_columns(corpus: Path, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base_config(corpus, tmp_path / "wd", vdb=vdb(repeats=2))))
+    listed = run_cli("plan", str(path))
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert listed.stdout.count("qdrant[default_segment_number=") >= 4 and "to run" in listed.stdout
+
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    prov = newest_provenance(tmp_path / "wd")
+    report_dir = Path(prov["outputs"]["vdb"]) / "report"
+    table = pq.read_table(report_dir / "results.parquet")
+    assert "qdrant.default_segment_number" in table.column_names
+    rows = table.to_pylist()
+    queries = [r for r in rows if r["stage"] == "query"]
+    # 2 points x 2 query settings x 2 repeats, every one a measurement of its own point
+    assert len(queries) == 8
+    got = sorted((r["qdrant.default_segment_number"], r["repeat"], r["ef"]) for r in queries)
+    assert got == sorted((s, rep, ef) for s in (1, 2) for rep in (0, 1) for ef in (16, 64))
+    assert {r["label"] for r in rows} == {
+        "qdrant[default_segment_number=1]",
+        "qdrant[default_segment_number=2]",
+    }
+    assert len({r["point"] for r in rows}) == 4 and all(r["database"] == "qdrant" for r in rows)
+    assert all(r["recall"] > 0.5 and r["qps"] > 0 for r in queries)
+    # every point (and repeat) indexed on its own
+    index = {
+        (r["qdrant.default_segment_number"], r["repeat"]): r["segments"]
+        for r in rows
+        if r["stage"] == "index"
+    }
+    assert len(index) == 4
+    report = (report_dir / "report.md").read_text()
+    assert "qdrant[default_segment_number=2]" in report
+    assert "Repeats" in report and "median" in report
+    # the study's segments figure from the real sweep: both points, 2 repeats each, named in its caption
+    assert (report_dir / "study_segments.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(study_segments.png)" in report and "4 query rows (2 points, 2 repeats each)" in report
+    assert "(`study_query_cores`): not drawn, the sweep has no axis" in report
+    tasks = prov["stages"]["vdb"]["tasks"]
+    assert [(t["label"], t["repeat"]) for t in tasks] == [
+        ("qdrant[default_segment_number=1]", 0),
+        ("qdrant[default_segment_number=1]", 1),
+        ("qdrant[default_segment_number=2]", 0),
+        ("qdrant[default_segment_number=2]", 1),
+    ]
+    listed = run_cli("plan", str(path))
+    assert listed.stdout.count("done") >= 4 and "to run" not in listed.stdout.split("point")[-1]
+
+
+def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(base_config(corpus, tmp_path / "wd", vdb=vdb())))
+    first, second = build_plan(load_config(path)).points
+    # The second point cannot start: its directory's place holds a file (an interruption the run reports).
+    second.directory.parent.mkdir(parents=True)
+    second.directory.write_text("in the way\n")
+    result = run_cli("run", str(path))
+    assert result.returncode != 0
+    assert first.complete and not second.complete
+    done_at = (first.directory / "manifest.json").stat().st_mtime_ns
+    failed = newest_provenance(tmp_path / "wd")
+    assert failed["status"] == "failed"
+    assert [t["label"] for t in failed["stages"]["vdb"]["tasks"]] == [first.label]
+
+    # What an interruption leaves of the second point (no manifest) is thrown away, not reused.
+    second.directory.unlink()
+    second.directory.mkdir()
+    (second.directory / "left-over").write_text("partial\n")
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    resumed = newest_provenance(tmp_path / "wd")
+    assert [t["label"] for t in resumed["stages"]["vdb"]["tasks"]] == [
+        second.label
+    ]  # only the unfinished one
+    assert (first.directory / "manifest.json").stat().st_mtime_ns == done_at
+    assert second.complete and not (second.directory / "left-over").exists()
+    rows = pq.read_table(Path(resumed["outputs"]["vdb"]) / "report" / "results.parquet").to_pylist()
+    assert {r["label"] for r in rows if r["stage"] == "query"} == {first.label, second.label}
