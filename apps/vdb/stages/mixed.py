@@ -40,7 +40,7 @@ from apps.vdb.stages import query_sweep
 from apps.vdb.stages.index import build_index
 from apps.vdb.stages.insert import prepare_collection, request_size
 from apps.vdb.stages.mixed_config import MixedConfig, MixedRecord
-from apps.vdb.stages.query_raw import raw_query_table, requests_path
+from apps.vdb.stages.query_raw import requests_path
 from core.errors import ArtifactError
 from core.store import read_manifest, write_parquet_atomic
 
@@ -346,14 +346,4 @@ def _queries_table(
             columns["request"] += [r] * size
             t_start += [answer["t_start"][r]] * size
             t_end += [answer["t_end"][r]] * size
-    return raw_query_table(
-        database=database,
-        setting=setting.label,
-        ef=setting.ef,
-        batch_size=setting.batch_size,
-        clients=setting.clients,
-        k=setting.k,
-        t_start=t_start,
-        t_end=t_end,
-        **columns,
-    )
+    return query_sweep.setting_raw_table(database, setting, t_start=t_start, t_end=t_end, **columns)

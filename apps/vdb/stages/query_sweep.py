@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from apps.dataset.layout import arrow_to_vectors
@@ -256,6 +257,19 @@ def query_sweep(
     return records
 
 
+def setting_raw_table(database: str, setting: QuerySetting, **columns: Any) -> pa.Table:
+    """:func:`raw_query_table` of one query setting's rows (its label, ef, batch size, clients and k)."""
+    return raw_query_table(
+        database=database,
+        setting=setting.label,
+        ef=setting.ef,
+        batch_size=setting.batch_size,
+        clients=setting.clients,
+        k=setting.k,
+        **columns,
+    )
+
+
 def _write_setting(
     database: str,
     setting: QuerySetting,
@@ -268,15 +282,7 @@ def _write_setting(
     """Write a setting's raw rows (first answer per distinct query) and its requests file; the raw file's
     metadata carries the stall, if any, and the window's I/O counter deltas (``probe``)."""
     columns = {key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in ROW_KEYS}
-    table = raw_query_table(
-        database=database,
-        setting=setting.label,
-        ef=setting.ef,
-        batch_size=setting.batch_size,
-        clients=setting.clients,
-        k=setting.k,
-        **columns,
-    )
+    table = setting_raw_table(database, setting, **columns)
     path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
     joined = {key: np.concatenate([r[key] for r in requests]) for key in REQUEST_KEYS}
     ranks = [None if r < 0 else int(r) for r in joined["rank"]]
