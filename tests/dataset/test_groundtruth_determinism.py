@@ -168,9 +168,9 @@ def test_every_blas_kernel_and_simd_level_gives_the_reference(fmnist_dir, refere
 
 
 def test_gpu_benchmark_script_checks_against_a_carried_faiss_answer(tmp_path: Path) -> None:
-    """``benchmarks/groundtruth_gpu.py`` as run on a GPU machine, smoke-tested here on the CPU: FAISS's
+    """``python -m benchmarks.groundtruth_gpu`` as run on a GPU machine, smoke-tested here on the CPU: FAISS's
     answer written to a file, the data regenerated from its seed and checksum, the torch path compared."""
-    script = [sys.executable, str(REPO / "benchmarks" / "groundtruth_gpu.py"), "--rows", "3000"]
+    script = [sys.executable, "-m", "benchmarks.groundtruth_gpu", "--rows", "3000"]
     script += ["--queries", "64", "--k", "20", "--block-rows", "700", "--metric", "l2"]
     expected = tmp_path / "expected.npz"
     subprocess.run([*script, "--write-expected", str(expected)], check=True, cwd=REPO, timeout=300)
@@ -180,7 +180,7 @@ def test_gpu_benchmark_script_checks_against_a_carried_faiss_answer(tmp_path: Pa
     result = json.loads(figures.read_text())
     assert result["identical_to_faiss"] is True and result["identical_to_cpu_torch"] is True
     assert result["synthetic"] and result["met"]
-    other = [*script[:3], "3001", *script[4:], "--expected", str(expected), "--device", "cpu"]
+    other = [*script[:4], "3001", *script[5:], "--expected", str(expected), "--device", "cpu"]
     refused = subprocess.run(other, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "made for other data" in refused.stdout
 

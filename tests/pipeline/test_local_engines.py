@@ -33,7 +33,7 @@ def derived_config(root: Path) -> Path:
     corpus = write_jsonl(root / "corpus.jsonl", sample_records(300))
     config["workdir"] = str(root / "wd")
     config["corpus"]["paths"] = [str(corpus)]
-    config["queries"]["terms_file"] = str(REPO / "samples" / "bvbrc-roles" / "functional_roles-2k.txt")
+    config["queries"]["terms_file"] = str(REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt")
     # the plain sentence-transformers path: no OpenVINO export into a fresh workdir (~25 s)
     config["embedding"] = {
         "backend": "sentence-transformers",

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from apps.interchange.vecs import read_vecs
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import SEARCH_KNOB, CollectionSpec, DatabaseError
 from apps.vdb.config import VdbConfig
 from apps.vdb.lancedb.checks import settings_problems
@@ -44,7 +44,7 @@ def lance(tmp_path: Path):
 
     def _open(settings: LanceDBSettings | None = None):
         settings = settings or LanceDBSettings()
-        adapter = get_adapter("lancedb")
+        adapter = database("lancedb")
         deployment = adapter.deployment(settings)
         started.append(deployment)
         endpoints = deployment.start(tmp_path / "run")
@@ -209,7 +209,7 @@ def test_hpc_check_wants_an_absolute_data_path() -> None:
 
 def test_memory_medium_defaults_to_shm_and_is_removed_at_stop(tmp_path: Path) -> None:
     settings = LanceDBSettings(medium="memory")
-    adapter = get_adapter("lancedb")
+    adapter = database("lancedb")
     deployment = adapter.deployment(settings)
     endpoints = deployment.start(tmp_path / "run")
     try:
@@ -224,14 +224,31 @@ def test_memory_medium_defaults_to_shm_and_is_removed_at_stop(tmp_path: Path) ->
     assert not Path(endpoints.data_dir).exists()
 
 
+class _FolderFirst:
+    """Resolves ``datasets`` from one folder only: the import a directory with a ``datasets/`` folder gets
+    where Hugging Face's ``datasets`` is not installed (an empty namespace package)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = str(folder)
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        """The path finder's spec for ``datasets`` in the folder; None (not mine) for any other name."""
+        import importlib.machinery
+
+        return importlib.machinery.PathFinder.find_spec(name, [self.folder]) if name == "datasets" else None
+
+
 def test_writes_survive_a_datasets_folder_loaded_as_a_module(lance, bigann, monkeypatch, tmp_path) -> None:
     """A folder named ``datasets/`` in the directory a user runs from imports as a namespace package (the
-    current directory is on sys.path); LanceDB must not mistake it for Hugging Face's ``datasets``."""
+    current directory is on sys.path) where Hugging Face's ``datasets`` is not installed; LanceDB must not
+    mistake it for Hugging Face's. The project installs that package, so a finder first on ``sys.meta_path``
+    resolves ``datasets`` by the path alone, as Python does without it."""
     import importlib
     import sys
 
     (tmp_path / "cwd" / "datasets").mkdir(parents=True)
     monkeypatch.syspath_prepend(str(tmp_path / "cwd"))
+    monkeypatch.setattr(sys, "meta_path", [_FolderFirst(tmp_path / "cwd"), *sys.meta_path])
     monkeypatch.delitem(sys.modules, "datasets", raising=False)
     assert not hasattr(importlib.import_module("datasets"), "Dataset")  # the folder, not Hugging Face's
     base = bigann[0]
@@ -251,16 +268,20 @@ def test_lancedb_imports_after_a_datasets_folder_was_loaded(tmp_path: Path) -> N
     repo = Path(__file__).resolve().parents[2]
     (tmp_path / "cwd" / "datasets").mkdir(parents=True)
     script = f"""
-import sys, numpy as np
+import sys, importlib.machinery, numpy as np
 sys.path.insert(0, {str(repo)!r})
 sys.path.insert(0, {str(tmp_path / "cwd")!r})
+class FolderFirst:  # as without Hugging Face datasets installed: the folder on sys.path is the module
+    find_spec = staticmethod(lambda name, path=None, target=None: importlib.machinery.PathFinder.find_spec(
+        name, [{str(tmp_path / "cwd")!r}]) if name == "datasets" else None)
+sys.meta_path.insert(0, FolderFirst)
 import datasets
 assert not hasattr(datasets, "Dataset") and "lancedb" not in sys.modules
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec
 from apps.vdb.lancedb.settings import LanceDBSettings
 settings = LanceDBSettings()
-adapter = get_adapter("lancedb")
+adapter = database("lancedb")
 deployment = adapter.deployment(settings)
 endpoints = deployment.start(__import__("pathlib").Path({str(tmp_path / "run")!r}))
 client = adapter.client(settings, endpoints)

@@ -7,7 +7,7 @@ never duplicates).
 Upload time runs from the first request to the moment every vector is visible to search; the stage fails
 and says how many rows are missing if the final count differs from the rows written. Client processes
 start before the first request and serve the next upload too (``shared_pool``); where the time of an
-upload went was measured with ``benchmarks/ingest.py --profile``.
+upload went was measured with ``python -m benchmarks.ingest --profile``.
 """
 
 from __future__ import annotations

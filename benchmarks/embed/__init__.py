@@ -1,0 +1,1 @@
+"""Embed stage versus plain ``SentenceTransformer.encode``: ``python -m benchmarks.embed``."""

@@ -1,0 +1,1 @@
+"""Ground-truth stage versus FAISS's exact flat index: ``python -m benchmarks.groundtruth``."""

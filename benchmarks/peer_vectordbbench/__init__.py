@@ -1,0 +1,1 @@
+"""The project's query stage versus VectorDBBench: ``python -m benchmarks.peer_vectordbbench``."""
