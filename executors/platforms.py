@@ -1,14 +1,27 @@
-"""The one dispatcher from ``executor.platform`` to that platform's Parsl ``Config``."""
+"""The platforms as one table, and the one dispatcher from ``executor.platform`` to its Parsl ``Config``.
+
+Every batch platform builds the same Config (:func:`executors.hpc.hpc_config`); what differs is which
+scheduler submits its blocks and how a block starts one worker manager per node: :data:`PLATFORMS`. The
+site facts (cores, GPUs, file systems, interfaces) are the defaults of each platform's model in
+:mod:`executors.config`; the YAML file may override them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from parsl.config import Config
+from parsl.launchers import MpiExecLauncher, SrunLauncher
+from parsl.launchers.base import Launcher
 
-from executors.config import ExecutorConfig
+from executors import hpc
+from executors.config import CpuWorkers, ExecutorConfig, GpuWorkers
 from executors.labels import CPU, WORKERS
+from executors.providers import JobRequest, pbs_provider, slurm_provider
 
 
 def monitoring_hub(run_dir: Path) -> Any:
@@ -27,6 +40,41 @@ def cpu_label(executor: ExecutorConfig) -> str:
     return CPU if getattr(executor, "cpu", None) is not None else WORKERS
 
 
+def mpiexec_launcher(block: GpuWorkers | CpuWorkers) -> MpiExecLauncher:
+    """``mpiexec`` with the block's binding and overrides: one worker manager per node."""
+    return MpiExecLauncher(bind_cmd=block.bind_cmd, overrides=block.launcher_overrides)
+
+
+def srun_launcher(block: GpuWorkers | CpuWorkers) -> SrunLauncher:
+    """``srun`` with the block's overrides: one worker manager per node."""
+    return SrunLauncher(overrides=block.launcher_overrides)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A batch platform: the scheduler that submits its blocks and the launcher that starts them."""
+
+    description: str
+    provider: Callable[[Any, JobRequest], Any]  # (executor config, block request) -> Parsl provider
+    launcher: Callable[[GpuWorkers | CpuWorkers], Launcher]  # one worker manager per node of a block
+
+
+PLATFORMS: dict[str, Platform] = {
+    # Follows ALCF's documented Polaris settings: one worker per GPU, ``block-reverse`` CPU affinity (GPU 0
+    # sits next to the last cores), a single manager per node started by ``mpiexec --ppn 1`` owning all
+    # cores, and the interchange reachable on the login node's ``bond0``.
+    "polaris": Platform("ALCF Polaris (PBS Pro, 4 x A100 per node)", pbs_provider, mpiexec_launcher),
+    # Same shape as Polaris; the differences live in the config model's defaults and the YAML file: twelve
+    # workers per node, one per tile ('0.0' .. '5.1', pinned through ``ZE_AFFINITY_MASK`` by Parsl), ALCF's
+    # per-tile core lists that skip the reserved cores 0 and 52, ``mpiexec --ppn 1``, file system ``flare``.
+    "aurora": Platform(
+        "ALCF Aurora (PBS Pro, 6 Intel GPUs x 2 tiles, 104 cores per node)", pbs_provider, mpiexec_launcher
+    ),
+    # Partition, account, constraint and GPUs per node come from the YAML file.
+    "slurm": Platform("a generic Slurm site", slurm_provider, srun_launcher),
+}
+
+
 def parsl_config_for(
     executor: ExecutorConfig, run_dir: Path, monitoring: bool = False, address: str | None = None
 ) -> Config:
@@ -36,12 +84,8 @@ def parsl_config_for(
         from executors.local import local_config
 
         return local_config(executor, run_dir, hub)
-    if executor.platform == "polaris":
-        from executors.polaris import polaris_config as build
-    elif executor.platform == "aurora":
-        from executors.aurora import aurora_config as build
-    elif executor.platform == "slurm":
-        from executors.slurm import slurm_config as build
-    else:
+    platform = PLATFORMS.get(executor.platform)
+    if platform is None:
         raise ValueError(f"no Parsl configuration for platform {executor.platform!r}")
-    return build(executor, run_dir, hub, address)
+    provider = partial(platform.provider, executor)
+    return hpc.hpc_config(executor, run_dir, hub, address, provider, platform.launcher)

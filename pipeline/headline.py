@@ -17,7 +17,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from apps.evaluate.results import MIN_RECALL, read_results
+from apps.evaluate.results import read_results
+from apps.evaluate.rules import MIN_RECALL
 from apps.report.document import summarize
 from core.errors import ArtifactError
 

@@ -12,8 +12,8 @@ a cluster (ARCHITECTURE.md, "Metric definitions"):
   ``qps``.
 * recall: :mod:`apps.evaluate.recall`, once per distinct query (the raw rows keep the first answer to each).
 * :func:`evaluate`: all of the above per setting; :func:`evaluate_files`: the raw files of a run in one
-  pass over the dataset; :func:`best_operating_point`: the studies' selection rule (highest QPS among
-  settings with recall ≥ 0.95).
+  pass over the dataset. The studies' selection rule (highest QPS among settings with recall ≥ 0.95):
+  :func:`apps.evaluate.rules.best_operating_point`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from apps.dataset.lookup import VectorSource, as_lookup, fetch_vectors, read_groundtruth, read_query_vectors
 from apps.evaluate.recall import needed_base_ids, recall_at_k
+from apps.evaluate.rules import setting_order
 from apps.vdb.records import setting_label
 from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw, validate_raw
 
@@ -102,18 +103,8 @@ def window_stats(requests: pa.Table) -> dict[str, float | int]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Per-setting evaluation and the operating point
+# Per-setting evaluation
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _setting_sort_key(row: dict[str, Any]) -> tuple:
-    return (
-        row["k"],
-        row["batch_size"],
-        row["clients"],
-        -1 if row["ef"] is None else row["ef"],
-        row["setting"],
-    )
 
 
 def evaluate(
@@ -173,7 +164,7 @@ def evaluate(
                 "unknown_ids": int((~base.positions(returned)[1]).sum()),
             }
         )
-    rows.sort(key=_setting_sort_key)
+    rows.sort(key=setting_order)
     return {row["setting"]: row for row in rows}
 
 
@@ -229,23 +220,3 @@ def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, A
     described = json.loads(meta.get(b"query_setting", b"{}"))
     label = setting_label(described.get("ef"), described["batch_size"], described["clients"], described["k"])
     return (described["database"], label), (meta[b"stalled"].decode(), described)
-
-
-def best_operating_point(rows: Iterable[dict[str, Any]], min_recall: float = 0.95) -> dict[str, Any] | None:
-    """The row with the highest QPS among those with recall ≥ ``min_recall`` (None when none qualifies).
-
-    Rows of other stages, failed or stalled rows and rows without a finite QPS or recall are ignored;
-    equal QPS prefers the higher recall. Pass the rows of one database to get its operating point.
-    """
-    best = None
-    for row in rows:
-        if row.get("stage", "query") != "query" or row.get("status", "ok") not in (None, "ok"):
-            continue
-        if row.get("stalled"):  # a setting that stalled twice is not a normal measurement
-            continue
-        q, r = row.get("qps"), row.get("recall")
-        if q is None or r is None or not (math.isfinite(q) and math.isfinite(r)):
-            continue
-        if r >= min_recall and (best is None or (q, r) > (best["qps"], best["recall"])):
-            best = row
-    return best

@@ -19,13 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.evaluate.metrics import best_operating_point
+from apps.evaluate.rules import setting_order
 from core.store import write_parquet_atomic
 
 # The stages that write result rows, in pipeline order (mixed_baseline and mixed: apps/report/mixed.py).
 STAGES = ("deploy", "insert", "index", "query", "mixed_baseline", "mixed")
 SWEEP = "sweep"  # a row's swept parameters (name -> value): one column each in results.parquet
-MIN_RECALL = 0.95
 
 RESULTS_SCHEMA = pa.schema(
     [
@@ -215,24 +214,6 @@ def sent_size(row: dict[str, Any]) -> int | None:
     return sent if sent is not None and sent != row["batch_size"] else None
 
 
-def param_order(row: dict[str, Any]) -> tuple:
-    def key(value: Any) -> float:
-        return -1 if value is None else value
-
-    return (key(row["k"]), key(row["batch_size"]), key(row["clients"]), key(row["ef"]), row["setting"] or "")
-
-
-def operating_point(rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, bool]:
-    """(row, is_best): the best QPS at recall ≥ 0.95, else the highest-recall setting (is_best False)."""
-    best = best_operating_point(rows, MIN_RECALL)
-    if best is not None:
-        return best, True
-    usable = [r for r in rows if is_ok(r) and r["recall"] is not None and r["qps"] is not None]
-    if not usable:
-        return None, False
-    return max(usable, key=lambda r: (r["recall"], r["qps"])), False
-
-
 class ResultRows:
     """The rows of one results file grouped by point (label; the database without a sweep) and stage.
 
@@ -257,7 +238,7 @@ class ResultRows:
     def queries(self, database: str) -> list[dict[str, Any]]:
         """The ok query rows that are normal measurements (a stalled setting is not)."""
         rows = (r for r in self.of(database, "query") if is_ok(r) and not r.get("stalled"))
-        return sorted(rows, key=param_order)
+        return sorted(rows, key=setting_order)
 
     def stalled(self) -> list[dict[str, Any]]:
         """Query rows of settings that stalled twice (a frozen or overloaded server)."""

@@ -9,71 +9,33 @@ the report.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from apps.dataset.geometry import GeometryRecord
 from apps.dataset.geometry_stage import report_section
-from apps.evaluate.metrics import best_operating_point
 from apps.evaluate.results import (
-    MIN_RECALL,
     ResultRows,
     insert_rate,
     is_ok,
     normalize_rows,
-    operating_point,
-    param_order,
     point_name,
     read_results,
     sent_size,
 )
+from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point, setting_order
 from apps.report.engines import engines_section
 from apps.report.figures import draw_figures
+from apps.report.format import num, size, table
 from apps.report.study import study_section
 from apps.report.sweep import combine_repeats, points_section, repeats_section
 from apps.report.telemetry import io_table, telemetry_section
 from core.store import atomic_write_text
 
-# ---------------------------------------------------------------------------------------------------------
-# Formatting
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _num(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:,.{digits}f}"
-
-
-def _bytes(value: int | None) -> str:
-    if value is None:
-        return "—"
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(value)
-
-
-def _cell(text: str) -> str:
-    """Safe inside a Markdown table cell: one line, no pipes, bounded length."""
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= 240 else text[:237] + "..."
-
 
 def _failure(row: dict[str, Any]) -> str:
     return f"failed: {row['stage']}: {row.get('error') or 'no reason recorded'}"
-
-
-def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in body]
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -137,9 +99,9 @@ def _summary(run: ResultRows) -> list[str]:
     for row in summary_rows(run):
         best, insert, index, deploy = row["best"], row["insert"], row["index"], row["deploy"]
         times = [
-            _num(insert and insert["upload_s"]),
-            _num(index and index["index_s"]),
-            _num(deploy and deploy["deploy_s"]),
+            num(insert and insert["upload_s"]),
+            num(index and index["index_s"]),
+            num(deploy and deploy["deploy_s"]),
         ]
         if best is None:
             body.append([row["name"], row["version"] or "—", row["reason"], *["—"] * 4, *times])
@@ -154,14 +116,14 @@ def _summary(run: ResultRows) -> list[str]:
                 row["name"],
                 row["version"] or "—",
                 label,
-                _num(best["recall"], 3),
-                _num(best["qps"], 1),
-                _num(best["latency_mean_ms"]),
-                _num(best["p99_ms"]),
+                num(best["recall"], 3),
+                num(best["qps"], 1),
+                num(best["latency_mean_ms"]),
+                num(best["p99_ms"]),
                 *times,
             ]
         )
-    return _table(header, body)
+    return table(header, body)
 
 
 def _ingest(run: ResultRows) -> list[str]:
@@ -186,32 +148,32 @@ def _ingest(run: ResultRows) -> list[str]:
         cells = [db]
         if insert is not None:
             cells += [
-                _num(insert["vectors"]),
-                _num(insert["upload_s"]),
-                _num(insert["searchable_s"]),
-                _num(insert_rate(insert), 0),
+                num(insert["vectors"]),
+                num(insert["upload_s"]),
+                num(insert["searchable_s"]),
+                num(insert_rate(insert), 0),
             ]
         else:
             cells += [_failure(failed) if failed else "—", "—", "—", "—"]
         if index is not None:
             amp = index["write_amplification"]
             cells += [
-                _num(index["index_s"]),
-                _num(index["segments"]),
-                _bytes(index["disk_bytes"]),
+                num(index["index_s"]),
+                num(index["segments"]),
+                size(index["disk_bytes"]),
                 "—" if amp is None else f"{amp:.2f}×",
             ]
         else:
             failed_index = run.failure(db, ("index",))
             cells += [_failure(failed_index) if failed_index else "—", "—", "—", "—"]
         body.append(cells)
-    return _table(header, body)
+    return table(header, body)
 
 
 def _batch(row: dict[str, Any]) -> str:
     """The configured batch size, and the request size actually sent when it differs."""
     sent = sent_size(row)
-    return _num(row["batch_size"]) if sent is None else f"{_num(row['batch_size'])} (sent {_num(sent)})"
+    return num(row["batch_size"]) if sent is None else f"{num(row['batch_size'])} (sent {num(sent)})"
 
 
 def _insert_sweep(run: ResultRows) -> list[str]:
@@ -230,7 +192,7 @@ def _insert_sweep(run: ResultRows) -> list[str]:
         "vectors/s",
     ]
     body = []
-    for row in sorted(rows, key=lambda r: (point_name(r), param_order(r))):
+    for row in sorted(rows, key=lambda r: (point_name(r), setting_order(r))):
         if not is_ok(row):
             body.append([point_name(row), row["setting"] or "—", _failure(row), *["—"] * 6])
             continue
@@ -239,15 +201,15 @@ def _insert_sweep(run: ResultRows) -> list[str]:
                 point_name(row),
                 row["setting"] or "—",
                 _batch(row),
-                _num(row["clients"]),
-                _num(row["workers"]),
-                _num(row["vectors"]),
-                _num(row["upload_s"]),
-                _num(row["searchable_s"]),
-                _num(insert_rate(row), 0),
+                num(row["clients"]),
+                num(row["workers"]),
+                num(row["vectors"]),
+                num(row["upload_s"]),
+                num(row["searchable_s"]),
+                num(insert_rate(row), 0),
             ]
         )
-    return ["### Insert sweep", "", *_table(header, body), ""]
+    return ["### Insert sweep", "", *table(header, body), ""]
 
 
 def _stall_warning(run: ResultRows) -> list[str]:
@@ -263,7 +225,7 @@ def _stall_warning(run: ResultRows) -> list[str]:
 
 def _rests_on(row: dict[str, Any]) -> str:
     """Queries the setting's QPS rests on (sent in its window) / the distinct queries its recall rests on."""
-    return f"{_num(row['queries_sent'])} / {_num(row['distinct_queries'])}"
+    return f"{num(row['queries_sent'])} / {num(row['distinct_queries'])}"
 
 
 def _query_table(run: ResultRows) -> list[str]:
@@ -289,7 +251,7 @@ def _query_table(run: ResultRows) -> list[str]:
     body = []
     blank = ["—"] * (len(header) - 3)
     for db in run.databases:
-        rows = sorted(run.of(db, "query"), key=param_order)
+        rows = sorted(run.of(db, "query"), key=setting_order)
         best = best_operating_point(rows, MIN_RECALL)
         if not any(is_ok(r) for r in rows) and not any(r.get("stalled") for r in rows):
             failed = run.failure(db)
@@ -302,12 +264,12 @@ def _query_table(run: ResultRows) -> list[str]:
                 body[-1] += stalled
                 continue
             cells = [
-                _num(row["qps"], 1),
-                _num(row["latency_mean_ms"]),
-                _num(row["p50_ms"]),
-                _num(row["p95_ms"]),
-                _num(row["p99_ms"]),
-                _num(row["recall"], 3),
+                num(row["qps"], 1),
+                num(row["latency_mean_ms"]),
+                num(row["p50_ms"]),
+                num(row["p95_ms"]),
+                num(row["p99_ms"]),
+                num(row["recall"], 3),
             ]
             marked = row is best
             if marked:
@@ -316,18 +278,18 @@ def _query_table(run: ResultRows) -> list[str]:
                 [
                     db,
                     row["setting"] or "—",
-                    _num(row["ef"]),
-                    _num(row["batch_size"]),
-                    _num(row["clients"]),
-                    _num(row["k"]),
+                    num(row["ef"]),
+                    num(row["batch_size"]),
+                    num(row["clients"]),
+                    num(row["k"]),
                     *cells,
                     _rests_on(row),
-                    _num(row["window_s"]),
+                    num(row["window_s"]),
                     "**best**" if marked else "",
                     *((["**stalled**" if row.get("stalled") else ""]) if stalls else []),
                 ]
             )
-    return _table(header, body)
+    return table(header, body)
 
 
 def _insert_basis(run: ResultRows) -> list[str]:

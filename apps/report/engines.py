@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from apps.evaluate.results import point_name
+from apps.report.format import table
 from apps.vdb.base import SEARCH_KNOB
 from apps.vdb.capabilities import storage_medium
 
@@ -96,12 +97,7 @@ def engines_section(rows: Sequence[dict[str, Any]]) -> list[str]:
         "What each point built and where it kept it; the tables and figures below name points by the "
         "first column. `ef is`: what the query sweep's ef set for that index (HNSW ef, IVF nprobe).",
         "",
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" for _ in header) + "|",
     ]
-    for name in sorted(facts):
-        f = facts[name]
-        cells = [name, f["engine"], f["version"], f["index"], f["quantization"], f["parameters"]]
-        cells += [f["knob"], f["medium"]]
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return [*lines, ""]
+    keys = ("engine", "version", "index", "quantization", "parameters", "knob", "medium")
+    body = [[name, *(facts[name][k] for k in keys)] for name in sorted(facts)]
+    return [*lines, *table(header, body), ""]

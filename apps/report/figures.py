@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from apps.evaluate.metrics import best_operating_point
-from apps.evaluate.results import MIN_RECALL, ResultRows, insert_rate, is_ok, operating_point, sent_size
+from apps.evaluate.results import ResultRows, insert_rate, is_ok, sent_size
+from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point
 
 
 def _figure(width: float = 7.0, height: float = 4.6):

@@ -9,7 +9,6 @@ and P99 latency and recall, and a ratio row: mixed ÷ baseline of the medians.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,9 @@ import pyarrow.parquet as pq
 
 from apps.evaluate.metrics import window_stats
 from apps.evaluate.results import point_name
+from apps.evaluate.rules import Spread, spread
 from apps.report.figures import _figure, _save
+from apps.report.format import median_range, table
 from apps.vdb.stages.mixed_config import MixedRecord
 from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw
 
@@ -53,18 +54,17 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
     if not any(k[1] == "mixed" for k in groups):
         return []
 
-    def median(members: list[Row], key: str) -> tuple[float, float, float] | None:
-        values = [v for v in (_p99(m) if key == "p99" else m.get(key) for m in members) if v is not None]
-        return (statistics.median(values), min(values), max(values)) if values else None
+    def median(members: list[Row], key: str) -> Spread | None:
+        return spread(
+            [v for v in (_p99(m) if key == "p99" else m.get(key) for m in members) if v is not None]
+        )
 
-    head = ["point", "pattern", "setting", "repeats", *[c for _, c in MIXED_COLUMNS]]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body: list[list[str]] = []
     for (name, pattern, setting), members in sorted(groups.items()):
         cells = [name, pattern, setting or "—", str(len(members))]
         for key, _ in MIXED_COLUMNS:
-            m = median(members, key)
-            cells.append("—" if m is None else f"{m[0]:,.3g} ({m[1]:,.3g}–{m[2]:,.3g})")
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            cells.append(median_range(median(members, key), "{:,.3g}".format))
+        body.append(cells)
         if pattern != "mixed":
             continue
         base = groups.get((name, "baseline", setting)) or next(
@@ -75,10 +75,12 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
             for key, _ in MIXED_COLUMNS:
                 mixed, alone = median(members, key), median(base, key)
                 ratios.append(
-                    "—" if not mixed or not alone or not alone[0] else f"{mixed[0] / alone[0]:.2f}×"
+                    "—"
+                    if not mixed or not alone or not alone.median
+                    else f"{mixed.median / alone.median:.2f}×"
                 )
-            lines.append("| " + " | ".join([name, "mixed ÷ baseline", setting or "—", "", *ratios]) + " |")
-    return lines
+            body.append([name, "mixed ÷ baseline", setting or "—", "", *ratios])
+    return table(["point", "pattern", "setting", "repeats", *[c for _, c in MIXED_COLUMNS]], body)
 
 
 def mixed_figure(record: MixedRecord, title: str, path: str | Path) -> Path | None:

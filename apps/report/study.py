@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apps.evaluate.results import MIN_RECALL, insert_rate, point_name
+from apps.evaluate.results import insert_rate, point_name
+from apps.evaluate.rules import MIN_RECALL, choose_operating_point, spread
 from apps.report.figures import _colors, _figure, _save
 from apps.report.mixed import mixed_table
 
@@ -214,15 +215,14 @@ def _stats(values_by_x: dict[float, list[tuple[Any, float]]]) -> tuple[Point, ..
     points = []
     for x in sorted(values_by_x):
         members = values_by_x[x]
-        values = [v for _, v in members]
-        points.append(
-            Point(x, statistics.median(values), min(values), max(values), len({m for m, _ in members}))
-        )
+        middle, low, high = spread([v for _, v in members])
+        points.append(Point(x, middle, low, high, len({m for m, _ in members})))
     return tuple(points)
 
 
 def _fixed_setting(rows: list[Row]) -> str | None:
-    """The line's query setting: highest QPS at recall ≥ 0.95 at every x, else highest lowest recall."""
+    """The line's query setting: highest QPS at recall ≥ 0.95 at every x, else highest lowest recall
+    (:func:`apps.evaluate.rules.choose_operating_point`)."""
     by_setting: dict[str, dict[float, list[Row]]] = {}
     for row in rows:
         by_setting.setdefault(row["setting"] or "", {}).setdefault(row["_x"], []).append(row)
@@ -235,10 +235,14 @@ def _fixed_setting(rows: list[Row]) -> str | None:
         values = ([r[metric] for r in rs if r.get(metric) is not None] for rs in per_x.values())
         return [statistics.median(v) if v else 0.0 for v in values]
 
-    good = [s for s, v in candidates.items() if min(medians(v, "recall")) >= MIN_RECALL]
-    if good:
-        return max(good, key=lambda s: (sum(medians(candidates[s], "qps")), s))
-    return max(candidates, key=lambda s: (min(medians(candidates[s], "recall")), s))
+    # The operating-point rule over whole lines: a setting's recall is its lowest over x, its QPS the sum.
+    setting, _ = choose_operating_point(
+        candidates,
+        recall=lambda s: min(medians(candidates[s], "recall")),
+        qps=lambda s: sum(medians(candidates[s], "qps")),
+        tiebreak=lambda s: s,
+    )
+    return setting
 
 
 def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:

@@ -9,11 +9,12 @@ exactly as before (nothing is folded, no section is written).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
 from apps.evaluate.results import is_ok, point_name
+from apps.evaluate.rules import spread
+from apps.report.format import median_range, table
 
 # The metrics folded per stage (their median over repeats), and the ones the Repeats table shows.
 FOLDED = {
@@ -54,7 +55,7 @@ def _group_key(row: dict[str, Any]) -> tuple:
 def combine_repeats(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[tuple, dict]]:
     """(rows with each repeated ok measurement folded into its median, spreads by (name, stage, setting)).
 
-    A spread is ``{"repeats": n, metric: (min, median, max), ...}``; only groups measured more than once
+    A spread is ``{"repeats": n, metric: Spread(median, min, max), ...}``; only groups measured more than once
     have one. Failed and stalled rows are kept as they are (a failure in one repeat stays visible).
     """
     groups: dict[tuple, list[dict[str, Any]]] = {}
@@ -74,24 +75,17 @@ def combine_repeats(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]
             continue
         emitted.add(key)
         median_row = dict(members[0])
-        spread: dict[str, Any] = {"repeats": len(members)}
+        found: dict[str, Any] = {"repeats": len(members)}
         for metric in FOLDED.get(row["stage"], ()):
-            values = [m[metric] for m in members if m.get(metric) is not None]
-            if not values:
+            over = spread([m[metric] for m in members if m.get(metric) is not None])
+            if over is None:
                 continue
-            middle = statistics.median(values)
-            median_row[metric] = round(middle) if metric in INTEGER else middle
-            spread[metric] = (min(values), middle, max(values))
+            median_row[metric] = round(over.median) if metric in INTEGER else over.median
+            found[metric] = over
         median_row["repeat"] = None
-        spreads[key] = spread
+        spreads[key] = found
         folded.append(median_row)
     return folded, spreads
-
-
-def _fmt(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.2f}"
 
 
 def repeats_section(spreads: dict[tuple, dict]) -> list[str]:
@@ -104,19 +98,17 @@ def repeats_section(spreads: dict[tuple, dict]) -> list[str]:
         "Each repeated point was deployed, loaded, indexed and queried again from scratch; the tables "
         "above show the median over its repeats, here with the range: median (min–max).",
         "",
-        "| point | stage | setting | repeats | metric | median (min–max) |",
-        "|---|---|---|---|---|---|",
     ]
-    for (name, stage, setting), spread in sorted(
-        spreads.items(), key=lambda kv: tuple(str(k) for k in kv[0])
-    ):
-        for metric in SHOWN.get(stage, ()):
-            if metric in spread:
-                low, middle, high = spread[metric]
-                cells = [name, stage, setting or "—", str(spread["repeats"]), metric]
-                cells.append(f"{_fmt(middle)} ({_fmt(low)}–{_fmt(high)})")
-                lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return [*lines, ""]
+    body = [
+        [name, stage, setting or "—", str(found["repeats"]), metric, median_range(found[metric])]
+        for (name, stage, setting), found in sorted(
+            spreads.items(), key=lambda kv: tuple(str(k) for k in kv[0])
+        )
+        for metric in SHOWN.get(stage, ())
+        if metric in found
+    ]
+    header = ["point", "stage", "setting", "repeats", "metric", "median (min–max)"]
+    return [*lines, *table(header, body), ""]
 
 
 def points_section(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -131,8 +123,8 @@ def points_section(rows: Sequence[dict[str, Any]]) -> list[str]:
             point["repeats"].add(row["repeat"])
     if not any(p["sweep"] or name != p["database"] or len(p["repeats"]) > 1 for name, p in points.items()):
         return []
-    lines = ["## Sweep points", "", "| point | database | parameters | repeats |", "|---|---|---|---|"]
+    body = []
     for name, point in points.items():
         params = ", ".join(f"{k}={v}" for k, v in point["sweep"].items()) or "—"
-        lines.append(f"| {name} | {point['database']} | {params} | {len(point['repeats']) or 1} |")
-    return [*lines, ""]
+        body.append([name, point["database"], params, str(len(point["repeats"]) or 1)])
+    return ["## Sweep points", "", *table(["point", "database", "parameters", "repeats"], body), ""]

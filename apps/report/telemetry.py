@@ -18,32 +18,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from apps.evaluate.results import ResultRows, is_ok, param_order, point_name
+from apps.evaluate.results import ResultRows, is_ok, point_name
+from apps.evaluate.rules import setting_order
 from apps.report.figures import _colors, _figure, _save
+from apps.report.format import num, size, table
 
 PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
 Key = tuple[str, str]  # (node, process) with children folded into their server
-
-
-def _num(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "—"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.{digits}f}"
-
-
-def _size(value: float | None) -> str:
-    if value is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return str(value)
-
-
-def _table(header: list[str], body: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in body]
 
 
 def io_table(run: ResultRows) -> list[str]:
@@ -51,7 +32,7 @@ def io_table(run: ResultRows) -> list[str]:
     rows = [
         r
         for db in run.databases
-        for r in sorted(run.of(db, "query"), key=param_order)
+        for r in sorted(run.of(db, "query"), key=setting_order)
         if is_ok(r) and r.get("page_cache") is not None
     ]
     if not rows:
@@ -62,13 +43,13 @@ def io_table(run: ResultRows) -> list[str]:
         [
             point_name(r),
             r["setting"] or "—",
-            _num(r["recall"], 3),
-            _num(r["qps"]),
+            num(r["recall"], 3),
+            num(r["qps"], 1),
             r["page_cache"],
-            _size(r["bytes_read_per_query"]),
-            _num(r["read_calls_per_query"], 2),
-            _size(r["peak_rss_bytes"]),
-            _num(r["qps_per_gb"]),
+            size(r["bytes_read_per_query"]),
+            num(r["read_calls_per_query"], 2),
+            size(r["peak_rss_bytes"]),
+            num(r["qps_per_gb"], 1),
         ]
         for r in rows
     ]
@@ -79,7 +60,7 @@ def io_table(run: ResultRows) -> list[str]:
         "`cold`: the page cache was dropped before the setting; `warm`: kept or not allowed. Dashes: the "
         "servers ran on other nodes."
     )
-    return ["### Storage I/O per query", "", note, "", *_table(header, body), "", *_footprint(run)]
+    return ["### Storage I/O per query", "", note, "", *table(header, body), "", *_footprint(run)]
 
 
 def _footprint(run: ResultRows) -> list[str]:
@@ -89,9 +70,9 @@ def _footprint(run: ResultRows) -> list[str]:
     if not rows:
         return []
     body = [
-        [point_name(r), _size(r["index_bytes"]), _size(r["data_bytes"]), _size(r["disk_bytes"])] for r in rows
+        [point_name(r), size(r["index_bytes"]), size(r["data_bytes"]), size(r["disk_bytes"])] for r in rows
     ]
-    return ["On-disk footprint by kind:", "", *_table(["database", "index", "data", "total"], body), ""]
+    return ["On-disk footprint by kind:", "", *table(["database", "index", "data", "total"], body), ""]
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -190,9 +171,9 @@ def phase_summary(rows: list[dict[str, Any]]) -> list[list[str]]:
                 process,
                 phase,
                 str(len(points)),
-                _num(sum(cpu) / len(cpu) if cpu else None),
-                _num(max(cpu) if cpu else None),
-                _size(max(p["rss"] for p in points)),
+                num(sum(cpu) / len(cpu) if cpu else None, 1),
+                num(max(cpu) if cpu else None, 1),
+                size(max(p["rss"] for p in points)),
             ]
         )
     return body
@@ -216,7 +197,7 @@ def telemetry_section(telemetry: dict[str, Path], out: Path) -> tuple[list[str],
         if not body:
             lines += [f"_{database}: no telemetry samples._", ""]
             continue
-        lines += [f"### {database}", "", *_table(header, body), ""]
+        lines += [f"### {database}", "", *table(header, body), ""]
         figure = draw_telemetry(database, rows, out / f"telemetry_{database}.png")
         if figure is not None:
             figures[f"telemetry_{database}"] = figure

@@ -14,6 +14,17 @@ from pipeline.cli.output import console, out
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
 
+# The arguments `export` and `geometry` share: the dataset, and where its queries and ground truth are.
+DatasetDir = Annotated[
+    Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
+]
+QueriesFile = Annotated[
+    Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
+]
+GroundtruthFile = Annotated[
+    Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
+]
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -95,19 +106,13 @@ def import_(
 
 @app.command("export")
 def export(
-    dataset_dir: Annotated[
-        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
-    ],
+    dataset_dir: DatasetDir,
     fmt: Annotated[
         str, typer.Argument(metavar="FORMAT", help="fvecs, bvecs, fbin, u8bin, i8bin, npy, hdf5 or vdbbench")
     ],
     out_dir: Annotated[Path, typer.Argument(metavar="OUT_DIR", help="New or empty output folder")],
-    queries: Annotated[
-        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
-    ] = None,
-    groundtruth: Annotated[
-        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
-    ] = None,
+    queries: QueriesFile = None,
+    groundtruth: GroundtruthFile = None,
     metric: Annotated[
         Literal["l2", "ip", "cosine"] | None, typer.Option(help="Override the ground truth's metric")
     ] = None,
@@ -131,15 +136,9 @@ def export(
 
 @app.command("geometry")
 def geometry(
-    dataset_dir: Annotated[
-        Path, typer.Argument(metavar="DATASET_DIR", help="A dataset folder (store/datasets/...)")
-    ],
-    queries: Annotated[
-        Path | None, typer.Option(help="queries.parquet or its folder (pipeline-built datasets)")
-    ] = None,
-    groundtruth: Annotated[
-        Path | None, typer.Option(help="groundtruth.parquet or its folder (pipeline-built datasets)")
-    ] = None,
+    dataset_dir: DatasetDir,
+    queries: QueriesFile = None,
+    groundtruth: GroundtruthFile = None,
     metric: Annotated[
         Literal["l2", "ip", "cosine"] | None, typer.Option(help="The metric, when nothing recorded it")
     ] = None,

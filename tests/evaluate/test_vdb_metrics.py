@@ -12,7 +12,8 @@ import pytest
 
 from apps.dataset.layout import row_id, vectors_to_arrow
 from apps.dataset.lookup import VectorLookup, fetch_vectors
-from apps.evaluate.metrics import best_operating_point, evaluate, evaluate_files, latency_stats, qps
+from apps.evaluate.metrics import evaluate, evaluate_files, latency_stats, qps
+from apps.evaluate.rules import best_operating_point
 from apps.evaluate.recall import needed_base_ids, recall_at_k
 from apps.evaluate.results import normalize_rows
 from apps.interchange.vecs import read_vecs

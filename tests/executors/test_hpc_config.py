@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib
 from pathlib import Path
 from typing import Any
 
@@ -495,12 +494,12 @@ def test_every_hpc_field_is_described() -> None:
 
 
 def test_image_and_override_names_come_from_the_registered_databases(hpc_env: Path) -> None:
-    from apps.vdb import DATABASES, image_names
+    from apps.vdb import databases
 
-    assert {"qdrant", "qdrant_gpu", "weaviate", "milvus", "etcd"} <= set(image_names())
-    for name in DATABASES:  # every database with a server has its own image as a known key
-        served = not getattr(importlib.import_module(f"{DATABASES[name]}.settings"), "IN_PROCESS_ONLY", False)
-        assert name in image_names() or not served
+    image_names = {name for db in databases() for name in db.images}
+    assert {"qdrant", "qdrant_gpu", "weaviate", "milvus", "etcd"} <= image_names
+    for db in databases():  # every database with a server has its own image as a known key
+        assert db.name in image_names or not db.served
     data = study("polaris")
     data["vdb"]["cluster"]["images"]["mongo"] = "/images/mongo.sif"
     with pytest.raises(ConfigError, match=r"vdb\.cluster\.images: .*unknown image\(s\) mongo; known: etcd"):

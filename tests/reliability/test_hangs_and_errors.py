@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from apps.dataset.layout import vectors_to_arrow
-from apps.evaluate.metrics import best_operating_point, evaluate_files
+from apps.evaluate.metrics import evaluate_files
+from apps.evaluate.rules import best_operating_point
 from apps.report.document import write_report
 from apps.vdb.base import (
     Client,

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from apps.dataset.device import pick_device
 from apps.dataset.embedding.loading import offline_environment, resolve_model_path
 from core.config import Strict
 
@@ -120,17 +121,6 @@ class Encoded:
 def format_query(text: str, task: str) -> str:
     """The Qwen3-Embedding instruction format for a query (documents get no instruction)."""
     return f"Instruct: {task}\nQuery:{text}"
-
-
-def pick_device() -> str:
-    """The accelerator the worker's environment exposes (Parsl sets CUDA_VISIBLE_DEVICES), else CPU."""
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return "xpu"
-    return "cpu"
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

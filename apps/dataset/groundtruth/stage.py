@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from apps.dataset.device import pick_device
 from apps.dataset.groundtruth import exact_distance
 from apps.dataset.groundtruth import faiss_kernel as groundtruth_faiss
 from apps.dataset.groundtruth import torch_kernel as groundtruth_torch
@@ -51,19 +52,6 @@ class GroundTruthConfig(Strict):
 STAGE_VERSION = "3"
 log = logging.getLogger(__name__)
 Engine = Literal["auto", "faiss", "torch"]
-
-
-def pick_device(preference: str) -> str:
-    """``auto`` means the first accelerator torch sees, else the CPU."""
-    if preference != "auto":
-        return preference
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return "xpu"
-    return "cpu"
 
 
 def pick_engine(engine: str, device: str) -> str:
