@@ -21,6 +21,7 @@ from apps.evaluate.results import read_results
 from apps.evaluate.rules import MIN_RECALL
 from apps.report.document import summarize
 from core.errors import ArtifactError
+from core.format import NONE, num
 
 NONE_REACHES = f"none reaches {MIN_RECALL}"
 
@@ -38,16 +39,14 @@ def read_summary(results: Path, run_id: str | None = None) -> list[dict[str, Any
 
 
 def number(value: float | int | None, digits: int = 1) -> str:
-    """A figure for the console: ``—`` when absent or not finite."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return f"{value:,.{digits}f}"
+    """A figure for the console, always with ``digits`` decimals: ``—`` when absent or not finite."""
+    return num(None if value is None else float(value), digits)
 
 
 def seconds(value: float | None) -> str:
     """A time for the console: three decimals below 1 s, two below 10 s, one above."""
     if value is None or not math.isfinite(value):
-        return "—"
+        return NONE
     return number(value, 3 if abs(value) < 1 else 2 if abs(value) < 10 else 1)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from apps.dataset.geometry import GeometryConfig, GeometryRecord, Metric, dataset_geometry
 from apps.taskinfo import task_context
+from core.format import num, table
 from core.store import atomic_write_json, atomic_write_text, complete_manifest
 
 STAGE_VERSION = "1"
@@ -68,12 +69,6 @@ def load_record(directory: str | Path) -> GeometryRecord | None:
     return GeometryRecord.model_validate_json((path / RECORD_FILE).read_text(encoding="utf-8"))
 
 
-def _num(value: float | int | None, digits: int = 2) -> str:
-    if value is None:
-        return "—"
-    return f"{value:,}" if isinstance(value, int) else f"{value:,.{digits}f}"
-
-
 def _sample_line(record: GeometryRecord) -> str:
     groups = (
         f", {record.row_groups_read} of {record.row_groups_total} row groups read"
@@ -89,17 +84,22 @@ def _sample_line(record: GeometryRecord) -> str:
 def card_section(record: GeometryRecord) -> str:
     """The dataset card's ``## Geometry`` section (dataset figures only)."""
     lid = record.lid_dataset
+    rows = [
+        (
+            f"LID, MLE (k = {record.k}): mean / median of the local estimates",
+            f"{num(lid.mean)} / {num(lid.median)}",
+        ),
+        (f"LID, MLE (k = {record.k}): combined (harmonic mean)", num(lid.harmonic)),
+        ("TwoNN", num(record.twonn_dataset)),
+    ]
+    estimates = "\n".join(table(["estimate", "value"], rows))
     return f"""{CARD_HEADING}
 
 Intrinsic dimensionality of the vectors (the higher, the harder a graph index finds neighbours, so the
 larger the `ef` a recall target needs). Written by the geometry stage of a run, or by
 `python -m pipeline dataset geometry DATASET_DIR --write-card`.
 
-| estimate | value |
-|---|---|
-| LID, MLE (k = {record.k}): mean / median of the local estimates | {_num(lid.mean)} / {_num(lid.median)} |
-| LID, MLE (k = {record.k}): combined (harmonic mean) | {_num(lid.harmonic)} |
-| TwoNN | {_num(record.twonn_dataset)} |
+{estimates}
 
 {_sample_line(record)}
 """
@@ -136,18 +136,18 @@ def report_section(record: GeometryRecord | None) -> list[str]:
         return []
 
     def lid(value: Any) -> str:
-        return "—" if value is None else f"{_num(value.mean)} / {_num(value.median)} (n = {value.points:,})"
+        return "—" if value is None else f"{num(value.mean)} / {num(value.median)} (n = {value.points:,})"
 
     rows = [
         (f"LID, MLE k = {record.k}, mean / median", lid(record.lid_dataset), lid(record.lid_queries)),
-        ("TwoNN", _num(record.twonn_dataset), _num(record.twonn_queries)),
+        ("TwoNN", num(record.twonn_dataset), num(record.twonn_queries)),
     ]
     if record.lid_queries_full is not None:
         rows.append(
             ("LID of queries over the whole dataset (ground truth)", "", lid(record.lid_queries_full))
         )
     contrast = (
-        f"{_num(record.relative_contrast)} (per-query median {_num(record.relative_contrast_median)})"
+        f"{num(record.relative_contrast)} (per-query median {num(record.relative_contrast_median)})"
         if record.relative_contrast is not None
         else "—"
     )
@@ -158,9 +158,7 @@ def report_section(record: GeometryRecord | None) -> list[str]:
         "A higher intrinsic dimension and a lower relative contrast make the search harder: a larger `ef` "
         "is needed for the same recall (the study's Lesson 2).",
         "",
-        "| estimate | dataset | queries |",
-        "|---|---|---|",
-        *(f"| {name} | {data} | {queries} |" for name, data, queries in rows),
+        *table(["estimate", "dataset", "queries"], rows),
         "",
         f"Relative contrast (He et al. 2012: mean distance of a query to a random dataset point ÷ mean "
         f"distance to its nearest neighbour, over the queries): **{contrast}**; nearest distances from "
@@ -177,21 +175,21 @@ def summary_lines(record: GeometryRecord, name: str) -> list[str]:
     """A few console lines with the record's figures (``python -m pipeline dataset geometry``)."""
 
     def lid(value: Any) -> str:
-        return "—" if value is None else f"mean {_num(value.mean)}, median {_num(value.median)}"
+        return "—" if value is None else f"mean {num(value.mean)}, median {num(value.median)}"
 
     lines = [
         f"{name}: {_sample_line(record)}",
-        f"  dataset: LID (MLE, k={record.k}) {lid(record.lid_dataset)}; TwoNN {_num(record.twonn_dataset)}",
+        f"  dataset: LID (MLE, k={record.k}) {lid(record.lid_dataset)}; TwoNN {num(record.twonn_dataset)}",
     ]
     if record.lid_queries is not None:
         full = f"; over the whole dataset {lid(record.lid_queries_full)}" if record.lid_queries_full else ""
         lines.append(
             f"  queries ({record.query_rows:,}): LID {lid(record.lid_queries)}{full}; "
-            f"TwoNN {_num(record.twonn_queries)}"
+            f"TwoNN {num(record.twonn_queries)}"
         )
         lines.append(
-            f"  relative contrast (He et al. 2012): {_num(record.relative_contrast)} "
-            f"(per-query median {_num(record.relative_contrast_median)}; nearest distances from "
+            f"  relative contrast (He et al. 2012): {num(record.relative_contrast)} "
+            f"(per-query median {num(record.relative_contrast_median)}; nearest distances from "
             f"{record.nn_source})"
         )
     return lines

@@ -27,10 +27,10 @@ from apps.evaluate.results import (
 from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point, setting_order
 from apps.report.engines import engines_section
 from apps.report.figures import draw_figures
-from apps.report.format import num, size, table
 from apps.report.study import study_section
 from apps.report.sweep import combine_repeats, points_section, repeats_section
 from apps.report.telemetry import io_table, telemetry_section
+from core.format import num, size, table
 from core.store import atomic_write_text
 
 

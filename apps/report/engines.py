@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from apps.evaluate.results import point_name
-from apps.report.format import table
 from apps.vdb.base import SEARCH_KNOB
 from apps.vdb.capabilities import storage_medium
+from core.format import table
 
 QUANTIZATION = {"none": "—", "scalar": "scalar (int8)", "pq": "product (PQ)", "bq": "binary (BQ)"}
 

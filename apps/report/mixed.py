@@ -21,9 +21,10 @@ from apps.evaluate.metrics import window_stats
 from apps.evaluate.results import point_name
 from apps.evaluate.rules import Spread, spread
 from apps.report.figures import _figure, _save
-from apps.report.format import median_range, table
+from apps.report.format import median_range
 from apps.vdb.stages.mixed_config import MixedRecord
 from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw
+from core.format import table
 
 Row = dict[str, Any]
 

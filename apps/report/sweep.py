@@ -14,7 +14,8 @@ from typing import Any
 
 from apps.evaluate.results import is_ok, point_name
 from apps.evaluate.rules import spread
-from apps.report.format import median_range, table
+from apps.report.format import median_range
+from core.format import table
 
 # The metrics folded per stage (their median over repeats), and the ones the Repeats table shows.
 FOLDED = {

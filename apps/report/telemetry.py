@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from apps.evaluate.results import ResultRows, is_ok, point_name
 from apps.evaluate.rules import setting_order
 from apps.report.figures import _colors, _figure, _save
-from apps.report.format import num, size, table
+from core.format import num, size, table
 
 PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
 Key = tuple[str, str]  # (node, process) with children folded into their server

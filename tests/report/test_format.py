@@ -6,8 +6,9 @@ import math
 import re
 
 from apps.evaluate.rules import Spread
-from apps.report.format import auto, cell, median_range, num, size, table
+from apps.report.format import median_range
 from apps.report.mixed import mixed_table
+from core.format import auto, cell, num, size, table
 
 
 def test_numbers_read_a_dash_when_absent_or_not_finite() -> None:
