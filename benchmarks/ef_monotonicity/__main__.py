@@ -23,11 +23,8 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shutil
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from apps.vdb import DATABASES as REGISTERED
@@ -73,7 +70,6 @@ def falling_pairs(rows: list[dict[str, Any]]) -> tuple[int, int]:
 
 def run_database(database: str, data: vdb.LocalDataset, cfg: Any, args: argparse.Namespace) -> dict:
     from apps.evaluate.metrics import evaluate_files
-    from apps.vdb import get_adapter
     from apps.vdb.base import CollectionSpec
     from apps.vdb.config import QuerySweepConfig
     from apps.vdb.records import DatabaseTarget
@@ -85,11 +81,8 @@ def run_database(database: str, data: vdb.LocalDataset, cfg: Any, args: argparse
     spec = CollectionSpec(
         name=COLLECTION, dim=dim, metric=data.metric, **cfg.collection.model_dump(exclude={"name"})
     )
-    work = Path(tempfile.mkdtemp(prefix=f"ef-{database}-", dir=common.OUT / "work"))
-    deployment = get_adapter(database).deployment(settings)
     repeats: list[dict[str, Any]] = []
-    try:
-        endpoints = deployment.start(work / "server", cfg.startup_timeout_s)
+    with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         target = DatabaseTarget(settings=settings, endpoints=endpoints, collection=spec)
         setup = load(target, data, cfg)
         print(
@@ -159,10 +152,6 @@ def run_database(database: str, data: vdb.LocalDataset, cfg: Any, args: argparse
                     f"P99 {row['p99_ms']:7.2f} ms  {row['queries_sent']:>7,} queries "
                     f"({row['distinct_queries']} distinct) in {row['window_s']:.1f} s"
                 )
-    finally:
-        deployment.stop()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     return {
         "database": database,
         "server_version": endpoints.server_version,

@@ -100,11 +100,10 @@ def parquet_read_s(units: list[tuple[str, int]]) -> float:
 
 
 def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from apps.vdb import get_adapter
+    from apps.vdb import database as declared
     from apps.vdb.base import CollectionSpec
 
     adapter_name = "qdrant" if database == "qdrant-local" else database
-    adapter = get_adapter(adapter_name)
     settings = settings_for(database, cfg)
     work = Path(tempfile.mkdtemp(prefix=f"ingest-{database}-", dir=common.OUT / "work"))
     if database == "qdrant-local":  # on tmpfs: local mode commits every point to SQLite (fsync noise)
@@ -117,7 +116,7 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
         metric=data["metric"],
         **cfg.collection.model_dump(exclude={"name"}),
     )
-    deployment = adapter.deployment(settings)
+    deployment = declared(adapter_name).deployment(settings)
     runs: list[dict[str, Any]] = []
     profile = None
     vendor = None

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -185,7 +183,6 @@ def measure_pair(
 def run_database(
     database: str, python: Path, data: dict, export: dict, tables: dict, args: argparse.Namespace
 ) -> dict:
-    from apps.vdb import get_adapter
     from apps.vdb.base import CollectionSpec
 
     cfg = vdb.vdb_config()
@@ -196,11 +193,8 @@ def run_database(
         metric=data["metric"],
         **cfg.collection.model_dump(exclude={"name"}),
     )
-    work = Path(tempfile.mkdtemp(prefix=f"peer-{database}-", dir=common.OUT / "work"))
-    deployment = get_adapter(database).deployment(settings)
     pairs = []
-    try:
-        endpoints = deployment.start(work / "server", cfg.startup_timeout_s)
+    with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         ctx = {
             "adapter_name": database,
             "settings": settings,
@@ -236,10 +230,6 @@ def run_database(
                     f"skew {p['start_skew_ms']:.1f} ms  load {pair['load_average'][str(c)][0]:.2f}",
                     flush=True,
                 )
-    finally:
-        deployment.stop()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     return {
         "database": database,
         "server_version": endpoints.server_version,

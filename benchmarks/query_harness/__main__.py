@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -126,10 +124,8 @@ def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> 
 
 
 def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from apps.vdb import get_adapter
     from apps.vdb.base import CollectionSpec
 
-    adapter = get_adapter(database)
     settings = vdb.settings_for(database, cfg)
     spec = CollectionSpec(
         name=COLLECTION,
@@ -137,11 +133,8 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
         metric=data["metric"],
         **cfg.collection.model_dump(exclude={"name"}),
     )
-    work = Path(tempfile.mkdtemp(prefix=f"query-{database}-", dir=common.OUT / "work"))
-    deployment = adapter.deployment(settings)
     runs: list[dict[str, Any]] = []
-    try:
-        endpoints = deployment.start(work / "server", cfg.startup_timeout_s)
+    with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         ctx = {
             "adapter_name": database,
             "settings": settings,
@@ -186,10 +179,6 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
                     f"ratio {run['ratio']:.2f}x  same ids {same:.0%}",
                     flush=True,
                 )
-    finally:
-        deployment.stop()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     return {
         "database": database,
         "server_version": endpoints.server_version,

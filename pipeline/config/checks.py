@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from apps.vdb import cluster_checks
+from apps.vdb import database
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
@@ -150,7 +150,7 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
             problems.append((at("storage", "lustre_path"), f"directory {storage.lustre_path} does not exist"))
     elif storage.medium == "daos" and storage.daos is None:
         problems.append((at("storage", "daos"), "medium daos needs a daos section (pool, container)"))
-    problems += cluster_checks(name).cluster_problems(check)  # the database's own rules
+    problems += database(name).cluster_problems(check)  # the database's own rules
     return problems
 
 
@@ -181,7 +181,7 @@ def _cluster_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             (("vdb", "cluster", "launcher"), f"platform {executor.platform} starts ranks with {wanted!r}")
         )
     for i, db in enumerate(vdb.databases):  # the cluster starts the servers: no external ones
-        problems += cluster_checks(db.name).settings_problems(db, i, vdb.collection.shards)
+        problems += database(db.name).settings_problems(db, i, vdb.collection.shards)
     for name in cluster.overrides:
         if name not in {db.name for db in vdb.databases}:
             problems.append((("vdb", "cluster", "overrides", name), f"{name} is not in vdb.databases"))

@@ -13,9 +13,9 @@ import pytest
 from apps.dataset.layout import row_id, vectors_to_arrow
 from apps.dataset.lookup import VectorLookup, fetch_vectors
 from apps.evaluate.metrics import evaluate, evaluate_files, latency_stats, qps
-from apps.evaluate.rules import best_operating_point
 from apps.evaluate.recall import needed_base_ids, recall_at_k
 from apps.evaluate.results import normalize_rows
+from apps.evaluate.rules import best_operating_point
 from apps.interchange.vecs import read_vecs
 from apps.vdb.records import setting_label
 from apps.vdb.stages.query_raw import RAW_QUERY_SCHEMA, concat_raw, raw_query_table, read_raw, validate_raw

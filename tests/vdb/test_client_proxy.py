@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import Endpoint, Endpoints
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.noproxy import bypass_proxy
@@ -56,10 +56,10 @@ def test_bypass_proxy_merges_both_variables(monkeypatch: pytest.MonkeyPatch) -> 
 ROUNDTRIP = """
 import sys
 import numpy as np
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, Endpoints
 
-adapter = get_adapter(sys.argv[1])
+adapter = database(sys.argv[1])
 settings = adapter.settings.model_validate_json(sys.argv[2])
 client = adapter.client(settings, Endpoints.model_validate_json(sys.argv[3]))
 client.create_collection(CollectionSpec(name="proxy_check", dim=8, metric="l2"), recreate=True)
@@ -86,7 +86,7 @@ def roundtrip_in_fresh_process(name: str, settings, endpoints: Endpoints) -> Non
 @pytest.fixture(scope="module")
 def weaviate_server(tmp_path_factory) -> Iterator[tuple[WeaviateSettings, Endpoints]]:
     settings = WeaviateSettings()
-    deployment = get_adapter("weaviate").deployment(settings)
+    deployment = database("weaviate").deployment(settings)
     try:
         yield settings, deployment.start(tmp_path_factory.mktemp("weaviate-proxy"), timeout=90)
     finally:
@@ -96,7 +96,7 @@ def weaviate_server(tmp_path_factory) -> Iterator[tuple[WeaviateSettings, Endpoi
 @pytest.fixture(scope="module")
 def milvus_server(tmp_path_factory) -> Iterator[tuple[MilvusSettings, Endpoints]]:
     settings = MilvusSettings()
-    deployment = get_adapter("milvus").deployment(settings)
+    deployment = database("milvus").deployment(settings)
     try:
         yield settings, deployment.start(tmp_path_factory.mktemp("milvus-proxy"), timeout=180)
     finally:
@@ -143,7 +143,7 @@ def test_qdrant_server_client_ignores_the_proxy(dead_proxy, tmp_path: Path) -> N
         port = server.server_address[1]
         node = Endpoint(host="127.0.0.1", port=port, extra={"url": f"http://127.0.0.1:{port}"})
         endpoints = Endpoints(database="qdrant", nodes=[node], data_dir="")
-        client = get_adapter("qdrant").client(QdrantSettings(mode="server", prefer_grpc=False), endpoints)
+        client = database("qdrant").client(QdrantSettings(mode="server", prefer_grpc=False), endpoints)
         try:
             assert client.qc.collection_exists("proxy_check") is True
         finally:

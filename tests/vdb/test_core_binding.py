@@ -97,11 +97,11 @@ def _environ(pid: int) -> dict[str, str]:
 @pytest.mark.parametrize("bind", ["cores", "none"])
 def test_a_local_weaviate_runs_on_its_cores_with_gomaxprocs(bind: str, tmp_path: Path) -> None:
     """What the run records (server_facts through the deploy task) is what was asked for."""
-    from apps.vdb import get_adapter
+    from apps.vdb import database
     from pipeline.vdb_stages import deploy
 
     settings, cpus = bind_local(WeaviateSettings(), 1, bind)  # type: ignore[arg-type]
-    deployment = get_adapter("weaviate").deployment(settings)
+    deployment = database("weaviate").deployment(settings)
     deployment.cpus = cpus
     try:
         deployed = deploy(deployment, str(tmp_path / "server"), 120)

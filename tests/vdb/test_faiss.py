@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from apps.interchange.vecs import read_vecs
-from apps.vdb import get_adapter, supported_index_types
+from apps.vdb import database, runs_in_process
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.faiss import build
 from apps.vdb.faiss.settings import FaissSettings
@@ -37,7 +37,7 @@ def spec(index_type: str = "hnsw", metric: str = "l2", **kw: object) -> Collecti
 @pytest.fixture
 def deploy(tmp_path: Path):
     """(endpoints, client factory) of a started deployment; always stopped."""
-    adapter, settings = get_adapter("faiss"), FaissSettings(threads=1)
+    adapter, settings = database("faiss"), FaissSettings(threads=1)
     deployment = adapter.deployment(settings)
     endpoints = deployment.start(tmp_path / "server")
     try:
@@ -57,8 +57,8 @@ def test_declared_as_a_library_run_inside_its_clients(deploy) -> None:
     assert (
         endpoints.in_process and endpoints.nodes == [] and endpoints.server_version.startswith("faiss-cpu ")
     )
-    assert supported_index_types("faiss") == ("hnsw", "ivf_flat", "ivf_pq", "flat")
-    assert FaissSettings().in_process  # never a pilot job (VdbConfig.pilot_databases leaves it out)
+    assert database("faiss").index_types == ("hnsw", "ivf_flat", "ivf_pq", "flat")
+    assert runs_in_process(FaissSettings())  # never a pilot job (VdbConfig.pilot_databases leaves it out)
     with pytest.raises(ValidationError, match="extra"):
         FaissSettings(nlist=4)
 
@@ -182,12 +182,12 @@ def test_a_fresh_process_searches_the_built_index(deploy, fmnist) -> None:
     client.close()
     code = f"""
 import json, numpy as np
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, Endpoints
 from apps.vdb.faiss.settings import FaissSettings
 from apps.interchange.vecs import read_vecs
 endpoints = Endpoints.model_validate_json({endpoints.model_dump_json()!r})
-client = get_adapter("faiss").client(FaissSettings(threads=1), endpoints)
+client = database("faiss").client(FaissSettings(threads=1), endpoints)
 client.create_collection(CollectionSpec(name="fmnist", dim=784, metric="l2", index_type="hnsw"))
 queries = read_vecs({str(DATA / "fmnist1k_query.fvecs")!r})
 first = client.search(queries, 10, 64)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from pymilvus.grpc_gen.milvus_pb2 import SearchRequest
 
 from apps.interchange.vecs import read_vecs
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
 from apps.vdb.milvus.client import MilvusVectorClient
 from apps.vdb.milvus.deploy import MilvusDeployment, write_config
@@ -21,7 +21,7 @@ from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import free_ports
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
-ADAPTER = get_adapter("milvus")
+MILVUS = database("milvus")
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
@@ -44,7 +44,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MilvusSet
     """One real Milvus server for the module; always stopped, and checked to be gone."""
     # fmnist1k is one 1000-row segment: below Milvus's default 1024 rows it would not be indexed at all.
     settings = MilvusSettings(name="milvus", min_segment_rows_to_index=100)
-    deployment = ADAPTER.deployment(settings)
+    deployment = MILVUS.deployment(settings)
     try:
         endpoints = deployment.start(tmp_path_factory.mktemp("milvus"), timeout=180)
         proc = deployment.proc
@@ -57,7 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MilvusSet
 @pytest.fixture
 def client(server: tuple[MilvusSettings, Endpoints]) -> Iterator[MilvusVectorClient]:
     settings, endpoints = server
-    client = ADAPTER.client(settings, endpoints)
+    client = MILVUS.client(settings, endpoints)
     yield client
     client.close()
 
@@ -233,7 +233,7 @@ def test_packed_search_request_is_byte_identical_at_every_consistency_level(
 @pytest.mark.slow
 def test_dimension_mismatch(server, client, fmnist) -> None:
     client.create_collection(CollectionSpec(name="fm_dim", dim=784), recreate=True)
-    other = ADAPTER.client(*server)  # another worker attaching with a dataset of another dimension
+    other = MILVUS.client(*server)  # another worker attaching with a dataset of another dimension
     try:
         with pytest.raises(DatabaseError, match=r"dimension 784.*dimension 768"):
             other.create_collection(CollectionSpec(name="fm_dim", dim=768))
@@ -255,7 +255,7 @@ def test_attach_to_existing_server_by_uri(server, tmp_path: Path) -> None:
     assert endpoints.server_version == server[1].server_version and endpoints.nodes[0].port == node.port
     attached.stop()  # started nothing, so stops nothing
     assert not list(tmp_path.iterdir())
-    other = ADAPTER.client(settings, endpoints)
+    other = MILVUS.client(settings, endpoints)
     try:
         other.create_collection(CollectionSpec(name="by_uri", dim=4), recreate=True)
         other.insert(np.arange(5), np.ones((5, 4), dtype=np.float32))
@@ -302,7 +302,7 @@ def test_second_server_skips_a_taken_port(server, client, tmp_path: Path, monkey
         try:
             endpoints = second.start(tmp_path, timeout=180)
             assert len(picks) == 2 and endpoints.nodes[0].port not in (taken, server[1].nodes[0].port)
-            other = ADAPTER.client(MilvusSettings(), endpoints)
+            other = MILVUS.client(MilvusSettings(), endpoints)
             other.create_collection(CollectionSpec(name="side", dim=4))
             other.insert(np.arange(3), np.ones((3, 4), dtype=np.float32))
             other.wait_searchable(3, timeout=60)

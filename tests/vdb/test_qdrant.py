@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.qdrant.settings import QdrantSettings
 from tests.conftest import recall_at
@@ -30,7 +30,7 @@ def deploy(tmp_path: Path):
     started = []
 
     def _start(settings: QdrantSettings):
-        adapter = get_adapter("qdrant")
+        adapter = database("qdrant")
         deployment = adapter.deployment(settings)
         started.append(deployment)
         endpoints = deployment.start(tmp_path / f"run{len(started)}", timeout=30)
@@ -87,7 +87,7 @@ def test_edge_retry_is_idempotent_and_survives_reopen(deploy, fmnist) -> None:
     client.close()
     deployment.stop()  # closes the shard: the WAL lock is released
 
-    reopened = get_adapter("qdrant").client(settings, endpoints)
+    reopened = database("qdrant").client(settings, endpoints)
     reopened.create_collection(spec())  # attaches to the existing collection
     assert reopened.count() == 500
     reopened.close()
@@ -130,10 +130,10 @@ def test_edge_shard_opened_by_a_second_process_fails_clearly(deploy) -> None:
     client.create_collection(spec(dim=4))
     code = (
         "import sys\n"
-        "from apps.vdb import get_adapter\n"
+        "from apps.vdb import database\n"
         "from apps.vdb.base import CollectionSpec, Endpoints\n"
         "from apps.vdb.qdrant.settings import QdrantSettings\n"
-        "c = get_adapter('qdrant').client(QdrantSettings(), Endpoints.model_validate_json(sys.argv[1]))\n"
+        "c = database('qdrant').client(QdrantSettings(), Endpoints.model_validate_json(sys.argv[1]))\n"
         "c.create_collection(CollectionSpec(name='fmnist', dim=4, metric='l2'))\n"
     )
     done = subprocess.run(
@@ -172,7 +172,7 @@ def test_server_client_against_local_mode(deploy, fmnist, tmp_path: Path) -> Non
 
 def test_server_mode_without_url_or_binary(tmp_path: Path) -> None:
     settings = QdrantSettings(mode="server", binary="qdrant-not-installed-here")
-    deployment = get_adapter("qdrant").deployment(settings)
+    deployment = database("qdrant").deployment(settings)
     try:
         with pytest.raises(DatabaseError, match=r"qdrant-not-installed-here.*mode: edge"):
             deployment.start(tmp_path)
@@ -187,7 +187,7 @@ def test_server_binary_that_fails_shows_log_tail(tmp_path: Path) -> None:
         '#!/bin/sh\necho "panic: storage path $QDRANT__STORAGE__STORAGE_PATH not writable"\nexit 3\n'
     )
     binary.chmod(binary.stat().st_mode | stat.S_IEXEC)
-    deployment = get_adapter("qdrant").deployment(QdrantSettings(mode="server", binary=str(binary)))
+    deployment = database("qdrant").deployment(QdrantSettings(mode="server", binary=str(binary)))
     try:
         with pytest.raises(DatabaseError, match=r"exited with code 3(.|\n)*panic: storage path .*storage"):
             deployment.start(tmp_path / "run", timeout=10)
@@ -197,7 +197,7 @@ def test_server_binary_that_fails_shows_log_tail(tmp_path: Path) -> None:
 
 
 def test_url_mode_connects_without_starting(tmp_path: Path) -> None:
-    deployment = get_adapter("qdrant").deployment(QdrantSettings(mode="server", url="http://127.0.0.1:1"))
+    deployment = database("qdrant").deployment(QdrantSettings(mode="server", url="http://127.0.0.1:1"))
     endpoints = deployment.start(tmp_path)
     assert endpoints.nodes[0].port == 1 and endpoints.nodes[0].grpc_port == 6334
     assert deployment.proc is None and not endpoints.in_process
@@ -238,10 +238,10 @@ def test_settings_reject_unknown_keys() -> None:
 def edge(tmp_path_factory: pytest.TempPathFactory):
     """One edge deployment (small segments get HNSW) for the index-variant tests; always stopped."""
     settings = QdrantSettings(**SMALL)
-    deployment = get_adapter("qdrant").deployment(settings)
+    deployment = database("qdrant").deployment(settings)
     try:
         endpoints = deployment.start(tmp_path_factory.mktemp("qdrant-variants"), timeout=30)
-        client = get_adapter("qdrant").client(settings, endpoints)
+        client = database("qdrant").client(settings, endpoints)
         yield client
         client.close()
     finally:

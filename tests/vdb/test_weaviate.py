@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from apps.interchange.vecs import read_vecs
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.weaviate.client import WeaviateClient, class_name
 from apps.vdb.weaviate.deploy import WeaviateDeployment
@@ -80,7 +80,7 @@ def load(client: WeaviateClient, base: np.ndarray, spec: CollectionSpec, batch: 
 
 
 def test_registry_and_settings():
-    adapter = get_adapter("weaviate")
+    adapter = database("weaviate")
     assert adapter.settings is WeaviateSettings
     with pytest.raises(ValueError, match="nodez"):
         WeaviateSettings(nodez=2)

@@ -1,8 +1,9 @@
 """What a database's own cluster checks receive, and the rules several databases share.
 
 ``pipeline/config/checks.py`` runs the checks every cluster needs (fit, ports, cores, image, storage) and then
-asks each database's ``checks`` module (through the registry in :mod:`apps.vdb`) for its own, passing a
-:class:`ClusterCheck`. Problems are ``(field path, message)`` pairs, field paths as the user wrote them.
+asks each database for its own (the ``cluster_checks`` of its declaration, through :mod:`apps.vdb`),
+passing a :class:`ClusterCheck`. Problems are ``(field path, message)`` pairs, field paths as the user wrote
+them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from apps.vdb import DATABASES, cluster_image_field, image_names
+from apps.vdb import DATABASES, databases
+from apps.vdb import database as declaration
 from core.config import Strict
 from executors.config import StorageMedium, Walltime
 from executors.safe import (
@@ -76,8 +77,8 @@ class StorageConfig(Strict):
 
 
 def _known_images(images: dict[str, str]) -> dict[str, str]:
-    """Image names come from the registered databases (each declares its own in its settings module)."""
-    known = image_names()
+    """Image names come from the registered databases (each declares its own ``images``)."""
+    known = {name for db in databases() for name in db.images}
     unknown = sorted(set(images) - set(known))
     if unknown:
         raise ValueError(f"unknown image(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -150,7 +151,7 @@ class DatabaseClusterConfig(Strict):
     images: ImagesConfig = Field(
         default_factory=dict,
         description="Apptainer images (.sif built from the vendors' Docker images), by name: "
-        + "; ".join(f"{name}: {text}" for name, text in image_names().items()),
+        + "; ".join(f"{name}: {text}" for db in databases() for name, text in db.images.items()),
     )
     milvus: MilvusClusterConfig = Field(
         default_factory=MilvusClusterConfig, description="Milvus standalone or distributed roles."
@@ -247,5 +248,5 @@ class DatabaseClusterConfig(Strict):
 def image_for(cluster: DatabaseClusterConfig, database: str, settings: Any = None) -> tuple[str, str | None]:
     """(images field name, path) of the image a database runs from (the database picks the field, from
     its ``settings`` too when given)."""
-    field = cluster_image_field(database, cluster, settings)
+    field = declaration(database).image_for(cluster, settings)
     return field, cluster.images.get(field)

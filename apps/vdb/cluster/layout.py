@@ -1,9 +1,9 @@
 """Rank layout of a database cluster: which process runs where, on which cores and ports, with which data.
 
-Pure planning, no side effects: :func:`plan_cluster` asks the database's own ``ranks`` module (found through
-the registry in :mod:`apps.vdb`) for its ranks, then places them on node slots and binds cores. Ranks learn
-their own address at run time (the configured interface), so the only cross-rank value a rank needs, rank
-0's address, is read from the registry rather than guessed from host names.
+Pure planning, no side effects: :func:`plan_cluster` asks the database's own ``ranks`` (in its declaration,
+found through the registry in :mod:`apps.vdb`) for its ranks, then places them on node slots and binds
+cores. Ranks learn their own address at run time (the configured interface), so the only cross-rank value a
+rank needs, rank 0's address, is read from the registry rather than guessed from host names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apps.vdb import cluster_ranks
+from apps.vdb import database as declaration
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from apps.vdb.cluster.native import native_spec
@@ -126,7 +126,7 @@ def plan_cluster(
         if not image:
             raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
         image = str(absolute(image, base_dir))
-    planned = cluster_ranks(database)(settings, cluster, image, data, base_dir)
+    planned = declaration(database).plan_ranks(settings, cluster, image, data, base_dir)
     ranks = planned.ranks
     if native and not planned.native:
         if not image:

@@ -243,3 +243,8 @@ class FaissClient(Client):
         """Detach and release the loaded index (freed when no other client of the process holds it)."""
         self.spec = self.store = None
         self.held.clear()
+
+
+def connect(settings: FaissSettings, endpoints: Endpoints, client_index: int = 0) -> Client:
+    """A client on the collection directory (every client index reads the same files)."""
+    return FaissClient(settings, endpoints)

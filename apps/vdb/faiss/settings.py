@@ -29,23 +29,3 @@ class FaissSettings(BaseModel):
         description="fsync each stored batch before insert returns (durable across a machine crash, "
         "not only a process crash)",
     )
-
-    @property
-    def in_process(self) -> bool:
-        """Always True: FAISS is a library inside the client process; there is no server to deploy."""
-        return True
-
-
-SETTINGS = FaissSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("faiss-cpu",)
-
-# vdb.collection.index_type values FAISS builds (docs/vector-databases.md).
-INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "flat")
-# on_disk memory-maps the index file (IVF lists; HNSW and flat vectors): every type honours it.
-ON_DISK = INDEX_TYPES
-
-# No server, no Apptainer image, no pilot job: FAISS runs inside its clients on the client block. The
-# registry asks no ranks.py or env.py of a database that declares this.
-IMAGES: dict[str, str] = {}
-IN_PROCESS_ONLY = True

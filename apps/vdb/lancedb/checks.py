@@ -1,14 +1,14 @@
 """LanceDB's config checks on HPC (no client library: validating a config imports none).
 
 LanceDB has no server: with ``vdb.cluster`` it is not a pilot job but runs inside its clients on the
-client block, like Qdrant edge, so there is no layout to check.
+client block, like Qdrant edge, so there is no layout to check (no ``cluster_problems``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from apps.vdb.cluster.checks import ClusterCheck, Problem
+from apps.vdb.cluster.checks import Problem
 
 
 def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
@@ -20,9 +20,4 @@ def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
                 "with vdb.cluster, lancedb's data_path must be absolute (clients run on other nodes)",
             )
         ]
-    return []
-
-
-def cluster_problems(check: ClusterCheck) -> list[Problem]:
-    """None: LanceDB never runs as a pilot job (``VdbConfig.pilot_databases`` leaves it out)."""
     return []

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
-from apps.vdb.lancedb.settings import INDEX_TYPES, LanceDBSettings
+from apps.vdb.lancedb import DATABASE
+from apps.vdb.lancedb.settings import LanceDBSettings
 from apps.vdb.process import directory_bytes
 
 DISTANCE = {"cosine": "cosine", "ip": "dot", "l2": "l2"}  # CollectionSpec.metric -> LanceDB distance type
@@ -32,10 +33,10 @@ IMPLIED = {"ivf_pq": "pq", "ivf_hnsw_sq": "scalar", "ivf_flat": "none", "flat": 
 
 def check_spec(spec: CollectionSpec) -> None:
     """DatabaseError naming the ``vdb.collection`` field LanceDB cannot honour."""
-    if spec.index_type not in INDEX_TYPES:
+    if spec.index_type not in DATABASE.index_types:
         raise DatabaseError(
             f"lancedb: vdb.collection.index_type {spec.index_type!r} is not built by LanceDB; "
-            f"it builds: {', '.join(INDEX_TYPES)}"
+            f"it builds: {', '.join(DATABASE.index_types)}"
         )
     if spec.quantization not in ("none", IMPLIED[spec.index_type]):
         raise DatabaseError(
@@ -58,7 +59,8 @@ def _forget_foreign_datasets() -> None:
     pipeline`` runs from, a user's data folder) imports as an empty namespace package under that name, and
     ``import lancedb`` itself and every LanceDB write then fail with an ImportError. A worker that embedded
     text before may have it loaded (sentence-transformers imports ``datasets`` when it can). (This
-    repository keeps its own samples in ``samples/`` for that reason.)
+    repository's own ``datasets/`` folder cannot shadow it: Hugging Face ``datasets`` is a dependency, and
+    an installed package wins over a namespace folder.)
     """
     module = sys.modules.get("datasets")
     if module is not None and not hasattr(module, "Dataset"):
@@ -262,3 +264,8 @@ def _result(table: Any, n: int, k: int) -> SearchResult:
     ids[which[keep], rank[keep]] = found[keep]
     scores[which[keep], rank[keep]] = distance[keep]
     return SearchResult(ids=ids, scores=scores)
+
+
+def connect(settings: LanceDBSettings, endpoints: Endpoints, client_index: int = 0) -> Client:
+    """The embedded client (every client index opens the same table in its own process)."""
+    return LanceDBClient(settings, endpoints)

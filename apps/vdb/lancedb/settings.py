@@ -49,26 +49,3 @@ class LanceDBSettings(BaseModel):
         if self.medium not in ("run_dir", "memory") and not self.data_path:
             raise ValueError(f"medium {self.medium!r} needs data_path (the directory on that medium)")
         return self
-
-    @property
-    def in_process(self) -> bool:
-        """Always True: LanceDB is a library; its engine runs inside the client process."""
-        return True
-
-
-SETTINGS = LanceDBSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("lancedb",)
-
-# vdb.collection.index_type values this database builds. Not built: hnsw (LanceDB's HNSW always sits inside
-# IVF lists), diskann, dynamic.
-INDEX_TYPES = ("ivf_pq", "ivf_hnsw_sq", "ivf_flat", "flat")
-# LanceDB keeps data and indexes in files on the chosen medium whatever on_disk says: every type is on disk.
-ON_DISK = INDEX_TYPES
-# The quantisation each index is built with (its PQ codes, its int8 lists), as the client accepts it.
-QUANTIZATIONS = {"ivf_pq": ("none", "pq"), "ivf_hnsw_sq": ("none", "scalar")}
-ALWAYS_ON_DISK = ON_DISK  # (the report's medium column: apps/vdb/capabilities.storage_medium)
-
-# No server and no HPC ranks: it runs inside its clients on the client block (no ranks.py / env.py, no image).
-IN_PROCESS_ONLY = True
-IMAGES: dict[str, str] = {}

@@ -20,8 +20,9 @@ import numpy as np
 from pymilvus import DataType, MilvusClient, MilvusException
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
+from apps.vdb.milvus import DATABASE
 from apps.vdb.milvus.indexes import build_params, index_search_params, milvus_index_type
-from apps.vdb.milvus.settings import LIMITS, NO_DISKANN, MilvusSettings
+from apps.vdb.milvus.settings import NO_DISKANN, MilvusSettings
 from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
 from apps.vdb.process import directory_bytes
 
@@ -120,7 +121,8 @@ class MilvusVectorClient(Client):
         """Create (or attach to) the collection: int64 row-id key, float vector of ``spec.dim``."""
         target = milvus_index_type(spec)  # DatabaseError for a combination Milvus lacks
         if spec.on_disk and target != "DISKANN":
-            raise DatabaseError(f"milvus: on_disk with index_type {spec.index_type!r}: {LIMITS['on_disk']}")
+            why = DATABASE.limits["on_disk"]
+            raise DatabaseError(f"milvus: on_disk with index_type {spec.index_type!r}: {why}")
         if target == "DISKANN" and self.server_version.endswith("-lite"):
             raise DatabaseError(f"milvus {self.server_version}: no DISKANN index: {NO_DISKANN}")
         name, c = spec.name, self.client

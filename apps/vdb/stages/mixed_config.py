@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from apps.vdb import runs_in_process
 from core.config import Strict
 
 
@@ -91,5 +92,5 @@ def mixed_problems(mixed: MixedConfig | None, databases: list) -> list[tuple[tup
             "leave this database out of a run with vdb.mixed",
         )
         for db in databases
-        if getattr(db, "in_process", False)
+        if runs_in_process(db)
     ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from apps.vdb.base import CollectionSpec, DatabaseError
-from apps.vdb.weaviate.settings import QUANTIZATIONS
+from apps.vdb.weaviate import DATABASE
 
 METRICS = {"cosine": "COSINE", "ip": "DOT", "l2": "L2_SQUARED"}
 DEFAULT_TRAINING_LIMIT = 100_000  # Weaviate's own, for SQ and PQ
@@ -65,7 +65,7 @@ def vector_index(spec: CollectionSpec, async_indexing: bool) -> Any:
     """The weaviate-client vector index config of ``spec`` (DatabaseError for what Weaviate lacks)."""
     from weaviate.classes.config import Configure, VectorDistances
 
-    allowed = QUANTIZATIONS.get(spec.index_type)
+    allowed = DATABASE.quantizations.get(spec.index_type)
     if allowed is None:
         raise DatabaseError(f"Weaviate has no {spec.index_type!r} index (use hnsw, flat or dynamic)")
     if spec.quantization not in allowed:

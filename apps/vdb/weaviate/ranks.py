@@ -14,7 +14,7 @@ from apps.vdb.weaviate.env import server_env
 SCHEME = ["--scheme", "http"]
 
 
-def image_field(cluster: DatabaseClusterConfig) -> str:
+def image_field(cluster: DatabaseClusterConfig, settings: Any = None) -> str:
     """The ``vdb.cluster.images`` field Weaviate runs from."""
     return "weaviate"
 

@@ -45,22 +45,6 @@ class WeaviateSettings(BaseModel):
     insert_timeout: float = Field(300.0, gt=0, description="Timeout of one batch insert request, seconds")
 
 
-SETTINGS = WeaviateSettings
-# Client packages whose versions the provenance records (names on PyPI; never imported here).
-PACKAGES = ("weaviate-client",)
-
-# vdb.collection.index_type values this database builds (docs/vector-databases.md), the compression
-# each takes and
-# the one that keeps vectors on disk (apps/vdb/weaviate/indexes.py; checked by apps/vdb/capabilities.py).
-INDEX_TYPES = ("hnsw", "flat", "dynamic")
-QUANTIZATIONS = {"hnsw": ("none", "scalar", "pq", "bq"), "flat": ("none", "bq"), "dynamic": ("none", "bq")}
-ON_DISK = ("flat",)
-LIMITS = {
-    "quantization": "Weaviate's flat index (and so the flat stage of dynamic) compresses with BQ only",
-    "on_disk": "Weaviate keeps an HNSW graph in memory; its flat index searches the vectors on disk",
-}
-
-
 def index_problems(settings: WeaviateSettings, collection: Any, cluster: Any) -> list[tuple[str, str]]:
     """Weaviate's PQ has at most 256 centroids per segment; dynamic needs async indexing."""
     problems = []
@@ -71,10 +55,6 @@ def index_problems(settings: WeaviateSettings, collection: Any, cluster: Any) ->
     if collection.index_type == "dynamic" and not settings.async_indexing:
         problems.append(("index_type", "'dynamic' needs async_indexing: true (ASYNC_INDEXING)"))
     return problems
-
-
-# Apptainer images this database runs from on HPC (vdb.cluster.images keys), with what each holds.
-IMAGES = {"weaviate": "semitechnologies/weaviate:1.36.0 image"}
 
 
 def with_threads(settings: WeaviateSettings, threads: int) -> WeaviateSettings:

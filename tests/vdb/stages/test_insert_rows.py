@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from apps.dataset.groundtruth.checkpoints import loaded_rows, prefix_groundtruth, prefix_groundtruth_file
 from apps.dataset.layout import finalize_dataset, iter_vectors, row_id, vectors_to_arrow
 from apps.evaluate.metrics import evaluate_files
-from apps.vdb import get_adapter
+from apps.vdb import database
 from apps.vdb.base import CollectionSpec
 from apps.vdb.config import QuerySweepConfig, VdbConfig
 from apps.vdb.faiss.settings import FaissSettings
@@ -112,7 +112,7 @@ def test_a_point_with_rows_loads_them_and_is_exact_against_the_prefix_truth(tmp_
 
     directory, ids, vectors = make_dataset(tmp_path / "data")
     make_queries(tmp_path / "queries.parquet")
-    adapter, settings = get_adapter("faiss"), FaissSettings(threads=1)
+    adapter, settings = database("faiss"), FaissSettings(threads=1)
     deployment = adapter.deployment(settings)
     endpoints = deployment.start(tmp_path / "server")
     try:

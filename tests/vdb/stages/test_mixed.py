@@ -120,13 +120,13 @@ def test_mixed_section_is_optional_sweepable_and_refused_for_in_process_engines(
 @pytest.fixture(scope="module")
 def milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     """One real Milvus standalone server for the module; always stopped."""
-    from apps.vdb import get_adapter
+    from apps.vdb import database
     from apps.vdb.milvus.settings import MilvusSettings
 
     # Bounded consistency (the default): rows inserted in the last moments may not be visible yet, so the
     # mixed recall is not trivially 1 (Strong waits ~200 ms per search for Milvus's time tick).
     settings = MilvusSettings(name="milvus", min_segment_rows_to_index=100)
-    deployment = get_adapter("milvus").deployment(settings)
+    deployment = database("milvus").deployment(settings)
     try:
         endpoints = deployment.start(tmp_path_factory.mktemp("milvus"), timeout=180)
         yield settings, endpoints
