@@ -196,6 +196,14 @@ class CpuMeter:
         return {"client_cpu_s": client, "server_cpu_s": end[3] - self.start[3]}
 
 
+def collection_spec(cfg: Any, name: str, dim: int, metric: str) -> Any:
+    """The collection configs/local.yaml describes (``cfg``: its vdb config), named ``name``, with the
+    data's ``dim`` and ``metric``."""
+    from apps.vdb.base import CollectionSpec
+
+    return CollectionSpec(name=name, dim=dim, metric=metric, **cfg.collection.model_dump(exclude={"name"}))
+
+
 @contextlib.contextmanager
 def served(database: str, settings: Any, startup_timeout_s: float, keep: bool) -> Iterator[tuple[Path, Any]]:
     """(work directory, endpoints) of the database's local servers for one benchmark: started under

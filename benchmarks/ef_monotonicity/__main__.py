@@ -70,7 +70,6 @@ def falling_pairs(rows: list[dict[str, Any]]) -> tuple[int, int]:
 
 def run_database(database: str, data: vdb.LocalDataset, cfg: Any, args: argparse.Namespace) -> dict:
     from apps.evaluate.metrics import evaluate_files
-    from apps.vdb.base import CollectionSpec
     from apps.vdb.config import QuerySweepConfig
     from apps.vdb.records import DatabaseTarget
     from apps.vdb.stages.query_sweep import query_sweep
@@ -78,9 +77,7 @@ def run_database(database: str, data: vdb.LocalDataset, cfg: Any, args: argparse
 
     settings = vdb.settings_for(database, cfg)
     dim = int(read_manifest(data.dataset_dir)["dimension"])
-    spec = CollectionSpec(
-        name=COLLECTION, dim=dim, metric=data.metric, **cfg.collection.model_dump(exclude={"name"})
-    )
+    spec = vdb.collection_spec(cfg, COLLECTION, dim, data.metric)
     repeats: list[dict[str, Any]] = []
     with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         target = DatabaseTarget(settings=settings, endpoints=endpoints, collection=spec)

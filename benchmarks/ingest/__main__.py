@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 from apps.vdb import DATABASES as REGISTERED
 from apps.vdb.pool import close_shared_pools
 from benchmarks import common
-from benchmarks.common.vdb import bench_dataset, settings_for, vdb_config
+from benchmarks.common.vdb import bench_dataset, collection_spec, settings_for, vdb_config
 from benchmarks.ingest.harness import harness_upload, profile_database
 from benchmarks.ingest.vendors import VENDOR_LABELS, VENDORS, vendor_upload
 
@@ -101,7 +101,6 @@ def parquet_read_s(units: list[tuple[str, int]]) -> float:
 
 def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     from apps.vdb import database as declared
-    from apps.vdb.base import CollectionSpec
 
     adapter_name = "qdrant" if database == "qdrant-local" else database
     settings = settings_for(database, cfg)
@@ -110,12 +109,7 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
         shm = Path("/dev/shm")
         local = Path(tempfile.mkdtemp(prefix="ingest-local-", dir=shm if shm.is_dir() else work)) / "local"
         settings = settings.model_copy(update={"local_path": str(local)})
-    spec = CollectionSpec(
-        name=COLLECTION,
-        dim=data["vectors"].shape[1],
-        metric=data["metric"],
-        **cfg.collection.model_dump(exclude={"name"}),
-    )
+    spec = collection_spec(cfg, COLLECTION, data["vectors"].shape[1], data["metric"])
     deployment = declared(adapter_name).deployment(settings)
     runs: list[dict[str, Any]] = []
     profile = None

@@ -183,16 +183,10 @@ def measure_pair(
 def run_database(
     database: str, python: Path, data: dict, export: dict, tables: dict, args: argparse.Namespace
 ) -> dict:
-    from apps.vdb.base import CollectionSpec
 
     cfg = vdb.vdb_config()
     settings = vdb.settings_for(database, cfg)
-    spec = CollectionSpec(
-        name=sides.COLLECTION[database],
-        dim=export["dim"],
-        metric=data["metric"],
-        **cfg.collection.model_dump(exclude={"name"}),
-    )
+    spec = vdb.collection_spec(cfg, sides.COLLECTION[database], export["dim"], data["metric"])
     pairs = []
     with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         ctx = {

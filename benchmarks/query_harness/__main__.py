@@ -49,31 +49,30 @@ NAME = "query_harness"
 TARGET = 0.95
 DATABASES = tuple(REGISTERED)
 COLLECTION = "query_bench"
-FMNIST_QUERIES = Path("/work/shared/data/ann/fmnist1k/fmnist1k_query.fvecs")
+DEFAULT_ROWS = 10_000  # random unit vectors when no project dataset was built (common/vdb.bench_dataset)
+SYNTHETIC_QUERIES = 500
 
 
 # --- data --------------------------------------------------------------------------------------------------
 
 
-def queries_file(dim: int, label: str) -> Path:
-    """The project's query set of the same dimension (store/queries/*/queries.parquet), else fmnist's."""
-    from core.store import read_manifest
-
-    if not label.startswith("fmnist"):
-        found = sorted(
-            (p for p in (common.REPO / "store" / "queries").glob("*/queries.parquet")),
-            key=lambda p: p.stat().st_mtime,
-        )
-        for path in reversed(found):
-            if (read_manifest(path.parent) or {}).get("dimension") == dim:
-                return path
+def queries_file(dim: int) -> Path:
+    """The project's query set of the same dimension (store/queries/*/queries.parquet), else 500 seeded
+    random unit vectors of ``dim`` (synthetic: only speed is compared, both sides send the same ones)."""
     from apps.dataset.layout import vectors_to_arrow
-    from apps.interchange.vecs import read_vecs
-    from core.store import write_parquet_atomic
+    from core.store import read_manifest, write_parquet_atomic
 
-    path = common.OUT / "work" / "query-harness-fmnist1k-queries.parquet"
+    found = sorted(
+        (p for p in (common.REPO / "store" / "queries").glob("*/queries.parquet")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for path in reversed(found):
+        if (read_manifest(path.parent) or {}).get("dimension") == dim:
+            return path
+    path = common.OUT / "work" / f"query-harness-random-{dim}-queries.parquet"
     if not path.exists():
-        vectors = read_vecs(FMNIST_QUERIES)
+        vectors = np.random.default_rng(13).standard_normal((SYNTHETIC_QUERIES, dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         table = pa.table(
             {
                 "id": np.arange(len(vectors), dtype=np.int64),
@@ -124,15 +123,9 @@ def run_harness(ctx: dict[str, Any], setting: dict[str, Any], out_dir: Path) -> 
 
 
 def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from apps.vdb.base import CollectionSpec
 
     settings = vdb.settings_for(database, cfg)
-    spec = CollectionSpec(
-        name=COLLECTION,
-        dim=data["vectors"].shape[1],
-        metric=data["metric"],
-        **cfg.collection.model_dump(exclude={"name"}),
-    )
+    spec = vdb.collection_spec(cfg, COLLECTION, data["vectors"].shape[1], data["metric"])
     runs: list[dict[str, Any]] = []
     with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
         ctx = {
@@ -235,8 +228,8 @@ def main() -> None:
     args = parser.parse_args()
     (common.OUT / "work").mkdir(parents=True, exist_ok=True)
     cfg = vdb.vdb_config()
-    data = vdb.bench_dataset(args.rows)
-    data["queries_file"] = queries_file(data["vectors"].shape[1], data["label"])
+    data = vdb.bench_dataset(args.rows, DEFAULT_ROWS)
+    data["queries_file"] = queries_file(data["vectors"].shape[1])
     shown = data["queries_file"]
     with contextlib.suppress(ValueError):
         shown = shown.relative_to(common.REPO)
