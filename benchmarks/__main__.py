@@ -83,7 +83,7 @@ def summary_line(entry: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these benchmarks")
     parser.add_argument("--skip", nargs="+", metavar="NAME", default=[], help="leave these out")
     args = parser.parse_args()

@@ -43,14 +43,15 @@ def auto(value: float) -> str:
     return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.2f}"
 
 
-def cell(text: Any) -> str:
-    """Safe inside a Markdown table cell: one line, no pipes, bounded length."""
+def cell(text: Any, limit: int | None = 240) -> str:
+    """Safe inside a Markdown table cell: one line, no pipes, at most ``limit`` characters (None: any)."""
     text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= 240 else text[:237] + "..."
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
-def table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> list[str]:
-    """The lines of a Markdown table: the header, its rule, one line per body row (cells made safe)."""
+def table(header: Sequence[str], body: Sequence[Sequence[Any]], limit: int | None = 240) -> list[str]:
+    """The lines of a Markdown table: the header, its rule, one line per body row (cells made safe, each at
+    most ``limit`` characters; None: reference text that must stay whole)."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
+    lines += ["| " + " | ".join(cell(c, limit) for c in row) + " |" for row in body]
     return lines

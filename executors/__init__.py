@@ -1,7 +1,8 @@
-"""Parsl configurations, one small function per platform (``local``, ``polaris``, ``aurora``, ``slurm``).
+"""Parsl configurations: the local one, and one row per batch platform (``polaris``, ``aurora``, ``slurm``).
 
 :mod:`executors.config` holds the platform models (pydantic only), :mod:`executors.labels` the executor
-labels, :mod:`executors.platforms` the dispatcher that picks a platform's function,
+labels, :mod:`executors.platforms` the platform table (each row: its scheduler's provider and launcher) and
+the one dispatcher to a ``parsl.Config``,
 :mod:`executors.providers` one provider function per scheduler (used by the platforms' worker blocks and
 the database pilot's job) and :mod:`executors.hpc` the ``Config`` the batch platforms share.
 """

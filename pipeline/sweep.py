@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.vdb.config import VdbConfig
-from apps.vdb.sweep import SweepPoint
-from apps.vdb.sweep_labels import label_slug
+from apps.vdb.sweep import SweepPoint, label_slug
 from core.store import complete_manifest, content_key
 
 POINT_VERSION = "1"
@@ -58,7 +57,7 @@ def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
     return {**params, "metric": metric, "repeat": point.repeat}
 
 
-slug = label_slug  # a point's label as a file name (apps.vdb.sweep_labels: unique per run)
+slug = label_slug  # a point's label as a file name (apps.vdb.sweep: unique per run)
 
 
 def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -> list[PointPlan]:

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from core.config import Strict
 from core.errors import ArtifactError
+from core.format import table
 from core.store import (
     atomic_write_json,
     atomic_write_text,
@@ -202,23 +203,24 @@ def dataset_card(manifest: dict[str, Any]) -> str:
     """A Markdown dataset card from the manifest."""
     meta = manifest["metadata"]
     chunker = meta.get("chunking", {})
+    properties = [
+        ("rows (vectors)", f"{manifest['rows']:,}"),
+        ("parts", f"{len(manifest['files'])} (`part-NNNNN.parquet`)"),
+        ("dimension", manifest["dimension"]),
+        ("stored dtype", meta.get("output_dtype")),
+        ("model", f"{meta.get('model_id') or meta.get('model')} (revision {meta.get('revision') or 'n/a'})"),
+        ("backend / compute dtype", f"{meta.get('backend')} / {meta.get('dtype')}"),
+        ("precision as run", manifest.get("precision") or "not recorded"),
+        ("pooling / normalised", f"{meta.get('pooling')} / {meta.get('normalize')}"),
+        ("document instruction", "none (queries use `Instruct: {task}\\nQuery:{text}`)"),
+        ("chunking", json.dumps(chunker, sort_keys=True)),
+        ("content key", f"`{manifest['key']}`"),
+    ]
     return f"""# {meta.get("dataset_name", "pes2o-ve")}
 
 Embeddings of a scientific corpus in the Pes2o-VE layout, made by the pes2o-ve pipeline.
 
-| property | value |
-|---|---|
-| rows (vectors) | {manifest["rows"]:,} |
-| parts | {len(manifest["files"])} (`part-NNNNN.parquet`) |
-| dimension | {manifest["dimension"]} |
-| stored dtype | {meta.get("output_dtype")} |
-| model | {meta.get("model_id") or meta.get("model")} (revision {meta.get("revision") or "n/a"}) |
-| backend / compute dtype | {meta.get("backend")} / {meta.get("dtype")} |
-| precision as run | {manifest.get("precision") or "not recorded"} |
-| pooling / normalised | {meta.get("pooling")} / {meta.get("normalize")} |
-| document instruction | none (queries use `Instruct: {{task}}\\nQuery:{{text}}`) |
-| chunking | {json.dumps(chunker, sort_keys=True)} |
-| content key | `{manifest["key"]}` |
+{chr(10).join(table(["property", "value"], properties, limit=None))}
 
 ## Columns
 - `id` (int64): row id, `shard * {ROW_ID_STRIDE:,} + row` of the chunk shard; unique and stable.

@@ -28,11 +28,12 @@ import numpy as np
 import pyarrow as pa
 
 from apps.dataset.groundtruth.exact_distance import exact_distances
-from apps.dataset.groundtruth.stage import exact_topk
+from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, iter_vectors, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
 from apps.interchange.formats import Source, canonical_format, open_source
 from core.errors import ArtifactError, InputDataError
+from core.format import table
 from core.store import (
     MANIFEST,
     atomic_write_json,
@@ -206,20 +207,22 @@ def dataset_card(manifest: dict[str, Any]) -> str:
         if not check["disagree"]
         else f"**disagrees** with the project's exact search on {check['disagree']} queries"
     )
+    gt_k = manifest["groundtruth"]["k"]
+    properties = [
+        ("rows (vectors)", f"{manifest['rows']:,}"),
+        ("parts", f"{len(manifest['files'])} (`part-NNNNN.parquet`)"),
+        ("dimension", manifest["dimension"]),
+        ("source element type", f"{imp['source_dtype']} (stored as float32)"),
+        ("metric", imp["metric"]),
+        ("queries", f"{manifest['queries']['count']:,} (`queries.parquet`)"),
+        ("ground truth", f"top-{gt_k} published neighbours (`groundtruth.parquet`), {verdict}"),
+        ("content key", f"`{manifest['key']}`"),
+    ]
     return f"""# {manifest["metadata"]["dataset_name"]}
 
 Imported from {imp["format"]} files by `python -m pipeline dataset import`.
 
-| property | value |
-|---|---|
-| rows (vectors) | {manifest["rows"]:,} |
-| parts | {len(manifest["files"])} (`part-NNNNN.parquet`) |
-| dimension | {manifest["dimension"]} |
-| source element type | {imp["source_dtype"]} (stored as float32) |
-| metric | {imp["metric"]} |
-| queries | {manifest["queries"]["count"]:,} (`queries.parquet`) |
-| ground truth | top-{manifest["groundtruth"]["k"]} published neighbours (`groundtruth.parquet`), {verdict} |
-| content key | `{manifest["key"]}` |
+{chr(10).join(table(["property", "value"], properties, limit=None))}
 
 ## Source files
 {files}
@@ -360,13 +363,7 @@ def _build(
     check, gt_distances = compare_groundtruth(
         out, source.query_ids, source.queries, published, metric, memory_budget_mb
     )
-    groundtruth = pa.table(
-        {
-            "query_id": pa.array(source.query_ids, pa.int64()),
-            "neighbors": pa.FixedSizeListArray.from_arrays(pa.array(published.ravel(), pa.int64()), k),
-            "distances": pa.FixedSizeListArray.from_arrays(pa.array(gt_distances.ravel(), pa.float32()), k),
-        }
-    )
+    groundtruth = groundtruth_table(source.query_ids, published, gt_distances)
     gt_written = write_parquet_atomic(groundtruth, out / "groundtruth.parquet")
     manifest.update(
         queries={"file": "queries.parquet", "count": len(source.query_ids), **queries_written},

@@ -17,7 +17,8 @@ from apps.evaluate.results import ResultRows, insert_rate, is_ok, sent_size
 from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point
 
 
-def _figure(width: float = 7.0, height: float = 4.6):
+def new_figure(width: float = 7.0, height: float = 4.6):
+    """A matplotlib Figure on the Agg canvas (no display, no pyplot state), ``width`` x ``height`` inches."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -32,7 +33,8 @@ MANY = 6
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 
-def _colors(databases: Sequence[str]) -> dict[str, Any]:
+def colors_for(databases: Sequence[str]) -> dict[str, Any]:
+    """One colour per name, stable in the given order (tab10, or tab20 beyond ten names)."""
     from matplotlib import colormaps
 
     palette = colormaps["tab10" if len(databases) <= 10 else "tab20"].colors
@@ -46,10 +48,11 @@ def _marker(databases: Sequence[str], db: str) -> str:
 
 def _series_figure(count: int, height: float = 4.6):
     """A figure for ``count`` series: wider when the legend goes beside the axes."""
-    return _figure(width=9.5 if count > MANY else 7.0, height=height)
+    return new_figure(width=9.5 if count > MANY else 7.0, height=height)
 
 
-def _save(figure: Any, path: Path) -> Path:
+def save_figure(figure: Any, path: Path) -> Path:
+    """Write ``figure`` as a PNG at ``path`` atomically (temp file + rename), without a software stamp."""
     figure.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp")
     figure.savefig(tmp, format="png", metadata={"Software": None})
@@ -151,7 +154,7 @@ def _plot_recall_qps(run: ResultRows, colors: dict[str, Any], path: Path) -> Pat
     if many:
         title = "Recall versus QPS: each point's Pareto frontier (★ best QPS at recall ≥ 0.95)"
     _finish(axes, "recall@k (tie-aware)", "QPS (queries / s)", title, len(drawn))
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | None:
@@ -208,7 +211,7 @@ def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | 
     )
     title = "Insert throughput versus batch size"
     _finish(axes, xlabel, "insert throughput (vectors / s)", title, len(groups))
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def _varying(settings: Sequence[str]) -> Any:
@@ -233,7 +236,7 @@ def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path |
     if not chosen:
         return None
     many = len(chosen) > MANY
-    figure = _figure(width=max(7.0, 0.62 * len(chosen) + 1.5), height=5.6 if many else 4.6)
+    figure = new_figure(width=max(7.0, 0.62 * len(chosen) + 1.5), height=5.6 if many else 4.6)
     axes = figure.add_subplot()
     stats = [("latency_mean_ms", "mean"), ("p50_ms", "P50"), ("p95_ms", "P95"), ("p99_ms", "P99")]
     width = 0.8 / len(stats)
@@ -272,12 +275,12 @@ def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path |
 
     handles = [Patch(facecolor="grey", alpha=a, edgecolor="black", lw=0.5) for a in shades]
     axes.legend(handles, [s[1] for s in stats], fontsize=7, title="bar shade", title_fontsize=7)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def draw_figures(run: ResultRows, out: Path) -> dict[str, Path]:
     """Every figure that has data, by name, as PNG files in ``out``."""
-    colors = _colors(run.databases)
+    colors = colors_for(run.databases)
     drawn = {
         "recall_qps": _plot_recall_qps(run, colors, out / "recall_qps.png"),
         "insert_throughput": _plot_insert(run, colors, out / "insert_throughput.png"),

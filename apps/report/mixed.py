@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 from apps.evaluate.metrics import window_stats
 from apps.evaluate.results import point_name
 from apps.evaluate.rules import Spread, spread
-from apps.report.figures import _figure, _save
+from apps.report.figures import new_figure, save_figure
 from apps.report.format import median_range
 from apps.vdb.stages.mixed_config import MixedRecord
 from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw
-from core.format import table
+from core.format import NONE, table
 
 Row = dict[str, Any]
 
@@ -55,16 +55,16 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
     if not any(k[1] == "mixed" for k in groups):
         return []
 
-    def median(members: list[Row], key: str) -> Spread | None:
+    def spread_of(members: list[Row], key: str) -> Spread | None:
         return spread(
             [v for v in (_p99(m) if key == "p99" else m.get(key) for m in members) if v is not None]
         )
 
     body: list[list[str]] = []
     for (name, pattern, setting), members in sorted(groups.items()):
-        cells = [name, pattern, setting or "—", str(len(members))]
+        cells = [name, pattern, setting or NONE, str(len(members))]
         for key, _ in MIXED_COLUMNS:
-            cells.append(median_range(median(members, key), "{:,.3g}".format))
+            cells.append(median_range(spread_of(members, key), "{:,.3g}".format))
         body.append(cells)
         if pattern != "mixed":
             continue
@@ -74,9 +74,9 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
         if base:
             ratios = []
             for key, _ in MIXED_COLUMNS:
-                mixed, alone = median(members, key), median(base, key)
+                mixed, alone = spread_of(members, key), spread_of(base, key)
                 ratios.append(
-                    "—"
+                    NONE
                     if not mixed or not alone or not alone.median
                     else f"{mixed.median / alone.median:.2f}×"
                 )
@@ -94,7 +94,7 @@ def mixed_figure(record: MixedRecord, title: str, path: str | Path) -> Path | No
     start = float(pc.min(requests.column("t_start")).as_py())
     sent = requests.column("t_start").to_numpy() - start
     latency = (requests.column("t_end").to_numpy() - requests.column("t_start").to_numpy()) * 1000.0
-    figure = _figure()
+    figure = new_figure()
     axes = figure.add_subplot(1, 1, 1)
     axes.scatter(sent, latency, s=4, alpha=0.5, color="tab:blue", label="query request latency")
     baseline = window_stats(read_requests(record.baseline_file))
@@ -118,4 +118,4 @@ def mixed_figure(record: MixedRecord, title: str, path: str | Path) -> Path | No
     lines, labels = axes.get_legend_handles_labels()
     more, names = second.get_legend_handles_labels()
     axes.legend(lines + more, labels + names, fontsize=7, loc="upper left")
-    return _save(figure, Path(path))
+    return save_figure(figure, Path(path))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 
 from apps.evaluate.results import insert_rate, point_name
 from apps.evaluate.rules import MIN_RECALL, choose_operating_point, spread
-from apps.report.figures import _colors, _figure, _save
+from apps.report.figures import colors_for, new_figure, save_figure
 from apps.report.mixed import mixed_table
 
 SERVER_WORKERS = ("nodes", "workers", "proxies", "streaming_nodes", "query_nodes", "data_nodes")
@@ -233,7 +232,7 @@ def _fixed_setting(rows: list[Row]) -> str | None:
 
     def medians(per_x: dict[float, list[Row]], metric: str) -> list[float]:
         values = ([r[metric] for r in rs if r.get(metric) is not None] for rs in per_x.values())
-        return [statistics.median(v) if v else 0.0 for v in values]
+        return [spread(v).median if v else 0.0 for v in values]  # type: ignore[union-attr]
 
     # The operating-point rule over whole lines: a setting's recall is its lowest over x, its QPS the sum.
     setting, _ = choose_operating_point(
@@ -348,14 +347,14 @@ def _segments(rows: Iterable[Row]) -> dict[str, float]:
     for r in rows:
         if r.get("stage") == "index" and r.get("status") == "ok" and r.get("segments") is not None:
             by_label.setdefault(point_name(r), []).append(r["segments"])
-    return {label: statistics.median(v) for label, v in by_label.items()}
+    return {label: spread(v).median for label, v in by_label.items()}  # type: ignore[union-attr]
 
 
 def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None) -> Path:
     """One PNG: a panel per metric, a line per series with min–max error bars."""
-    figure = _figure(6.0 * len(data.spec.panels), 4.6)
+    figure = new_figure(6.0 * len(data.spec.panels), 4.6)
     bases = sorted({s.entry for s in data.series})
-    colors = _colors(bases)
+    colors = colors_for(bases)
     styles = ["-", "--", ":", "-."]
     xs = sorted({p.x for s in data.series for p in s.points})
     log = xs[0] > 0 and xs[-1] / xs[0] >= 4
@@ -406,7 +405,7 @@ def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="best")
     figure.suptitle(data.spec.title + " (median, min–max over repeats)", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def study_section(rows: Sequence[Row], out: Path) -> tuple[list[str], dict[str, Path]]:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from apps.evaluate.results import ResultRows, is_ok, point_name
 from apps.evaluate.rules import setting_order
-from apps.report.figures import _colors, _figure, _save
+from apps.report.figures import colors_for, new_figure, save_figure
 from core.format import num, size, table
 
 PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
@@ -122,11 +122,11 @@ def draw_telemetry(database: str, rows: list[dict[str, Any]], path: Path) -> Pat
     if not series:
         return None
     t0 = min(r["time"] for r in rows)
-    figure = _figure(8.0, 7.0)
+    figure = new_figure(8.0, 7.0)
     axes = figure.subplots(3, 1, sharex=True)
-    colors = _colors([f"{n}:{p}" for n, p in series])
+    colors = colors_for([f"{n}:{p}" for n, p in series])
     everything = sorted((p for points in series.values() for p in points), key=lambda p: p["time"])
-    shades = _colors(list(PHASE_ORDER))
+    shades = colors_for(list(PHASE_ORDER))
     for ax in axes:
         for phase, start, end in _phase_spans(everything, t0):
             ax.axvspan(start, max(end, start + 0.5), color=shades.get(phase, "grey"), alpha=0.12, lw=0)
@@ -147,7 +147,7 @@ def draw_telemetry(database: str, rows: list[dict[str, Any]], path: Path) -> Pat
     axes[0].set_title(f"{database}: database processes, sampled once a second", pad=14)
     for ax in axes:
         ax.grid(True, alpha=0.3)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def phase_summary(rows: list[dict[str, Any]]) -> list[list[str]]:

@@ -1,0 +1,3 @@
+"""Database processes sampled once a second: the rank-side sampler and the driver-side collector (one-way
+import).
+"""

@@ -294,7 +294,7 @@ def _alive(pid: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``python -m apps.telemetry``: sample given pids until they exit, SIGTERM, or the ``--while-alive``
     process exits; write Parquet."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m apps.telemetry", description=__doc__.splitlines()[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--pids", help="comma-separated pids to sample (with their children)")
     group.add_argument("--pid-file", type=Path, help="file holding one pid (e.g. a server's pid file)")

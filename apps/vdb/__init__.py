@@ -1,7 +1,7 @@
 """Vector databases: one folder per database, found through this registry.
 
 Each folder ``apps/vdb/<name>/`` holds everything about that database, and its ``__init__.py`` declares it:
-``DATABASE = Database(...)`` (:class:`apps.vdb.database.Database`): its settings model (``settings.py``,
+``DATABASE = Database(...)`` (:class:`apps.vdb.declaration.Database`): its settings model (``settings.py``,
 pydantic only), client packages, index types and what it builds with them, images, whether it runs in
 process, and the import paths of its deployment (``deploy.py``), client (``client.py``), HPC ranks
 (``ranks.py``, with ``env.py``, its server environment) and config checks on HPC (``checks.py``).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from apps.vdb.database import Database
+from apps.vdb.declaration import Database
 
 # name -> the package whose ``DATABASE`` declares it (imported on first use).
 DATABASES = {

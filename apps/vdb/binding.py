@@ -7,7 +7,7 @@ on this machine (``vdb.cores_per_worker``, ``vdb.bind``):
 
 * ``cores_per_worker: n`` sets each database's thread knobs to n (GOMAXPROCS for Weaviate and Milvus,
   Qdrant's search and indexing threads; a value the user set in the database's settings wins) through
-  the database's own ``with_threads`` (its declaration, :class:`apps.vdb.database.Database`);
+  the database's own ``with_threads`` (its declaration, :class:`apps.vdb.declaration.Database`);
 * ``bind: cores`` (the default) also pins every server process to CPUs 0..n-1 of those this process may
   use (``os.sched_getaffinity``), set in the child before it executes the server, so every thread it
   starts inherits it; ``bind: none`` leaves the affinity alone (threads capped, cores not pinned).

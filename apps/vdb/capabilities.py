@@ -2,8 +2,8 @@
 limits that depend on where the server runs. Checked when a config is validated (``VdbConfig``), so a
 combination a database cannot build fails before any server starts, naming the field and the database.
 
-Each database declares them in its :class:`~apps.vdb.database.Database` (pydantic only, no client
-library): ``quantizations`` (index type -> the ``vdb.collection.quantization`` values it builds with it;
+Each database declares them in its :class:`~apps.vdb.declaration.Database` (no client library
+imported): ``quantizations`` (index type -> the ``vdb.collection.quantization`` values it builds with it;
 an absent index type: only ``none``), ``on_disk`` (the index types that honour ``vdb.collection.on_disk:
 true``), ``always_on_disk`` (the index types kept on disk whatever ``on_disk`` says: PostgreSQL's and
 Lance's files, Milvus DISKANN), ``limits`` (field name -> why the database refuses other values, appended

@@ -204,6 +204,22 @@ def collection_spec(cfg: Any, name: str, dim: int, metric: str) -> Any:
     return CollectionSpec(name=name, dim=dim, metric=metric, **cfg.collection.model_dump(exclude={"name"}))
 
 
+def context(
+    database: str, settings: Any, endpoints: Any, spec: Any, data: dict[str, Any], **extra: Any
+) -> dict:
+    """What a benchmark's arms share about one served database (``ctx``): its name, settings, endpoints
+    (also as plain data, for a child process), collection and dataset, plus the benchmark's ``extra``."""
+    return {
+        "database": database,
+        "settings": settings,
+        "endpoints": endpoints.model_dump(),
+        "endpoints_model": endpoints,
+        "spec": spec.model_dump(),
+        "data": data,
+        **extra,
+    }
+
+
 @contextlib.contextmanager
 def served(database: str, settings: Any, startup_timeout_s: float, keep: bool) -> Iterator[tuple[Path, Any]]:
     """(work directory, endpoints) of the database's local servers for one benchmark: started under

@@ -184,7 +184,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
     parser.add_argument(
         "--ef", type=int, nargs="+", default=[16, 32, 64, 128], help="ef values (16 32 64 128)"

@@ -238,7 +238,7 @@ def serve(kind: str, spec_file: str) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=500, help="sample documents to chunk (default 500)")
     parser.add_argument("--docs-per-shard", type=int, default=63, help="shard size (default 63: 8 shards)")
     parser.add_argument("--min-chunks", type=int, default=2000, help="refuse to run on fewer chunks")

@@ -339,7 +339,7 @@ def configured_budget() -> int:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     datasets = ["pes2o", "bigann10k", "fmnist1k", "random"]
     parser.add_argument("--data", nargs="+", default=datasets, choices=datasets, help="inputs (default: all)")
     parser.add_argument("--k", type=int, default=100, help="neighbours per query (default 100)")

@@ -81,7 +81,7 @@ def faiss_answer(base, queries, k, metric, rows):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=200_000, help="base rows (200,000)")
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--queries", type=int, default=2_000)

@@ -58,10 +58,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from apps.vdb import DATABASES as REGISTERED
 from apps.vdb.pool import close_shared_pools
 from benchmarks import common
-from benchmarks.common.vdb import bench_dataset, collection_spec, settings_for, vdb_config
+from benchmarks.common.vdb import bench_dataset, collection_spec, context, settings_for, vdb_config
 from benchmarks.ingest.harness import harness_upload, profile_database
 from benchmarks.ingest.vendors import VENDOR_LABELS, VENDORS, vendor_upload
 
@@ -69,7 +68,7 @@ NAME = "ingest"
 COLLECTION = "ingest_bench"
 MEMORY = " [in memory]"  # the diagnostic vendor arm: vectors in memory before its clock starts
 TARGET = 1.0
-DATABASES = (*REGISTERED, "qdrant-local")  # qdrant-local: qdrant-client local mode, a benchmark arm
+DATABASES = tuple(VENDORS)  # those with a vendor arm; qdrant-local: qdrant-client local mode, a benchmark arm
 # Rows per database when no project dataset was built: each upload rests on seconds of work.
 DEFAULT_ROWS = {"qdrant": 200_000, "milvus": 50_000, "weaviate": 8_000, "qdrant-local": 5_000}
 
@@ -118,18 +117,17 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
         started = time.monotonic()
         endpoints = deployment.start(work / "server", cfg.startup_timeout_s)
         startup = time.monotonic() - started
-        ctx = {
-            "adapter_name": adapter_name,
-            "settings": settings,
-            "endpoints": endpoints.model_dump(),
-            "endpoints_model": endpoints,
-            "spec": spec.model_dump(),
-            "data": data,
-            "batch_size": args.batch_size,
-            "retries": cfg.insert.retries,
-            "timeout": cfg.insert.timeout_s,
-            "server_pids": server_pids(deployment),
-        }
+        ctx = context(
+            adapter_name,
+            settings,
+            endpoints,
+            spec,
+            data,
+            batch_size=args.batch_size,
+            retries=cfg.insert.retries,
+            timeout=cfg.insert.timeout_s,
+            server_pids=server_pids(deployment),
+        )
         vendor_cls, modes = VENDORS[database]
         vendor = vendor_cls(ctx)
         arms: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -313,7 +311,7 @@ def print_summary(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
     parser.add_argument("--batch-size", type=int, default=256, help="vectors per request (256)")
     parser.add_argument("--rows", type=int, default=None, help="first N rows of the dataset (default all)")

@@ -170,7 +170,7 @@ def report(small: dict[str, Any], large: dict[str, Any]) -> None:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=200, help="documents at 1x (default 200)")
     parser.add_argument("--factor", type=int, default=10, help="the large run's multiple (default 10)")
     parser.add_argument("--docs-per-shard", type=int, default=25, help="same at both scales (25)")

@@ -47,7 +47,7 @@ NAME = "peer_vectordbbench"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--databases", nargs="+", choices=("weaviate", "milvus"), default=["weaviate", "milvus"]
     )
@@ -109,7 +109,7 @@ def vdbbench_side(
     work: Path,
 ) -> dict[str, Any]:
     """VectorDBBench at one client count (its serial pass too), its figures checked."""
-    database, qids = ctx["adapter_name"], tables["query_ids"]
+    database, qids = ctx["database"], tables["query_ids"]
     if database == "weaviate" and sides.server_ef(ctx) != args.ef:
         raise SystemExit(f"weaviate: the collection's ef is {sides.server_ef(ctx)}, not {args.ef}")
     result = sides.run_vdbbench(python, ctx, args, export, clients, work)
@@ -154,7 +154,7 @@ def measure_pair(
 ) -> dict[str, Any]:
     """Per client count, one VectorDBBench run and one project run back to back; the side that goes first
     alternates from one run to the next."""
-    database = ctx["adapter_name"]
+    database = ctx["database"]
     pair: dict[str, Any] = {"repeat": repeat, "order": {}, "vdbbench": {}, "project": {}}
     segments = sides.milvus_segments(ctx) if database == "milvus" else None
     for n, c in enumerate(args.clients):
@@ -189,16 +189,15 @@ def run_database(
     spec = vdb.collection_spec(cfg, sides.COLLECTION[database], export["dim"], data["metric"])
     pairs = []
     with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
-        ctx = {
-            "adapter_name": database,
-            "settings": settings,
-            "endpoints": endpoints.model_dump(),
-            "endpoints_model": endpoints,
-            "spec": spec.model_dump(),
-            "data": data,
-            "metric": data["metric"],
-            "project_queries": data["project_queries"],
-        }
+        ctx = vdb.context(
+            database,
+            settings,
+            endpoints,
+            spec,
+            data,
+            metric=data["metric"],
+            project_queries=data["project_queries"],
+        )
         setup = sides.load_collection(ctx, cfg)
         if database == "weaviate":
             sides.set_ef(ctx, tables["query_vectors"], args.k, args.ef)

@@ -41,7 +41,7 @@ DRIVER = Path(__file__).resolve().parent / "vdbbench_driver.py"
 
 def load_collection(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
     """Load the dataset once (untimed set-up); returns what the index stage recorded, and the load time."""
-    if ctx["adapter_name"] == "milvus":
+    if ctx["database"] == "milvus":
         setup = vdb.load_collection(ctx, cfg)  # the project's own stages
         return {**setup, "compact_s": settle_milvus(ctx, cfg.index_timeout_s)}
     return _load_weaviate(ctx, cfg)
@@ -155,7 +155,7 @@ def server_ef(ctx: dict[str, Any]) -> int | None:
     """The ef the server applies to the collection now (Weaviate: schema; Milvus: per request)."""
     from apps.vdb.process import get_json
 
-    if ctx["adapter_name"] != "weaviate":
+    if ctx["database"] != "weaviate":
         return None
     node = ctx["endpoints_model"].nodes[0]
     schema = get_json(f"http://{node.host}:{node.port}/v1/schema/{COLLECTION['weaviate']}", timeout=30)
@@ -194,7 +194,7 @@ def run_project(ctx: dict[str, Any], clients: int, args: Any, out_dir: Path) -> 
     records = query_sweep(vdb.target_of(ctx), str(ctx["project_queries"]), query_cfg, str(out_dir), None)
     if records[0].stalled:
         raise SystemExit(
-            f"{ctx['adapter_name']}: the query stage flagged its run as stalled: {records[0].stalled}"
+            f"{ctx['database']}: the query stage flagged its run as stalled: {records[0].stalled}"
         )
     raw = pq.read_table(records[0].file)
     stats = latency_stats(raw)
@@ -243,7 +243,7 @@ def run_vdbbench(
     spec = ctx["spec"]
     work.mkdir(parents=True, exist_ok=True)
     request = {
-        "database": ctx["adapter_name"],
+        "database": ctx["database"],
         "uri": f"http://{node.host}:{node.port}",
         "collection": spec["name"],
         "m": spec["hnsw_m"],
@@ -268,7 +268,7 @@ def run_vdbbench(
     if done.returncode != 0:
         tail = (work / "driver.log").read_text().strip().splitlines()[-20:]
         raise SystemExit(
-            f"VectorDBBench ({ctx['adapter_name']}) failed, exit {done.returncode}:\n  " + "\n  ".join(tail)
+            f"VectorDBBench ({ctx['database']}) failed, exit {done.returncode}:\n  " + "\n  ".join(tail)
         )
     return json.loads((work / "result.json").read_text())
 

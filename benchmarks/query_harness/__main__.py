@@ -40,14 +40,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.vdb import DATABASES as REGISTERED
 from benchmarks import common
 from benchmarks.common import vdb
 from benchmarks.query_harness.direct import DIRECT_CALL, run_direct
 
 NAME = "query_harness"
 TARGET = 0.95
-DATABASES = tuple(REGISTERED)
+DATABASES = tuple(DIRECT_CALL)  # the databases with a direct vendor-client loop to compare against
 COLLECTION = "query_bench"
 DEFAULT_ROWS = 10_000  # random unit vectors when no project dataset was built (common/vdb.bench_dataset)
 SYNTHETIC_QUERIES = 500
@@ -128,17 +127,16 @@ def run_database(database: str, data: dict[str, Any], cfg: Any, args: argparse.N
     spec = vdb.collection_spec(cfg, COLLECTION, data["vectors"].shape[1], data["metric"])
     runs: list[dict[str, Any]] = []
     with vdb.served(database, settings, cfg.startup_timeout_s, args.keep) as (work, endpoints):
-        ctx = {
-            "adapter_name": database,
-            "settings": settings,
-            "endpoints": endpoints.model_dump(),
-            "endpoints_model": endpoints,
-            "spec": spec.model_dump(),
-            "data": data,
-            "queries_file": data["queries_file"],
-            "max_queries": args.queries,
-            "warmup": args.warmup,
-        }
+        ctx = vdb.context(
+            database,
+            settings,
+            endpoints,
+            spec,
+            data,
+            queries_file=data["queries_file"],
+            max_queries=args.queries,
+            warmup=args.warmup,
+        )
         setup = vdb.load_collection(ctx, cfg)
         print(
             f"\n{database}: {endpoints.server_version}; loaded {setup['count']} rows in "
@@ -215,7 +213,7 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--databases", nargs="+", choices=DATABASES, default=list(DATABASES))
     parser.add_argument("--ef", type=int, nargs="+", default=[64], help="search-time ef (64)")
     parser.add_argument("--batch-size", type=int, nargs="+", default=[1, 32], help="queries/request (1 32)")

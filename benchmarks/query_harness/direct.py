@@ -169,7 +169,7 @@ def run_direct(ctx: dict[str, Any], vectors: np.ndarray, setting: dict[str, Any]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    database = ctx["adapter_name"]
+    database = ctx["database"]
     if ctx["endpoints_model"].in_process:
         direct = DIRECT[database](ctx)
         try:

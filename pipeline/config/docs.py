@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from core.format import table
 from pipeline.config.model import RunConfig
 
 
@@ -31,9 +32,9 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if origin is typing.Literal:
-        return " \\| ".join(repr(a) for a in typing.get_args(annotation))
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
-        return " \\| ".join(_type_name(a) for a in typing.get_args(annotation))
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
     if origin in (list, dict):
         return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(annotation))}]"
     if isinstance(annotation, type):
@@ -63,9 +64,8 @@ def _section(model: type[BaseModel], path: str, seen: set[tuple[str, type]]) -> 
         "",
         doc,
         "",
-        "| field | type | default | description |",
-        "|---|---|---|---|",
     ]
+    rows: list[tuple[str, str, str, str]] = []
     nested: list[tuple[str, type[BaseModel]]] = []
     for name, field in model.model_fields.items():
         subs = _models_in(field.annotation)
@@ -75,11 +75,10 @@ def _section(model: type[BaseModel], path: str, seen: set[tuple[str, type]]) -> 
             field_doc = subs[0].__doc__.strip().splitlines()[0]  # a section: its model's summary
         else:
             field_doc = field.description or ""
-        description = field_doc.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_default(field)} | {description} |")
+        rows.append((f"`{name}`", _type_name(field.annotation), _default(field), field_doc))
         for sub in subs:
             nested.append((f"{path}.{name}" if path != "(top level)" else name, sub))
-    lines.append("")
+    lines += [*table(["field", "type", "default", "description"], rows, limit=None), ""]
     for sub_path, sub in nested:
         lines.extend(_section(sub, sub_path, seen))
     return lines

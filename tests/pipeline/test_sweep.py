@@ -304,7 +304,7 @@ def test_an_entrys_k_above_the_ground_truth_is_refused_before_anything_runs(
 
 @pytest.mark.parametrize("label", [".", "..", "../x", 5, True])
 def test_a_label_is_a_string_and_never_names_a_directory(label: object) -> None:
-    from apps.vdb.sweep_labels import label_slug
+    from apps.vdb.sweep import label_slug
 
     if isinstance(label, str):  # accepted, as a plain file name inside the stage directory
         (point,) = VdbConfig.model_validate({"databases": [{**QDRANT, "label": label}]}).points

@@ -266,7 +266,7 @@ def test_drawn_lines_sit_on_their_x_values_in_every_panel(tmp_path: Path, monkey
     import apps.report.study as study
 
     figures = []
-    monkeypatch.setattr(study, "_save", lambda figure, path: figures.append(figure) or path)
+    monkeypatch.setattr(study, "save_figure", lambda figure, path: figures.append(figure) or path)
     rows = sweep_rows()
     data = figure_data(rows, SPEC["study_segments"])
     study.draw(data, tmp_path / "s.png", study._segments(rows))

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from apps.vdb import DATABASES, database, databases, runs_in_process
 from apps.vdb.base import Client, CollectionConfig, CollectionSpec
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.pgvector.settings import PgvectorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,14 +63,13 @@ def test_settings_import_only_pydantic(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(DATABASES))
-def test_folder_holds_small_modules(name: str) -> None:
+def test_folder_holds_its_parts(name: str) -> None:
     folder = ROOT / "apps" / "vdb" / name
-    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
+    files = {p.name for p in folder.glob("*.py")}
     required = {"__init__.py", "settings.py", "deploy.py", "client.py"}
     if not in_process_only(name):
         required |= {"env.py", "ranks.py", "checks.py"}
-    assert required <= set(sizes)
-    assert max(sizes.values()) < 450, sizes
+    assert required <= files
 
 
 @pytest.mark.parametrize("name", list(DATABASES))

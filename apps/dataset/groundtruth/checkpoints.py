@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from apps.dataset.groundtruth import exact_distance
 from apps.dataset.groundtruth.faiss_kernel import FaissExactSearch
+from apps.dataset.groundtruth.stage import groundtruth_table
 from apps.dataset.layout import iter_vectors
 from apps.dataset.lookup import read_query_vectors
 from core.store import write_parquet_atomic
@@ -199,15 +200,9 @@ def prefix_groundtruth(
     queries = read_query_vectors(queries_file)
     k = min(k, rows)
     truth = checkpoint_truth(dataset_dir, queries.ids, queries.vectors, [rows], k, metric, memory_budget_mb)
-    neighbors = truth.column("neighbors").combine_chunks().flatten()
-    distances = truth.column("distances").combine_chunks().flatten()
-    return pa.table(
-        {
-            "query_id": truth.column("query_id"),
-            "neighbors": pa.FixedSizeListArray.from_arrays(neighbors.cast(pa.int64()), k),
-            "distances": pa.FixedSizeListArray.from_arrays(distances.cast(pa.float32()), k),
-        }
-    )
+    neighbors = truth.column("neighbors").combine_chunks().flatten().to_numpy().reshape(-1, k)
+    distances = truth.column("distances").combine_chunks().flatten().to_numpy().reshape(-1, k)
+    return groundtruth_table(truth.column("query_id").to_numpy(), neighbors, distances)
 
 
 def _prefix_cached(path: Path, tag: str) -> bool:

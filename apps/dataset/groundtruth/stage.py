@@ -54,6 +54,19 @@ log = logging.getLogger(__name__)
 Engine = Literal["auto", "faiss", "torch"]
 
 
+def groundtruth_table(query_ids: Any, neighbors: np.ndarray, distances: np.ndarray) -> pa.Table:
+    """``groundtruth.parquet``'s layout: ``query_id`` (int64) and, per query, its k neighbour ids (int64)
+    and distances (float32) as fixed-size lists, nearest first (``neighbors``: (queries, k))."""
+    k = neighbors.shape[1]
+    return pa.table(
+        {
+            "query_id": pa.array(np.asarray(query_ids), pa.int64()),
+            "neighbors": pa.FixedSizeListArray.from_arrays(pa.array(neighbors.ravel(), pa.int64()), k),
+            "distances": pa.FixedSizeListArray.from_arrays(pa.array(distances.ravel(), pa.float32()), k),
+        }
+    )
+
+
 def pick_engine(engine: str, device: str) -> str:
     """``auto``: FAISS on the CPU, torch on an accelerator."""
     if engine == "auto":
@@ -211,13 +224,7 @@ def compute_groundtruth(
         rows,
         stats,
     )
-    table = pa.table(
-        {
-            "query_id": queries.column("id"),
-            "neighbors": pa.FixedSizeListArray.from_arrays(pa.array(ids.ravel(), pa.int64()), k),
-            "distances": pa.FixedSizeListArray.from_arrays(pa.array(distances.ravel(), pa.float32()), k),
-        }
-    )
+    table = groundtruth_table(queries.column("id").to_numpy(), ids, distances)
     written = write_parquet_atomic(table, out / "groundtruth.parquet", row_group_rows=4096)
     manifest = {
         "stage": "groundtruth",

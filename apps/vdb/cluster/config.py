@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from apps.vdb import DATABASES, databases
-from apps.vdb import database as declaration
+from apps.vdb import database as declared
 from core.config import Strict
 from executors.config import StorageMedium, Walltime
 from executors.safe import (
@@ -248,5 +248,5 @@ class DatabaseClusterConfig(Strict):
 def image_for(cluster: DatabaseClusterConfig, database: str, settings: Any = None) -> tuple[str, str | None]:
     """(images field name, path) of the image a database runs from (the database picks the field, from
     its ``settings`` too when given)."""
-    field = declaration(database).image_for(cluster, settings)
+    field = declared(database).image_for(cluster, settings)
     return field, cluster.images.get(field)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apps.vdb import database as declaration
+from apps.vdb import database as declared
 from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from apps.vdb.cluster.native import native_spec
@@ -126,7 +126,7 @@ def plan_cluster(
         if not image:
             raise DatabaseError(f"vdb.cluster.images: no Apptainer image for {database}")
         image = str(absolute(image, base_dir))
-    planned = declaration(database).plan_ranks(settings, cluster, image, data, base_dir)
+    planned = declared(database).plan_ranks(settings, cluster, image, data, base_dir)
     ranks = planned.ranks
     if native and not planned.native:
         if not image:

@@ -10,7 +10,7 @@ vdb stages give an in-process engine ``shards: 1`` there).
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.faiss.settings import FaissSettings
 
 _INDEX_TYPES = ("hnsw", "ivf_flat", "ivf_pq", "flat")

@@ -8,7 +8,7 @@ HPC it runs on the client block, never as a pilot job, so it has no layout to ch
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.lancedb.settings import LanceDBSettings
 
 # Not built: hnsw (LanceDB's HNSW always sits inside IVF lists), diskann, dynamic.

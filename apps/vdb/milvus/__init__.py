@@ -7,7 +7,7 @@ Everything about this database lives in this folder: ``settings`` (its config mo
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.milvus.settings import MilvusSettings, index_problems, with_threads
 
 DATABASE = Database(

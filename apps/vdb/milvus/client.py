@@ -164,7 +164,7 @@ class MilvusVectorClient(Client):
 
     def insert_new(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Insert rows absent from the collection: a plain insert (an upsert also deletes by key, which
-        cost the server ~40% more per row in benchmarks/ingest.py), built from the vectors' bytes."""
+        cost the server ~40% more per row in python -m benchmarks.ingest), built from the vectors' bytes."""
         self._check_dim(vectors, "vectors")
         if self._packed_insert(ids, vectors):
             return

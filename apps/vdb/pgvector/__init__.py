@@ -8,7 +8,7 @@ binaries), ``conn`` (connections), ``sql`` (statements and binary formats), ``cl
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.pgvector.settings import PgvectorSettings
 
 # HNSW, IVFFlat (vectorchord: vchordrq), flat = no index (exact scan).

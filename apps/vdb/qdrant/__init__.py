@@ -9,7 +9,7 @@ checks on HPC).
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.qdrant.settings import QdrantSettings, index_problems, with_threads
 
 

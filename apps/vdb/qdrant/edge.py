@@ -112,7 +112,7 @@ class EdgeClient(QdrantClientBase):
 
         vectors = np.ascontiguousarray(self._check_batch("vectors", vectors))
         # A row's memoryview reads as its float32 values without a Python list of floats in between:
-        # ~40% less conversion than vectors.tolist() (benchmarks/ingest.py --profile).
+        # ~40% less conversion than vectors.tolist() (python -m benchmarks.ingest --profile).
         row_ids = self._check_ids(ids, len(vectors))
         points = [Point(i, memoryview(v)) for i, v in zip(row_ids, vectors, strict=True)]
         self.handle.shard.update(UpdateOperation.upsert_points(points))

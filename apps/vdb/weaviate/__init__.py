@@ -8,7 +8,7 @@ Everything about this database lives in this folder: ``settings`` (its config mo
 
 from __future__ import annotations
 
-from apps.vdb.database import Database, Lazy
+from apps.vdb.declaration import Database, Lazy
 from apps.vdb.weaviate.settings import WeaviateSettings, index_problems, with_threads
 
 DATABASE = Database(

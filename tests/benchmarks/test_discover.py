@@ -16,8 +16,16 @@ BENCHMARKS = REPO / "benchmarks"
 
 def test_discover_finds_every_benchmark_package_and_only_those() -> None:
     names = discover()
-    on_disk = sorted(p.parent.name for p in BENCHMARKS.glob("*/__main__.py"))
-    assert names == on_disk and len(names) >= 8
+    assert names == [
+        "ef_monotonicity",
+        "embed",
+        "groundtruth",
+        "groundtruth_gpu",
+        "ingest",
+        "memory",
+        "peer_vectordbbench",
+        "query_harness",
+    ]
     assert "common" not in names and "out" not in names
     files = [*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*/*.py")]
     helpers = [p for p in files if p.name.startswith("_") and not p.name.startswith("__")]
@@ -35,7 +43,7 @@ def test_each_benchmark_runs_as_a_module(name: str) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert "usage:" in done.stdout
+    assert done.stdout.startswith(f"usage: python -m benchmarks.{name} ")
 
 
 def test_headline_is_the_worst_row_against_the_target() -> None:
