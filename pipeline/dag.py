@@ -19,11 +19,11 @@ from rich.console import Console
 
 from apps.dataset import chunking as chunk_stage
 from apps.dataset import corpus as corpus_stage
-from apps.dataset import geometry_stage
 from apps.dataset import layout as dataset_stage
 from apps.dataset import queries as queries_stage
 from apps.dataset.embedding import stage as embed_stage
 from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.queries import QueriesConfig
@@ -307,7 +307,7 @@ class DagRunner:
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
 
     def _geometry(self, progress: StageProgress) -> None:
-        """The geometry stage on the CPU block (see apps/dataset/geometry_stage.py), unless complete."""
+        """The geometry stage on the CPU block (see apps/dataset/geometry/stage.py), unless complete."""
         plan, cfg = self.plan, self.plan.config
         stage = plan.stage("geometry")
         if self._start("geometry"):

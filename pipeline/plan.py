@@ -16,11 +16,11 @@ from typing import Any
 
 from apps.dataset import chunking as chunk_stage
 from apps.dataset import corpus as corpus_stage
-from apps.dataset import geometry_stage
 from apps.dataset import layout as dataset_stage
 from apps.dataset import queries as queries_stage
 from apps.dataset.embedding.loading import max_input_tokens, resolve_model_path, tokenizer_fingerprint
 from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from apps.dataset.geometry_stage import load_record
+from apps.dataset.geometry.stage import load_record
 from apps.dataset.groundtruth.checkpoints import prefix_groundtruth_file
 from apps.evaluate.metrics import evaluate_files
 from apps.evaluate.mixed import mixed_rows

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from apps.dataset.geometry import GeometryRecord
-from apps.dataset.geometry_stage import report_section
+from apps.dataset.geometry.estimates import GeometryRecord
+from apps.dataset.geometry.stage import report_section
 from apps.evaluate.results import (
     ResultRows,
     insert_rate,

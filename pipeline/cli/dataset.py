@@ -153,8 +153,8 @@ def geometry(
     """Print the intrinsic dimension (MLE, TwoNN) and relative contrast of a dataset and its queries."""
     from pydantic import ValidationError
 
-    from apps.dataset.geometry import GeometryConfig, dataset_geometry
-    from apps.dataset.geometry_stage import summary_lines, update_card
+    from apps.dataset.geometry.estimates import GeometryConfig, dataset_geometry
+    from apps.dataset.geometry.stage import summary_lines, update_card
     from apps.interchange.exporter import locate
 
     try:

@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 from apps.dataset.chunking import ChunkingConfig, NoChunking, RecursiveChunking, SemanticChunking
 from apps.dataset.corpus import CorpusConfig, ShardingConfig
 from apps.dataset.embedding.model import QWEN3_QUERY_TASK, EmbeddingConfig
-from apps.dataset.geometry import GeometryConfig
+from apps.dataset.geometry.estimates import GeometryConfig
 from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.layout import DatasetConfig
 from apps.dataset.queries import QueriesConfig

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apps.dataset.geometry import GeometryConfig, GeometryRecord, estimate_geometry, sample_dataset
-from apps.dataset.geometry_stage import (
+from apps.dataset.geometry.estimates import GeometryConfig, GeometryRecord, estimate_geometry, sample_dataset
+from apps.dataset.geometry.stage import (
     CARD_HEADING,
     compute_geometry,
     load_record,

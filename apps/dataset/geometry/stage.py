@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from apps.dataset.geometry import GeometryConfig, GeometryRecord, Metric, dataset_geometry
+from apps.dataset.geometry.estimates import GeometryConfig, GeometryRecord, Metric, dataset_geometry
 from apps.taskinfo import task_context
 from core.format import num, table
 from core.store import atomic_write_json, atomic_write_text, complete_manifest
