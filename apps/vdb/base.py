@@ -192,10 +192,7 @@ def _converting(method: str, fn: Callable) -> Callable:
             return fn(self, *args, **kwargs)
         except Exception as exc:
             log.debug("%s.%s failed", type(self).__name__, method, exc_info=True)
-            error = _database_error(self, method, exc, time.monotonic() - started)
-        # Raised outside the except block, so the client library's error is not even its __context__:
-        # Parsl installs tblib's pickling for every exception class, which pickles the context too.
-        raise error
+            raise _database_error(self, method, exc, time.monotonic() - started) from None
 
     call.__converting__ = True  # type: ignore[attr-defined]
     return call
