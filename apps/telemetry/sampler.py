@@ -253,9 +253,10 @@ def _exe_name(proc: psutil.Process) -> str:
 
 
 def read_process(proc: psutil.Process) -> dict[str, Any] | None:
-    """CPU seconds, RSS, I/O counters and threads of ``proc`` now; None when it has exited.
+    """CPU seconds, RSS, I/O counters and threads of ``proc`` now; None when it has exited or is exiting.
 
-    I/O counters are None where the kernel does not let this user read them.
+    I/O counters are None where the kernel does not let this user read them. A process whose memory the
+    kernel has already released (RSS 0: on its way out at teardown, not yet a zombie) is no sample either.
     """
     try:
         with proc.oneshot():
@@ -271,6 +272,8 @@ def read_process(proc: psutil.Process) -> dict[str, Any] | None:
             except (psutil.AccessDenied, AttributeError):
                 io = None
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    if not values["rss_bytes"]:
         return None
     values.update(
         read_bytes=io and io.read_bytes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -10,7 +11,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -23,6 +26,7 @@ from apps.telemetry.sampler import (
     Sampler,
     announce_engine,
     engine_pids,
+    read_process,
     write_server_pids,
 )
 from apps.vdb.stages.query_io import QueryIo, io_columns, read_window
@@ -274,3 +278,33 @@ def test_report_sections_from_real_telemetry(worker: Worker, tmp_path: Path) -> 
     assert "| weaviate | 2.0 KiB | 4.0 KiB | — |" in "\n".join(io_table(ResultRows(rows)))
     expected = "| weaviate | ef=16,batch=1,clients=1,k=10 | 0.900 | 100.0 | cold | 8.0 KiB | 2.00 | 1.0 GiB |"
     assert expected in table
+
+
+class _ExitingProcess:
+    """What psutil shows of a process between releasing its memory and becoming a zombie: RSS 0."""
+
+    pid = 4242
+
+    def oneshot(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def cpu_times(self) -> SimpleNamespace:
+        return SimpleNamespace(user=1.0, system=0.5)
+
+    def create_time(self) -> float:
+        return 1.0
+
+    def memory_info(self) -> SimpleNamespace:
+        return SimpleNamespace(rss=0)
+
+    def num_threads(self) -> int:
+        return 1
+
+    def io_counters(self) -> SimpleNamespace:
+        return SimpleNamespace(read_bytes=0, write_bytes=0, read_count=0, write_count=0)
+
+
+def test_a_process_on_its_way_out_is_no_sample() -> None:
+    """Sampled at teardown after its memory is gone, a server would show RSS 0: it is left out, as exited."""
+    assert read_process(_ExitingProcess()) is None  # type: ignore[arg-type]
+    assert read_process(psutil.Process())["rss_bytes"] > 0
