@@ -168,6 +168,21 @@ class SlurmTestbed:
             time.sleep(0.2)
         raise AssertionError(f"job {job_id} not in {sorted(states)} after {timeout}s: {info}\n{self.logs()}")
 
+    def assert_queue_drains(self, timeout: float = 60) -> None:
+        """Every job leaves the queue within ``timeout``.
+
+        A cancelled job stays listed as completing (``CG``) until slurmd has reaped its processes and
+        run its epilog, a few seconds after the run that cancelled it has exited; only ``CG`` may linger.
+        """
+        deadline = time.monotonic() + timeout
+        queue = self.ok("squeue", "-h", "-o", "%i %j %T")
+        while queue.strip() and time.monotonic() < deadline:
+            states = {line.split()[-1] for line in queue.strip().splitlines()}
+            assert states <= {"COMPLETING"}, f"jobs still queued or running:\n{queue}"
+            time.sleep(0.5)
+            queue = self.ok("squeue", "-h", "-o", "%i %j %T")
+        assert queue.strip() == "", f"jobs still completing after {timeout}s:\n{queue}"
+
     def logs(self) -> str:
         parts = []
         for log in sorted((self.directory / "log").glob("*.log")):
