@@ -18,8 +18,14 @@ from apps.dataset import chunking as chunk_stage
 from apps.dataset import corpus as corpus_stage
 from apps.dataset import layout as dataset_stage
 from apps.dataset import queries as queries_stage
-from apps.dataset.embedding.loading import max_input_tokens, resolve_model_path, tokenizer_fingerprint
-from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.embedding.loading import (
+    end_token_problem,
+    load_tokenizer,
+    max_input_tokens,
+    resolve_model_path,
+    tokenizer_fingerprint,
+)
+from apps.dataset.embedding.model import TRANSFORMERS_RECIPE, EmbeddingConfig
 from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
@@ -112,8 +118,9 @@ def native_dimension(model_dir: Path) -> int:
     if dense:
         return int(json.loads(dense[-1].read_text())["out_features"])
     pooling = sorted(model_dir.glob("*_Pooling/config.json"))
-    if pooling:
-        return int(json.loads(pooling[0].read_text())["word_embedding_dimension"])
+    if pooling:  # sentence-transformers < 6 wrote word_embedding_dimension, 6 writes embedding_dimension
+        settings = json.loads(pooling[0].read_text())
+        return int(settings.get("embedding_dimension") or settings["word_embedding_dimension"])
     config = json.loads((model_dir / "config.json").read_text())
     return int(config["hidden_size"])
 
@@ -133,7 +140,24 @@ def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
             ("embedding", "max_length"),
             f"{emb.max_length} exceeds the model's limit of {limit[0]} tokens ({limit[1]} in {model_dir})",
         )
+    # A directory without tokenizer files (a test's stand-in) is left to the embed stage to refuse.
+    problem = None
+    if (model_dir / "tokenizer_config.json").is_file() and _pools_last_token(emb, model_dir):
+        problem = end_token_problem(load_tokenizer(str(model_dir)))
+    if problem:
+        raise loaded.error_at(("embedding", "pooling"), f"last-token pooling of {model_dir}: {problem}")
     return emb.dimension or native
+
+
+def _pools_last_token(emb: EmbeddingConfig, model_dir: Path) -> bool:
+    """Whether the vectors are the final token's state (the transformers recipe, or the model's modules)."""
+    if emb.backend == "transformers":
+        return emb.pooling == "last_token"
+    for path in model_dir.glob("*_Pooling/config.json"):
+        settings = json.loads(path.read_text())
+        if "lasttoken" in str(settings.get("pooling_mode")) or settings.get("pooling_mode_lasttoken"):
+            return True
+    return False
 
 
 def model_slug(model_id: str, model_dir: Path) -> str:
@@ -179,6 +203,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "fingerprint": model_fingerprint(model_dir),
     }
     vector_params = {**{k: embedding[k] for k in VECTOR_FIELDS}, "model": model_identity}
+    if cfg.embedding.backend == "transformers":  # the recipe is this project's code: its version counts
+        vector_params["recipe"] = TRANSFORMERS_RECIPE
     if cfg.embedding.dtype != "float32":
         vector_params["batching"] = {k: embedding[k] for k in BATCHING_FIELDS}
 

@@ -1,5 +1,4 @@
-"""Embedding backends: sentence-transformers with the real MiniLM weights, and the Qwen3 recipe on a tiny
-randomly initialised Qwen3 built from the real Qwen tokenizer files."""
+"""Embedding backends with the real MiniLM weights: sentence-transformers, transformers and OpenVINO."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from apps.dataset.embedding.model import Embedder, EmbeddingConfig, format_query, get_embedder, plan_batches
+from apps.dataset.embedding.model import Embedder, EmbeddingConfig, get_embedder, plan_batches
 from tests.conftest import base_config, sample_records
 
 MINILM_SETTINGS = {
@@ -107,101 +106,19 @@ def test_single_text_out_of_memory_is_raised(monkeypatch) -> None:
         embedder.embed(["one text"], is_query=False)
 
 
-# --- the Qwen3 path ---------------------------------------------------------------------------------------
+# --- every backend gives the model's own vectors ----------------------------------------------------------
+# (The Qwen3-Embedding recipe against sentence-transformers: tests/dataset/test_qwen3_recipe.py.)
 
 
-@pytest.fixture(scope="module")
-def tiny_qwen3(shared_data: Path, tmp_path_factory) -> Path:
-    """A 2-layer randomly initialised Qwen3 with the real Qwen tokenizer, saved like a hub checkout."""
-    from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
-
-    directory = tmp_path_factory.mktemp("tiny-qwen3")
-    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
-        shutil.copy(shared_data / "qwen-tokenizer" / name, directory / name)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    Qwen3Model(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
-def qwen_cfg(model_dir: Path, **overrides) -> EmbeddingConfig:
-    return EmbeddingConfig(
-        **{
-            **MINILM_SETTINGS,
-            "backend": "transformers",
-            "model": str(model_dir),
-            "pooling": "last_token",
-            "max_length": 64,
-            "attn_implementation": "eager",
-            **overrides,
-        }
-    )
-
-
-def test_qwen3_appends_eos_and_left_pads(tiny_qwen3: Path) -> None:
-    embedder = Embedder(qwen_cfg(tiny_qwen3))
-    eos = embedder.tokenizer.eos_token_id
-    assert embedder.tokenizer.eos_token == "<|endoftext|>"
-    encoded = embedder.encode_ids(["short text", "a somewhat longer text about bacteria and phages"])
-    assert all(e.ids[-1] == eos for e in encoded)
-    features = embedder._pad(encoded)
-    mask = features["attention_mask"]
-    assert mask[0, 0] == 0 and mask[0, -1] == 1  # padding on the left
-    assert (features["input_ids"][:, -1] == eos).all()
-
-
-def test_qwen3_left_padded_last_token_equals_alone(tiny_qwen3: Path) -> None:
-    embedder = Embedder(qwen_cfg(tiny_qwen3))
-    batch = ["Phage lambda", "Sensor protein PhoQ (EC 2.7.13.3) regulates magnesium transport in bacteria"]
-    together, _ = embedder.embed(batch, is_query=False)
-    alone = np.stack([embedder.embed([t], is_query=False)[0][0] for t in batch])
-    np.testing.assert_allclose(together, alone, atol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
-
-
-def test_qwen3_truncation_keeps_eos_and_counts(tiny_qwen3: Path) -> None:
-    embedder = Embedder(qwen_cfg(tiny_qwen3, max_length=16))
-    encoded = embedder.encode_ids([sample_records(1)[0]["text"]])
-    assert len(encoded[0].ids) == 16 and encoded[0].ids[-1] == embedder.tokenizer.eos_token_id
-    _, stats = embedder.embed([sample_records(1)[0]["text"], "short"], is_query=False)
-    assert stats.truncated == 1
-
-
-def test_qwen3_query_instruction(tiny_qwen3: Path) -> None:
-    task = "Given a web search query, retrieve relevant passages that answer the query"
-    embedder = Embedder(qwen_cfg(tiny_qwen3, query_task=task))
-    assert format_query("phage", task) == f"Instruct: {task}\nQuery:phage"
-    as_query, _ = embedder.embed(["phage"], is_query=True)
-    formatted, _ = embedder.embed([format_query("phage", task)], is_query=False)
-    plain, _ = embedder.embed(["phage"], is_query=False)
-    np.testing.assert_allclose(as_query, formatted, atol=1e-6)
-    assert not np.allclose(as_query, plain, atol=1e-3)
-    no_instruction, _ = Embedder(qwen_cfg(tiny_qwen3)).embed(["phage"], is_query=True, instruction=False)
-    np.testing.assert_allclose(no_instruction, plain, atol=1e-6)
-
-
-def test_qwen3_mean_pooling_and_bfloat16(tiny_qwen3: Path) -> None:
-    mean = Embedder(qwen_cfg(tiny_qwen3, pooling="mean"))
-    last = Embedder(qwen_cfg(tiny_qwen3))
-    text = ["Bacterial chemotaxis protein CheA"]
-    assert not np.allclose(
-        mean.embed(text, is_query=False)[0], last.embed(text, is_query=False)[0], atol=1e-3
-    )
-    bf16 = Embedder(qwen_cfg(tiny_qwen3, dtype="bfloat16"))
-    vec, _ = bf16.embed(text, is_query=False)
-    assert vec.dtype == np.float32
-    np.testing.assert_allclose(vec, last.embed(text, is_query=False)[0], atol=0.05)
+@pytest.mark.parametrize("backend", ["sentence-transformers", "transformers", "openvino"])
+def test_every_backend_gives_the_vectors_of_sentence_transformers(
+    texts: list[str], export_dir: Path, backend: str
+) -> None:
+    settings = {"backend": backend, "pooling": "mean", "export_dir": str(export_dir)}
+    ours, stats = Embedder(MINILM.model_copy(update=settings)).embed(texts, is_query=False)
+    reference = get_embedder(MINILM).model.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert cosines(ours, reference).min() >= 1 - 1e-5
+    assert stats.truncated > 0  # the same ids, cut the same way: [CLS] ... [SEP] kept
 
 
 # --- the OpenVINO CPU path --------------------------------------------------------------------------------

@@ -82,6 +82,24 @@ def load_tokenizer(model_dir: str):  # -> transformers.PreTrainedTokenizerBase
     return AutoTokenizer.from_pretrained(model_dir)
 
 
+def end_token_problem(tokenizer) -> str | None:  # tokenizer: transformers.PreTrainedTokenizerBase
+    """Why last-token pooling cannot use this tokenizer's texts (None: it can).
+
+    Last-token pooling reads the state of a text's final token, which the model was trained to end with a
+    special token the tokenizer itself appends (Qwen3-Embedding's post-processor appends <|endoftext|>,
+    not its ``eos_token`` <|im_end|>). A tokenizer that appends nothing would pool a word piece; the right
+    token is not guessed.
+    """
+    ids = tokenizer("a")["input_ids"]
+    if ids and ids[-1] in set(tokenizer.all_special_ids):
+        return None
+    return (
+        "its tokenizer appends no end token to a text (tokenizer('a') gives ids "
+        f"{ids}), and last-token pooling needs the special token the model ends texts with; use the "
+        "model's own tokenizer files (a tokenizer.json whose post-processor appends it), or mean pooling"
+    )
+
+
 def max_input_tokens(model_dir: Path) -> tuple[int, str] | None:
     """The most tokens the model accepts, and which file says so, read from its config files (no weights).
 

@@ -23,9 +23,14 @@ import numpy as np
 from pydantic import Field
 
 from apps.dataset.device import pick_device
-from apps.dataset.embedding.loading import offline_environment, resolve_model_path
+from apps.dataset.embedding.loading import end_token_problem, offline_environment, resolve_model_path
 from core.config import Strict
+from core.errors import ConfigError
 
+# The transformers backend's recipe (tokenization, positions, pooling), part of its datasets' content key.
+# 2: the tokenizer's own special tokens (Qwen3-Embedding's post-processor appends <|endoftext|>); 1 appended
+# tokenizer.eos_token_id, which Qwen3-Embedding's tokenizer_config.json names <|im_end|>.
+TRANSFORMERS_RECIPE = "2"
 QWEN3_QUERY_TASK = "Given a web search query, retrieve relevant passages that answer the query"
 
 
@@ -35,8 +40,9 @@ class EmbeddingConfig(Strict):
     backend: Literal["sentence-transformers", "transformers", "openvino"] = Field(
         "sentence-transformers",
         description="sentence-transformers: the model's own modules; transformers: AutoModel with left "
-        "padding, EOS appended and last-token or mean pooling (the Qwen3-Embedding recipe); openvino: a "
-        "sentence-transformers model's own modules exported once to OpenVINO and run on the CPU (no GPU).",
+        "padding, the tokenizer's own end token and last-token or mean pooling (the Qwen3-Embedding "
+        "recipe); openvino: a sentence-transformers model's own modules exported once to OpenVINO and "
+        "run on the CPU (no GPU).",
     )
     model: str = Field(
         description="Local model directory, or 'pkg:<module>' for a Python package that ships weights "
@@ -189,6 +195,9 @@ class Embedder:
         )
         self.model.max_seq_length = self.cfg.max_length
         self.tokenizer = self.model.tokenizer
+        pools_last = any("lasttoken" in str(getattr(m, "pooling_mode", "")) for m in self.model)
+        if pools_last and (problem := end_token_problem(self.tokenizer)):
+            raise ConfigError(f"embedding.model {self.model_dir}: {problem}")
         self.padding_side = self.tokenizer.padding_side
         self.native_dim = self.model.get_embedding_dimension()
 
@@ -215,14 +224,14 @@ class Embedder:
         from transformers import AutoModel, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
+        if self.cfg.pooling == "last_token" and (problem := end_token_problem(self.tokenizer)):
+            raise ConfigError(f"embedding.model {self.model_dir}: {problem}")  # before loading weights
         kwargs: dict[str, Any] = {"dtype": self.dtype}
         if self.cfg.attn_implementation:
             kwargs["attn_implementation"] = self.cfg.attn_implementation
         self.model = AutoModel.from_pretrained(self.model_dir, **kwargs).to(self.device)
         self.padding_side = "left"
         self.native_dim = self.model.config.hidden_size
-        if self.tokenizer.eos_token_id is None:
-            raise ValueError(f"{self.model_dir}: tokenizer has no EOS token; last-token pooling needs one")
 
     @property
     def dimension(self) -> int:
@@ -232,16 +241,21 @@ class Embedder:
     # --- tokenization ------------------------------------------------------------------------------------
 
     def encode_ids(self, texts: list[str]) -> list[Encoded]:
-        """Token ids per text, truncated to ``max_length`` (EOS appended for the transformers backend)."""
+        """Token ids per text as the model's own tokenizer makes them, truncation counted.
+
+        The tokenizer adds its special tokens itself (its post-processor: ``[CLS] ... [SEP]`` for BERT,
+        a final ``<|endoftext|>`` for Qwen3-Embedding) and truncates to ``max_length`` keeping them, as
+        ``tokenizer(texts, truncation=True, max_length=L)`` and sentence-transformers do.
+        """
         max_length = self.cfg.max_length
-        raw = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        if self.cfg.backend == "transformers":
-            eos = self.tokenizer.eos_token_id
-            return [Encoded([*ids[: max_length - 1], eos], len(ids) > max_length - 1) for ids in raw]
-        specials = self.tokenizer.num_special_tokens_to_add(pair=False)
-        # Second pass with the tokenizer's own truncation, so special tokens ([CLS] ... [SEP]) stay in place.
         built = self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
-        return [Encoded(ids, len(r) > max_length - specials) for ids, r in zip(built, raw, strict=True)]
+        # Only a text that fills max_length can have been cut: tokenize those again, whole, to know.
+        full = [i for i, ids in enumerate(built) if len(ids) >= max_length]
+        cut: set[int] = set()
+        if full:
+            whole = self.tokenizer([texts[i] for i in full])["input_ids"]
+            cut = {i for i, ids in zip(full, whole, strict=True) if len(ids) > max_length}
+        return [Encoded(ids, i in cut) for i, ids in enumerate(built)]
 
     def _pad_arrays(self, batch: list[Encoded]) -> dict[str, np.ndarray]:
         """Pad a batch on the backend's side into int64 arrays (input ids, mask, token types)."""

@@ -1,0 +1,225 @@
+"""Pes2o-VE as Qwen3-Embedding's own recipe makes it: the tokenizer's own token ids, and vectors equal to
+what sentence-transformers gives for the same model directory.
+
+The model is a tiny randomly initialised Qwen3 laid out as ``Qwen/Qwen3-Embedding-*`` is on the hub
+(``benchmarks/common/qwen3.py``): its tokenizer appends ``<|endoftext|>`` through the post-processor while
+its ``eos_token`` is ``<|im_end|>``, so a recipe that appends ``eos_token_id`` fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from apps.dataset.embedding.model import QWEN3_QUERY_TASK, Embedder, EmbeddingConfig, format_query
+from apps.dataset.layout import arrow_to_vectors
+from benchmarks.common import qwen3
+from core.errors import ConfigError
+from tests.conftest import base_config, sample_records
+
+# float32 on both sides: the same weights and token ids, different batch shapes (padding, order).
+FLOAT32_COSINE = 1 - 1e-5
+# bfloat16 on both sides: bf16 kernels round differently per batch shape (measured ~1e-4 here).
+BFLOAT16_COSINE = 1 - 2e-3
+END = 151643  # <|endoftext|>: what Qwen3-Embedding's tokenizer appends
+IM_END = 151645  # <|im_end|>: what its tokenizer_config.json calls eos_token
+
+
+@pytest.fixture(scope="module")
+def model_dir(shared_data: Path, tmp_path_factory) -> Path:
+    return qwen3.write_model(tmp_path_factory.mktemp("qwen3-embedding"), shared_data / "qwen-tokenizer")
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def documents() -> list[str]:
+    """Real abstracts of many lengths; several longer than the 64 tokens the tests allow."""
+    return [r["text"][: 40 + 60 * i] for i, r in enumerate(sample_records(12))] + ["a", "Phage lambda"]
+
+
+QUERIES = ["phage lambda repressor", "Sensor protein PhoQ", "magnesium transport", "CRISPR"]
+
+
+def cfg(model_dir: Path, **overrides) -> EmbeddingConfig:
+    settings = {
+        "backend": "transformers",
+        "model": str(model_dir),
+        "pooling": "last_token",
+        "max_length": 64,
+        "token_budget": 512,
+        "max_batch_size": 8,
+        "query_task": QWEN3_QUERY_TASK,
+    }
+    return EmbeddingConfig(**{**settings, **overrides})
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+# --- token ids -------------------------------------------------------------------------------------------
+
+
+def test_the_fixture_is_shaped_as_qwen3_embedding(model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|im_end|>", IM_END)
+    assert (tokenizer.pad_token, tokenizer.pad_token_id) == ("<|endoftext|>", END)
+    assert tokenizer(["test"])["input_ids"] == [[1944, END]]  # as QwenLM/Qwen3-Embedding issue #122 prints
+
+
+@pytest.mark.parametrize("kind", ["documents", "queries", "longer than max_length"])
+def test_token_ids_are_the_tokenizers_own(model_dir: Path, documents: list[str], kind: str) -> None:
+    from transformers import AutoTokenizer
+
+    texts = {
+        "documents": [*documents[-2:], documents[0]],
+        "queries": [format_query(q, QWEN3_QUERY_TASK) for q in QUERIES],
+        "longer than max_length": documents[6:-2],
+    }[kind]
+    embedder = Embedder(cfg(model_dir))
+    expected = AutoTokenizer.from_pretrained(model_dir)(texts, truncation=True, max_length=64)["input_ids"]
+    encoded = embedder.encode_ids(texts)
+    assert [e.ids for e in encoded] == expected
+    assert all(e.ids[-1] == END for e in encoded)  # kept by truncation too; never <|im_end|>
+    whole = AutoTokenizer.from_pretrained(model_dir)(texts)["input_ids"]
+    assert [e.truncated for e in encoded] == [len(ids) > 64 for ids in whole]
+    if kind == "longer than max_length":
+        assert all(e.truncated and len(e.ids) == 64 for e in encoded)
+
+
+def test_left_padding_keeps_every_texts_end_token_in_the_last_column(model_dir: Path) -> None:
+    embedder = Embedder(cfg(model_dir))
+    features = embedder._pad(embedder.encode_ids(["short text", "a somewhat longer text about phages"]))
+    assert features["attention_mask"][0, 0] == 0 and features["attention_mask"][0, -1] == 1
+    assert (features["input_ids"][:, -1] == END).all()
+
+
+@pytest.fixture(scope="module")
+def no_end_token_model(model_dir: Path, shared_data: Path, tmp_path_factory) -> Path:
+    """The same weights with a Qwen2 tokenizer of the same vocabulary, which appends no end token."""
+    directory = tmp_path_factory.mktemp("no-end-token")
+    shutil.copytree(model_dir, directory, dirs_exist_ok=True)
+    (directory / "tokenizer.json").unlink()
+    for name in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        shutil.copy(shared_data / "qwen-tokenizer" / name, directory / name)
+    return directory
+
+
+@pytest.mark.parametrize("backend", ["transformers", "sentence-transformers"])
+def test_last_token_pooling_over_a_tokenizer_without_end_token_is_refused(
+    no_end_token_model: Path, backend: str
+) -> None:
+    with pytest.raises(ConfigError, match="appends no end token"):
+        Embedder(cfg(no_end_token_model, backend=backend))
+
+
+def test_mean_pooling_needs_no_end_token(no_end_token_model: Path) -> None:
+    vectors, _ = Embedder(cfg(no_end_token_model, pooling="mean")).embed(["phage"], is_query=False)
+    assert vectors.shape == (1, 64)
+
+
+def test_validate_refuses_last_token_pooling_without_end_token(
+    no_end_token_model: Path, small_corpus: Path, tmp_path: Path, write_config
+) -> None:
+    from pipeline.config.loader import load_config
+    from pipeline.plan import build_plan
+
+    embedding = {"backend": "transformers", "model": str(no_end_token_model), "pooling": "last_token"}
+    path = write_config(base_config(small_corpus, tmp_path / "work", embedding=embedding))
+    with pytest.raises(ConfigError, match="appends no end token") as info:
+        build_plan(load_config(path))
+    assert "embedding.pooling" in str(info.value)
+
+
+# --- vectors equal to sentence-transformers ---------------------------------------------------------------
+
+
+def run_embed_and_queries_stages(tmp: Path, embedding: EmbeddingConfig, documents: list[str]) -> tuple:
+    """The embed stage over one chunk shard and the queries stage over a term list, as a run calls them."""
+    from apps.dataset.embedding.stage import embed_shard
+    from apps.dataset.queries import QueriesConfig, build_queries
+
+    chunks = tmp / "chunks.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "chunk_id": [f"c{i}" for i in range(len(documents))],
+                "doc_id": [f"d{i}" for i in range(len(documents))],
+                "chunk_index": pa.array([0] * len(documents), pa.int32()),
+                "text": documents,
+            }
+        ),
+        chunks,
+    )
+    metadata = {"dataset_key": "test", "dimension": 64}
+    record = embed_shard(str(chunks), 0, str(tmp / "dataset"), embedding, metadata, 0.0, 64)
+    part = pq.read_table(tmp / "dataset" / record["file"])
+    terms = tmp / "terms.txt"
+    terms.write_text("\n".join(QUERIES) + "\n")
+    queries = QueriesConfig(source="terms", terms_file=str(terms), instruction=True)
+    build_queries(str(tmp / "queries"), queries, embedding, str(terms), [], 0.0)
+    table = pq.read_table(tmp / "queries" / "queries.parquet")
+    return arrow_to_vectors(part.column("embedding")), arrow_to_vectors(table.column("embedding"))
+
+
+@pytest.mark.parametrize("backend", ["transformers", "sentence-transformers"])
+def test_stages_give_the_vectors_of_sentence_transformers(
+    model_dir: Path, reference, documents: list[str], tmp_path: Path, backend: str
+) -> None:
+    ours, our_queries = run_embed_and_queries_stages(tmp_path, cfg(model_dir, backend=backend), documents)
+    reference.max_seq_length = 64
+    expected = reference.encode(documents, batch_size=4)
+    expected_queries = reference.encode(QUERIES, prompt_name="query", batch_size=4)
+    assert cosines(ours, expected).min() >= FLOAT32_COSINE
+    assert cosines(our_queries, expected_queries).min() >= FLOAT32_COSINE
+    # The instruction matters: without it the queries are other vectors.
+    assert cosines(our_queries, reference.encode(QUERIES)).max() < FLOAT32_COSINE
+
+
+def test_bfloat16_agrees_with_sentence_transformers_in_bfloat16(
+    model_dir: Path, documents: list[str]
+) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(
+        str(model_dir), device="cpu", local_files_only=True, model_kwargs={"torch_dtype": torch.bfloat16}
+    )
+    reference.max_seq_length = 64
+    ours, _ = Embedder(cfg(model_dir, dtype="bfloat16")).embed(documents, is_query=False)
+    expected = reference.encode(documents, batch_size=4, convert_to_tensor=True).float().numpy()
+    assert cosines(ours, expected).min() >= BFLOAT16_COSINE
+
+
+@pytest.mark.parametrize("backend", ["transformers", "sentence-transformers"])
+def test_matryoshka_dimensions_agree_with_sentence_transformers(
+    model_dir: Path, documents: list[str], backend: str
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True, truncate_dim=32)
+    reference.max_seq_length = 64
+    ours, _ = Embedder(cfg(model_dir, backend=backend, dimension=32)).embed(documents, is_query=True)
+    expected = reference.encode(documents, prompt_name="query", batch_size=4)
+    assert ours.shape == (len(documents), 32)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)  # renormalised after the cut
+    assert cosines(ours, expected).min() >= FLOAT32_COSINE
+
+
+def test_the_model_query_prompt_is_the_recipes(model_dir: Path) -> None:
+    prompts = json.loads((model_dir / "config_sentence_transformers.json").read_text())["prompts"]
+    assert prompts["query"] == format_query("", QWEN3_QUERY_TASK)
