@@ -70,16 +70,18 @@ def finalize_dataset(
     return dataset_stage.finalize_dataset(dataset_dir, key, list(records), metadata, extra)
 
 
-def build_queries_after_chunks(
+def build_queries_after_dataset(
     out_dir: str,
     queries: QueriesConfig,
     embedding: EmbeddingConfig,
     terms: str | None,
     chunk_files: list[str],
     fraction: float,
-    *_chunk_records: dict,
+    dataset: dict,
 ) -> dict[str, Any]:
-    return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction)
+    """The queries stage once the dataset is final: they are embedded in the dataset's precision."""
+    precision = dataset.get("precision")
+    return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction, precision)
 
 
 def groundtruth_after_dataset(
@@ -118,7 +120,7 @@ class DagRunner:
             "shard": python_app(corpus_stage.shard_corpus, executors=[cpu]),
             "chunk": python_app(chunk_stage.chunk_shard, executors=[chunk_label(cfg)]),
             "embed": python_app(embed_chunk_shard, executors=[WORKERS]),
-            "queries": python_app(build_queries_after_chunks, executors=[WORKERS]),
+            "queries": python_app(build_queries_after_dataset, executors=[WORKERS]),
             "groundtruth": python_app(groundtruth_after_dataset, executors=[WORKERS]),
             "geometry": python_app(geometry_stage.compute_geometry, executors=[cpu]),
             "finalize_chunks": python_app(finalize_chunks, executors=[DRIVER]),
@@ -238,13 +240,12 @@ class DagRunner:
                     *embed_futures,
                 )
 
-            # 3. queries (in parallel with embedding) and ground truth (after both).
+            # 3. queries (after the dataset: they share its precision) and ground truth (after both).
             queries_future = gt_future = None
             if cfg.queries:
                 queries, gt = plan.stage("queries"), plan.stage("groundtruth")
                 if not self._start("queries"):
                     progress.add_stage("queries", 1)
-                    waits = chunk_futures if cfg.queries.source == "holdout" else []
                     queries_future = self._track(
                         "queries",
                         self.apps["queries"](
@@ -254,7 +255,7 @@ class DagRunner:
                             str(plan.terms_file) if plan.terms_file else None,
                             chunk_files,
                             cfg.dataset.holdout_fraction,
-                            *waits,
+                            dataset_future,  # the dataset's precision (and, for holdout, its chunks)
                         ),
                         progress,
                         "count",

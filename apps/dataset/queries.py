@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,7 +14,7 @@ from pydantic import Field, model_validator
 from apps.dataset.layout import is_held_out, row_id, vectors_to_arrow
 from apps.taskinfo import task_context
 from core.config import Strict
-from core.errors import InputDataError
+from core.errors import ArtifactError, InputDataError
 from core.store import atomic_write_json, complete_manifest, write_parquet_atomic
 
 if TYPE_CHECKING:
@@ -81,8 +82,13 @@ def build_queries(
     terms_path: str | None,
     chunk_files: list[str],
     holdout_fraction: float,
+    precision: str | None = None,
 ) -> dict[str, Any]:
-    """Embed the queries into ``queries.parquet`` (id, text, embedding) and write the manifest."""
+    """Embed the queries into ``queries.parquet`` (id, text, embedding) and write the manifest.
+
+    ``precision``: the dataset's effective precision (its manifest's); queries computed in another one
+    are refused before anything is written (a CPU without bf16 units runs bfloat16 as float32).
+    """
     from apps.dataset.embedding.model import get_embedder
 
     out = Path(out_dir)
@@ -96,7 +102,15 @@ def build_queries(
         ids, texts = held_out_chunks(chunk_files, holdout_fraction, queries.limit)
         if not texts:
             raise InputDataError("no chunk was held out: raise dataset.holdout_fraction")
-    vectors, stats = get_embedder(embedding).embed(texts, is_query=True, instruction=queries.instruction)
+    embedder = get_embedder(embedding)
+    if precision and embedder.precision != precision:
+        raise ArtifactError(
+            f"the dataset was computed in {precision}, but this worker ({socket.gethostname()}) computes "
+            f"the queries in {embedder.precision}; queries and dataset must share one precision: run the "
+            "queries on the kind of CPU the dataset ran on, or set embedding.dtype: float32 (the same on any "
+            "CPU)"
+        )
+    vectors, stats = embedder.embed(texts, is_query=True, instruction=queries.instruction)
     table = pa.table(
         {
             "id": pa.array(ids, pa.int64()),
@@ -113,6 +127,7 @@ def build_queries(
         "count": len(texts),
         "dimension": int(vectors.shape[1]),
         "instruction": queries.instruction,
+        "precision": embedder.precision,
         "embed": stats.__dict__,
         "files": [{"file": "queries.parquet", **written}],
         **task_context(started),

@@ -1,4 +1,4 @@
-"""Stage functions called directly: held-out queries, the local Parsl configuration."""
+"""Stage functions called directly: held-out queries, their precision, the local Parsl configuration."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from parsl.executors import HighThroughputExecutor, ThreadPoolExecutor
 from parsl.providers import LocalProvider
 
@@ -16,6 +17,7 @@ from apps.dataset.embedding.model import get_embedder
 from apps.dataset.embedding.stage import embed_shard
 from apps.dataset.layout import is_held_out
 from apps.dataset.queries import QueriesConfig, build_queries
+from core.errors import ArtifactError
 from executors.platforms import parsl_config_for
 from pipeline.config.loader import load_config
 from tests.conftest import TERMS, base_config, sample_records, write_jsonl
@@ -64,6 +66,17 @@ def test_held_out_chunks_become_queries_and_leave_the_dataset(tmp_path: Path) ->
         for i in pq.read_table(p).column("id").to_pylist()
     }
     assert query_ids and not query_ids & dataset_ids  # held-out chunks are not in the dataset
+
+
+def test_queries_are_refused_in_another_precision_than_the_datasets(tmp_path: Path) -> None:
+    queries = QueriesConfig(source="terms", terms_file=str(TERMS), limit=3, instruction=False)
+    out = tmp_path / "q"
+    # A bfloat16 dataset (made on CPUs with bf16 units) and a worker that computes float32.
+    with pytest.raises(ArtifactError, match=r"dataset was computed in bfloat16.*queries in float32"):
+        build_queries(str(out), queries, MINILM, str(TERMS), [], 0.0, precision="bfloat16")
+    assert not (out / "manifest.json").exists() and not (out / "queries.parquet").exists()
+    manifest = build_queries(str(out), queries, MINILM, str(TERMS), [], 0.0, precision="float32")
+    assert manifest["precision"] == "float32" and manifest["count"] == 3
 
 
 def test_local_parsl_config(write_config, small_corpus: Path, tmp_path: Path) -> None:
