@@ -73,6 +73,8 @@ class DatasetCard(BaseModel):
     import_: str | None = Field(None, alias="import")
     produce: str | None = None
     export: str | None = None
+    # Changes to how it is made, newest first (each one changes the content key of what a run builds).
+    changelog: list[str] = []
 
     @model_validator(mode="after")
     def _complete(self) -> DatasetCard:
