@@ -84,12 +84,15 @@ def write_model(
     seed: int = 0,
     dtype: str = "float32",
     max_seq_length: int = 8192,
+    device: str = "cpu",
 ) -> Path:
     """A randomly initialised Qwen3-Embedding in the hub's layout (transformers + sentence-transformers).
 
     The sentence-transformers files are written as the hub's checkout has them (saved by
     sentence-transformers 3), not by the installed version: sentence-transformers 6 would record a
     "message" modality for a tokenizer with a chat template and then wrap every text in it.
+    ``device``: where the weights are initialised (a 4B model initialises in seconds on a GPU, minutes on
+    a CPU).
     """
     import torch
     from transformers import AutoTokenizer, Qwen3Config, Qwen3Model
@@ -104,7 +107,10 @@ def write_model(
         **shape,
     )
     torch.manual_seed(seed)
-    Qwen3Model(config).to(getattr(torch, dtype)).save_pretrained(directory)
+    with torch.device(device):
+        model = Qwen3Model(config).to(getattr(torch, dtype))
+    model.save_pretrained(directory)
+    del model
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},

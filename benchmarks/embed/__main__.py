@@ -30,11 +30,14 @@ size) measured with plain processes on a subset of the chunks, to show where the
 
 Modules: the engines' child side and the Parsl apps stay here (Parsl ships ``__main__`` functions by value);
 ``engine.py`` is the driver's handle on a child (``python -m benchmarks.embed --engine``), ``explore.py``
-the ``--explore`` grid, ``report.py`` the figures.
+the ``--explore`` grid, ``report.py`` the figures. ``gpu.py`` is the accelerator benchmark (``--device``):
+the embed stage at Qwen3-Embedding-4B's shape against ``SentenceTransformer.encode`` on the same GPU, with
+its MFU.
 
     .venv/bin/python -m benchmarks.embed                      # ~6 minutes on 2 idle cores
     .venv/bin/python -m benchmarks.embed --background-load 2 --repeat 3     # the same, on a loaded machine
     .venv/bin/python -m benchmarks.embed --backend sentence-transformers --dtype float32 --explore
+    python -m benchmarks.embed --device cuda              # on a GPU machine: benchmarks/embed/gpu.py
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ import numpy as np
 import psutil
 
 from benchmarks import common
+from benchmarks.embed import gpu
 from benchmarks.embed.engine import Engine
 from benchmarks.embed.explore import explore
 from benchmarks.embed.report import COSINE_TOLERANCE, agreement, baseline_padding, print_round, print_table
@@ -239,6 +243,11 @@ def serve(kind: str, spec_file: str) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--device",
+        help="cuda | xpu | cpu: instead, the Qwen3-Embedding-4B-shaped benchmark on that device against "
+        "SentenceTransformer.encode, with MFU (benchmarks/embed/gpu.py; --device cuda --help)",
+    )
     parser.add_argument("--docs", type=int, default=500, help="sample documents to chunk (default 500)")
     parser.add_argument("--docs-per-shard", type=int, default=63, help="shard size (default 63: 8 shards)")
     parser.add_argument("--min-chunks", type=int, default=2000, help="refuse to run on fewer chunks")
@@ -407,5 +416,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--engine":
         serve(sys.argv[2], sys.argv[3])
+    elif "--device" in sys.argv:  # the accelerator benchmark, with its own options
+        sys.exit(gpu.main(sys.argv[1:]))
     else:
         main()
