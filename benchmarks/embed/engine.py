@@ -14,6 +14,20 @@ from benchmarks import common
 EMBED_MODULE = __package__  # ``python -m benchmarks.embed --engine`` (from the repository root): the child
 
 
+class EngineFailed(SystemExit):
+    """An engine child ended before answering: its log's tail says why (uncaught, it ends the benchmark)."""
+
+    def __init__(self, kind: str, returncode: int | None, tail: str) -> None:
+        super().__init__(f"{kind} side failed (exit {returncode}):\n{tail}")
+        self.kind, self.tail = kind, tail
+
+    @property
+    def reason(self) -> str:
+        """The last line of the child's error, e.g. ``ModuleNotFoundError: No module named 'optimum'``."""
+        lines = [line.strip() for line in self.tail.splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
+
 class Engine:
     """Driver side of an engine child: start it, sample its process tree's RSS, send rounds."""
 
@@ -37,8 +51,8 @@ class Engine:
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait()
-            tail = self.log.read_text()[-4000:]
-            raise SystemExit(f"{self.kind} side failed (exit {self.proc.returncode}):\n{tail}")
+            self.sampler.__exit__(None, None, None)
+            raise EngineFailed(self.kind, self.proc.returncode, self.log.read_text()[-4000:])
         return json.loads(line)
 
     def run(self, vectors_file: Path) -> dict[str, Any]:

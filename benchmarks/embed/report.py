@@ -38,12 +38,16 @@ def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
 
 def print_round(index: int, rounds: int, r: dict[str, Any]) -> None:
     base, pipe, agree = r["baseline"], r["pipeline"], r["agreement"]
+    peers = "".join(
+        f"; {kind} {r[kind]['chunks_per_s']:5.1f} chunks/s (min cosine {a['min_cosine']:.6f})"
+        for kind, a in r["peer_agreement"].items()
+    )
     print(
         f"round {index + 1}/{rounds} ({' then '.join(r['order'])}; load average {r['load_average']:.2f}): "
         f"baseline {base['chunks_per_s']:5.1f} chunks/s ({base['chunks']} in {base['seconds']:.1f} s, "
         f"{base['chunks_per_cpu_s']:.1f}/CPU-s), pipeline {pipe['chunks_per_s']:5.1f} chunks/s "
         f"({pipe['chunks']} in {pipe['seconds']:.1f} s, {pipe['chunks_per_cpu_s']:.1f}/CPU-s) -> "
-        f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x per CPU-s); min cosine {agree['min_cosine']:.6f}",
+        f"{r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x per CPU-s); min cosine {agree['min_cosine']:.6f}{peers}",
         flush=True,
     )
 
@@ -54,7 +58,7 @@ def print_table(
     padding: dict[str, dict[str, int]],
     info: dict[str, Any],
 ) -> None:
-    """Medians of both sides with padding and memory, and each process's own peak RSS."""
+    """Medians of every side with padding and memory, and each process's own peak RSS."""
 
     def median(kind: str, key: str) -> float:
         return statistics.median(r[kind][key] for r in rounds)
@@ -62,14 +66,14 @@ def print_table(
     def row(kind: str, setup: str) -> str:
         pad = padding[kind]["padded_tokens"] / padding[kind]["tokens"]
         return (
-            f"{kind:<10}{median(kind, 'chunks_per_s'):>10.1f}{median(kind, 'chunks_per_cpu_s'):>14.1f}"
+            f"{kind:<12}{median(kind, 'chunks_per_s'):>10.1f}{median(kind, 'chunks_per_cpu_s'):>14.1f}"
             f"{median(kind, 'seconds'):>11.1f}{pad:>13.3f}{memory[kind]['peak_rss_mib']:>14.0f}  {setup}"
         )
 
     base, pipe = info["baseline"], info["pipeline"]
     workers = pipe["workers"]
     print(
-        f"\n{'':<10}{'chunks/s':>10}{'chunks/CPU-s':>14}{'seconds':>11}{'padded/real':>13}"
+        f"\n{'':<12}{'chunks/s':>10}{'chunks/CPU-s':>14}{'seconds':>11}{'padded/real':>13}"
         f"{'peak RSS MiB':>14}  set-up (medians of {len(rounds)} rounds of {rounds[0]['baseline']['chunks']}"
         " chunks)"
     )
@@ -83,7 +87,11 @@ def print_table(
             f"cached) {pipe['load_seconds']:.1f} s",
         )
     )
-    for kind in ("baseline", "pipeline"):
+    for kind in [k for k in info if k.startswith("st-")]:
+        backend = kind.removeprefix("st-")
+        setup = f"SentenceTransformer(backend={backend!r}), 1 process x {info[kind]['threads']} threads"
+        print(row(kind, f"{setup}; model load + export {info[kind]['load_seconds']:.1f} s"))
+    for kind in info:
         procs = memory[kind]["per_process"]  # largest first
         shown = [p for p in procs[:4] if p["peak_rss_mib"] >= 100]
         rest = procs[len(shown) :]

@@ -223,3 +223,19 @@ def test_matryoshka_dimensions_agree_with_sentence_transformers(
 def test_the_model_query_prompt_is_the_recipes(model_dir: Path) -> None:
     prompts = json.loads((model_dir / "config_sentence_transformers.json").read_text())["prompts"]
     assert prompts["query"] == format_query("", QWEN3_QUERY_TASK)
+
+
+def test_the_recipe_version_is_part_of_the_datasets_content_key(
+    model_dir: Path, small_corpus: Path, tmp_path: Path, write_config, monkeypatch
+) -> None:
+    """A dataset made by the old tokenization (recipe 1) is never reused as one of recipe 2."""
+    import pipeline.plan as plan_module
+    from pipeline.config.loader import load_config
+
+    embedding = {"backend": "transformers", "model": str(model_dir), "pooling": "last_token"}
+    path = write_config(base_config(small_corpus, tmp_path / "work", embedding=embedding, queries=None))
+    now = plan_module.build_plan(load_config(path))
+    monkeypatch.setattr(plan_module, "TRANSFORMERS_RECIPE", "1")
+    before = plan_module.build_plan(load_config(path))
+    assert now.stage("embed").key != before.stage("embed").key
+    assert now.stage("chunk").key == before.stage("chunk").key  # the chunks do not depend on it
