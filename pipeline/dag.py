@@ -78,8 +78,10 @@ def build_queries_after_dataset(
     chunk_files: list[str],
     fraction: float,
     dataset: dict,
+    *_chunk_records: dict,
 ) -> dict[str, Any]:
-    """The queries stage once the dataset is final: they are embedded in the dataset's precision."""
+    """The queries stage once the dataset is final (they are embedded in its precision) and, for held-out
+    queries, once the chunks they are read from are written (a cached dataset does not wait for them)."""
     precision = dataset.get("precision")
     return queries_stage.build_queries(out_dir, queries, embedding, terms, chunk_files, fraction, precision)
 
@@ -246,6 +248,7 @@ class DagRunner:
                 queries, gt = plan.stage("queries"), plan.stage("groundtruth")
                 if not self._start("queries"):
                     progress.add_stage("queries", 1)
+                    waits = chunk_futures if cfg.queries.source == "holdout" else []
                     queries_future = self._track(
                         "queries",
                         self.apps["queries"](
@@ -255,7 +258,8 @@ class DagRunner:
                             str(plan.terms_file) if plan.terms_file else None,
                             chunk_files,
                             cfg.dataset.holdout_fraction,
-                            dataset_future,  # the dataset's precision (and, for holdout, its chunks)
+                            dataset_future,  # the dataset's precision
+                            *waits,
                         ),
                         progress,
                         "count",

@@ -44,9 +44,15 @@ TARGET_RATIO = 1.3
 TARGET_MFU = 0.40
 COSINE_TOLERANCE = 2e-3  # bfloat16 on both sides, different batch shapes
 # Dense bf16 tensor-core peaks, FLOP/s, from NVIDIA's data sheets (H100: "H100 Tensor Core GPU" data
-# sheet, SXM 989.4 TFLOPS and PCIe 756 TFLOPS without sparsity; H200: "H200 Tensor Core GPU" data sheet,
+# sheet, SXM 989.4, NVL 835 and PCIe 756 TFLOPS without sparsity; H200: "H200 Tensor Core GPU" data sheet,
 # 989 TFLOPS; A100: "A100 Tensor Core GPU" data sheet, 312 TFLOPS). Longest name first.
-BF16_PEAK = (("H100 PCIe", 756e12), ("H100", 989.4e12), ("H200", 989e12), ("A100", 312e12))
+BF16_PEAK = (
+    ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
+    ("H100", 989.4e12),
+    ("H200", 989e12),
+    ("A100", 312e12),
+)
 
 
 def peak_flops(device_name: str) -> float | None:
