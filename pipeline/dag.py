@@ -27,7 +27,7 @@ from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.queries import QueriesConfig
-from core.errors import PipelineError
+from core.errors import ArtifactError, PipelineError
 from core.lifetime import record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
 from executors.jobs import BlockJobRecorder
@@ -91,9 +91,21 @@ def groundtruth_after_dataset(
     dataset_dir: str,
     queries_file: str,
     groundtruth: GroundTruthConfig,
-    _dataset: dict,
-    _queries: dict,
+    dataset: dict,
+    queries: dict,
 ) -> dict[str, Any]:
+    """The ground truth once both are final; queries and dataset of different precisions are refused.
+
+    The queries stage refuses to write them in another precision, but queries cached from an earlier run
+    (their key does not hold the effective precision, known only on the worker) meet the dataset here.
+    """
+    made, asked = dataset.get("precision"), queries.get("precision")
+    if made and asked and made != asked:
+        raise ArtifactError(
+            f"the queries in {Path(queries_file).parent} were computed in {asked}, the dataset in {made}: "
+            "queries and dataset must share one precision; delete that folder and rerun where the dataset "
+            "was made, or set embedding.dtype: float32"
+        )
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
 

@@ -126,7 +126,8 @@ def native_dimension(model_dir: Path) -> int:
 
 
 def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
-    """The output dimension; max_length and an MRL dimension beyond what the model has are ConfigErrors."""
+    """The output dimension. ConfigErrors: max_length or an MRL dimension beyond what the model has, and
+    last-token pooling over a tokenizer that appends no end token."""
     emb = loaded.config.embedding
     native = native_dimension(model_dir)
     if emb.dimension and emb.dimension > native:
@@ -141,11 +142,18 @@ def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
             f"{emb.max_length} exceeds the model's limit of {limit[0]} tokens ({limit[1]} in {model_dir})",
         )
     # A directory without tokenizer files (a test's stand-in) is left to the embed stage to refuse.
-    problem = None
-    if (model_dir / "tokenizer_config.json").is_file() and _pools_last_token(emb, model_dir):
-        problem = end_token_problem(load_tokenizer(str(model_dir)))
-    if problem:
-        raise loaded.error_at(("embedding", "pooling"), f"last-token pooling of {model_dir}: {problem}")
+    has_tokenizer = any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
+    if has_tokenizer and _pools_last_token(emb, model_dir):
+        # The recipe's pooling field for the transformers backend; the model's own modules otherwise.
+        field = ("embedding", "pooling" if emb.backend == "transformers" else "model")
+        try:
+            problem = end_token_problem(load_tokenizer(str(model_dir)))
+        except Exception as exc:  # whatever transformers raises for a broken tokenizer
+            raise loaded.error_at(
+                ("embedding", "model"), f"cannot load the tokenizer of {model_dir}: {exc}"
+            ) from None
+        if problem:
+            raise loaded.error_at(field, f"last-token pooling of {model_dir}: {problem}")
     return emb.dimension or native
 
 
@@ -295,6 +303,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "revision": cfg.embedding.revision,
         "model_fingerprint": model_identity["fingerprint"],
         "backend": cfg.embedding.backend,
+        **({"recipe": TRANSFORMERS_RECIPE} if cfg.embedding.backend == "transformers" else {}),
         "dimension": dimension,
         "dtype": cfg.embedding.dtype,
         "output_dtype": cfg.embedding.output_dtype,

@@ -502,7 +502,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--engine":
         serve(sys.argv[2], sys.argv[3])
-    elif "--device" in sys.argv:  # the accelerator benchmark, with its own options
+    elif any(arg == "--device" or arg.startswith("--device=") for arg in sys.argv):  # its own options
         sys.exit(gpu.main(sys.argv[1:]))
     else:
         main()

@@ -20,7 +20,7 @@ import pytest
 from apps.dataset.embedding.model import QWEN3_QUERY_TASK, Embedder, EmbeddingConfig, format_query
 from apps.dataset.layout import arrow_to_vectors
 from benchmarks.common import qwen3
-from core.errors import ConfigError
+from core.errors import ArtifactError, ConfigError
 from tests.conftest import base_config, sample_records
 
 # float32 on both sides: the same weights and token ids, different batch shapes (padding, order).
@@ -101,6 +101,18 @@ def test_token_ids_are_the_tokenizers_own(model_dir: Path, documents: list[str],
         assert all(e.truncated and len(e.ids) == 64 for e in encoded)
 
 
+def test_a_text_of_exactly_max_length_tokens_is_not_counted_as_truncated(
+    model_dir: Path, documents: list[str]
+) -> None:
+    embedder = Embedder(cfg(model_dir))
+    words = embedder.tokenizer(documents[6], add_special_tokens=False)["input_ids"][:63]
+    text = embedder.tokenizer.decode(words)
+    (fits,) = embedder.encode_ids([text])
+    assert len(fits.ids) == 64 and fits.ids[-1] == END and not fits.truncated
+    (cut,) = embedder.encode_ids([text + " phage"])
+    assert len(cut.ids) == 64 and cut.ids[-1] == END and cut.truncated
+
+
 def test_left_padding_keeps_every_texts_end_token_in_the_last_column(model_dir: Path) -> None:
     embedder = Embedder(cfg(model_dir))
     features = embedder._pad(embedder.encode_ids(["short text", "a somewhat longer text about phages"]))
@@ -132,17 +144,41 @@ def test_mean_pooling_needs_no_end_token(no_end_token_model: Path) -> None:
     assert vectors.shape == (1, 64)
 
 
+@pytest.fixture(scope="module")
+def fast_tokenizer_only_model(no_end_token_model: Path, tmp_path_factory) -> Path:
+    """The same, with its tokenizer as one tokenizer.json (no tokenizer_config.json, vocab or merges)."""
+    from transformers import AutoTokenizer
+
+    directory = tmp_path_factory.mktemp("tokenizer-json-only")
+    shutil.copytree(no_end_token_model, directory, dirs_exist_ok=True)
+    AutoTokenizer.from_pretrained(no_end_token_model).backend_tokenizer.save(
+        str(directory / "tokenizer.json")
+    )
+    for name in ("tokenizer_config.json", "vocab.json", "merges.txt", "chat_template.jinja"):
+        (directory / name).unlink(missing_ok=True)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("backend", "which", "field"),
+    [
+        ("transformers", "no_end_token_model", "embedding.pooling"),
+        ("transformers", "fast_tokenizer_only_model", "embedding.pooling"),
+        ("sentence-transformers", "no_end_token_model", "embedding.model"),  # its own Pooling module
+    ],
+)
 def test_validate_refuses_last_token_pooling_without_end_token(
-    no_end_token_model: Path, small_corpus: Path, tmp_path: Path, write_config
+    request, small_corpus: Path, tmp_path: Path, write_config, backend: str, which: str, field: str
 ) -> None:
     from pipeline.config.loader import load_config
     from pipeline.plan import build_plan
 
-    embedding = {"backend": "transformers", "model": str(no_end_token_model), "pooling": "last_token"}
+    model = request.getfixturevalue(which)
+    embedding = {"backend": backend, "model": str(model), "pooling": "last_token"}
     path = write_config(base_config(small_corpus, tmp_path / "work", embedding=embedding))
     with pytest.raises(ConfigError, match="appends no end token") as info:
         build_plan(load_config(path))
-    assert "embedding.pooling" in str(info.value)
+    assert field in str(info.value)
 
 
 # --- vectors equal to sentence-transformers ---------------------------------------------------------------
@@ -220,6 +256,13 @@ def test_matryoshka_dimensions_agree_with_sentence_transformers(
     assert cosines(ours, expected).min() >= FLOAT32_COSINE
 
 
+def test_queries_without_the_instruction_are_embedded_as_documents(model_dir: Path) -> None:
+    embedder = Embedder(cfg(model_dir))
+    plain, _ = embedder.embed(QUERIES, is_query=True, instruction=False)
+    as_documents, _ = embedder.embed(QUERIES, is_query=False)
+    np.testing.assert_array_equal(plain, as_documents)
+
+
 def test_the_model_query_prompt_is_the_recipes(model_dir: Path) -> None:
     prompts = json.loads((model_dir / "config_sentence_transformers.json").read_text())["prompts"]
     assert prompts["query"] == format_query("", QWEN3_QUERY_TASK)
@@ -239,3 +282,20 @@ def test_the_recipe_version_is_part_of_the_datasets_content_key(
     before = plan_module.build_plan(load_config(path))
     assert now.stage("embed").key != before.stage("embed").key
     assert now.stage("chunk").key == before.stage("chunk").key  # the chunks do not depend on it
+
+
+def test_ground_truth_refuses_queries_and_dataset_of_different_precisions(tmp_path: Path) -> None:
+    """Queries cached from a run on another kind of CPU meet the dataset at the ground truth."""
+    from pipeline.dag import groundtruth_after_dataset
+
+    queries_file = tmp_path / "queries" / "queries.parquet"
+    with pytest.raises(ArtifactError, match=r"queries in .*queries were computed in float32, the dataset in"):
+        groundtruth_after_dataset(
+            str(tmp_path / "gt"),
+            str(tmp_path / "ds"),
+            str(queries_file),
+            None,
+            {"precision": "bfloat16"},
+            {"precision": "float32"},
+        )
+    assert not (tmp_path / "gt").exists()

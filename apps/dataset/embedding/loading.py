@@ -90,8 +90,9 @@ def end_token_problem(tokenizer) -> str | None:  # tokenizer: transformers.PreTr
     not its ``eos_token`` <|im_end|>). A tokenizer that appends nothing would pool a word piece; the right
     token is not guessed.
     """
-    ids = tokenizer("a")["input_ids"]
-    if ids and ids[-1] in set(tokenizer.all_special_ids):
+    encoded = tokenizer("a", return_special_tokens_mask=True)  # the mask knows the post-processor's tokens
+    ids, special = encoded["input_ids"], encoded["special_tokens_mask"]
+    if ids and special[-1] == 1:
         return None
     return (
         "its tokenizer appends no end token to a text (tokenizer('a') gives ids "

@@ -195,7 +195,10 @@ class Embedder:
         )
         self.model.max_seq_length = self.cfg.max_length
         self.tokenizer = self.model.tokenizer
-        pools_last = any("lasttoken" in str(getattr(m, "pooling_mode", "")) for m in self.model)
+        pools_last = any(  # sentence-transformers >= 6: pooling_mode; before: pooling_mode_lasttoken
+            "lasttoken" in str(getattr(m, "pooling_mode", "")) or getattr(m, "pooling_mode_lasttoken", False)
+            for m in self.model
+        )
         if pools_last and (problem := end_token_problem(self.tokenizer)):
             raise ConfigError(f"embedding.model {self.model_dir}: {problem}")
         self.padding_side = self.tokenizer.padding_side
