@@ -243,6 +243,7 @@ def main(argv: list[str]) -> int:
         f"layers, hidden {shape['hidden_size']}), {len(texts)} real peS2o abstracts, max_length "
         f"{args.max_length}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
+    common.OUT.mkdir(parents=True, exist_ok=True)  # a fresh clone has none; a 4B model may not fit /tmp
     with tempfile.TemporaryDirectory(prefix="qwen3-", dir=common.OUT) as tmp:
         started = time.perf_counter()
         dtype = "bfloat16" if args.device != "cpu" else "float32"
