@@ -22,6 +22,7 @@ from apps.dataset.embedding.loading import (
     end_token_problem,
     load_tokenizer,
     max_input_tokens,
+    pools_last_token,
     resolve_model_path,
     tokenizer_fingerprint,
 )
@@ -143,7 +144,7 @@ def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
         )
     # A directory without tokenizer files (a test's stand-in) is left to the embed stage to refuse.
     has_tokenizer = any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
-    if has_tokenizer and _pools_last_token(emb, model_dir):
+    if has_tokenizer and pools_last_token(emb.backend, emb.pooling, model_dir):
         # The recipe's pooling field for the transformers backend; the model's own modules otherwise.
         field = ("embedding", "pooling" if emb.backend == "transformers" else "model")
         try:
@@ -155,17 +156,6 @@ def _check_model_limits(loaded: LoadedConfig, model_dir: Path) -> int:
         if problem:
             raise loaded.error_at(field, f"last-token pooling of {model_dir}: {problem}")
     return emb.dimension or native
-
-
-def _pools_last_token(emb: EmbeddingConfig, model_dir: Path) -> bool:
-    """Whether the vectors are the final token's state (the transformers recipe, or the model's modules)."""
-    if emb.backend == "transformers":
-        return emb.pooling == "last_token"
-    for path in model_dir.glob("*_Pooling/config.json"):
-        settings = json.loads(path.read_text())
-        if "lasttoken" in str(settings.get("pooling_mode")) or settings.get("pooling_mode_lasttoken"):
-            return True
-    return False
 
 
 def model_slug(model_id: str, model_dir: Path) -> str:

@@ -38,6 +38,7 @@ import numpy as np
 
 from benchmarks import common
 from benchmarks.common import qwen3
+from benchmarks.embed.report import agreement
 
 NAME = "embed_gpu"
 TARGET_RATIO = 1.3
@@ -125,8 +126,8 @@ def device_name(device: str) -> str:
 class Side:
     """One way of embedding the texts, timed per round (the harness owns the clock)."""
 
-    def __init__(self, name: str, embed) -> None:
-        self.name, self.embed, self.seconds = name, embed, []
+    def __init__(self, embed) -> None:
+        self.embed, self.seconds = embed, []
         self.vectors: np.ndarray | None = None
 
     def run(self, texts: list[str], sync) -> None:
@@ -138,14 +139,13 @@ class Side:
         self.vectors = np.asarray(vectors, dtype=np.float32)
 
 
-def measure(args: argparse.Namespace, model_dir: Path, texts: list[str]) -> dict[str, Any]:
+def measure(args: argparse.Namespace, model_dir: Path, dtype: str, texts: list[str]) -> dict[str, Any]:
     """Both sides over the same texts, rounds alternating; tokens/s, ratio, MFU and agreement."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     from apps.dataset.embedding.model import Embedder, EmbeddingConfig
 
-    dtype = "bfloat16" if args.device != "cpu" else "float32"
     embedding = EmbeddingConfig(
         backend="transformers",
         model=str(model_dir),
@@ -168,10 +168,9 @@ def measure(args: argparse.Namespace, model_dir: Path, texts: list[str]) -> dict
     sync_device = sync.get(args.device) or (lambda: None)
     tokens = sum(len(e.ids) for e in embedder.encode_ids(texts))
     sides = {
-        "embed stage": Side("embed stage", lambda t: embedder.embed(t, is_query=False)[0]),
+        "embed stage": Side(lambda t: embedder.embed(t, is_query=False)[0]),
         "sentence-transformers": Side(
-            "sentence-transformers",
-            lambda t: reference.encode(t, batch_size=args.batch_size, convert_to_tensor=True).float().cpu(),
+            lambda t: reference.encode(t, batch_size=args.batch_size, convert_to_tensor=True).float().cpu()
         ),
     }
     for side in sides.values():  # warm-up: kernels chosen, memory pools grown
@@ -186,9 +185,7 @@ def measure(args: argparse.Namespace, model_dir: Path, texts: list[str]) -> dict
             f"sentence-transformers {tokens / theirs.seconds[-1]:,.0f} tokens/s; load average "
             f"{os.getloadavg()[0]:.2f}"
         )
-    ours, theirs = sides["embed stage"], sides["sentence-transformers"]
-    a, b = ours.vectors, theirs.vectors
-    cosine = float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+    cosine = agreement(sides["embed stage"].vectors, sides["sentence-transformers"].vectors)["min_cosine"]
     rates = {name: tokens / statistics.median(side.seconds) for name, side in sides.items()}
     counts = qwen3.parameters(qwen3.SHAPES[args.shape], embedder.model.config.vocab_size)
     peak = peak_flops(device_name(args.device)) if args.device != "cpu" else None
@@ -244,12 +241,12 @@ def main(argv: list[str]) -> int:
         f"{args.max_length}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     common.OUT.mkdir(parents=True, exist_ok=True)  # a fresh clone has none; a 4B model may not fit /tmp
+    dtype = "bfloat16" if args.device != "cpu" else "float32"  # the GPU recipe; float32 for the smoke test
     with tempfile.TemporaryDirectory(prefix="qwen3-", dir=common.OUT) as tmp:
         started = time.perf_counter()
-        dtype = "bfloat16" if args.device != "cpu" else "float32"
         model_dir = qwen3.write_model(Path(tmp), args.tokenizer, shape, dtype=dtype, device=args.device)
         print(f"  model written in {time.perf_counter() - started:.0f} s")
-        figures = measure(args, model_dir, texts)
+        figures = measure(args, model_dir, dtype, texts)
     ratio, mfu, cosine = figures["ratio"], figures["mfu"], figures["min_cosine"]
     agree = 1 - cosine <= COSINE_TOLERANCE
     print(

@@ -22,6 +22,7 @@ from apps.dataset.layout import arrow_to_vectors
 from benchmarks.common import qwen3
 from core.errors import ArtifactError, ConfigError
 from tests.conftest import base_config, sample_records
+from tests.dataset.test_embedding import cosines
 
 # float32 on both sides: the same weights and token ids, different batch shapes (padding, order).
 FLOAT32_COSINE = 1 - 1e-5
@@ -63,10 +64,6 @@ def cfg(model_dir: Path, **overrides) -> EmbeddingConfig:
         "query_task": QWEN3_QUERY_TASK,
     }
     return EmbeddingConfig(**{**settings, **overrides})
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 # --- token ids -------------------------------------------------------------------------------------------

@@ -101,6 +101,21 @@ def end_token_problem(tokenizer) -> str | None:  # tokenizer: transformers.PreTr
     )
 
 
+def pools_last_token(backend: str, pooling: str, model_dir: Path) -> bool:
+    """Whether the vectors are the final token's state: the transformers recipe's ``pooling``, or for a
+    sentence-transformers model its own Pooling module (``pooling_mode`` since sentence-transformers 6,
+    ``pooling_mode_lasttoken`` before)."""
+    import json
+
+    if backend == "transformers":
+        return pooling == "last_token"
+    for path in model_dir.glob("*_Pooling/config.json"):
+        settings = json.loads(path.read_text())
+        if "lasttoken" in str(settings.get("pooling_mode")) or settings.get("pooling_mode_lasttoken"):
+            return True
+    return False
+
+
 def max_input_tokens(model_dir: Path) -> tuple[int, str] | None:
     """The most tokens the model accepts, and which file says so, read from its config files (no weights).
 

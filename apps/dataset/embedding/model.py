@@ -23,7 +23,12 @@ import numpy as np
 from pydantic import Field
 
 from apps.dataset.device import pick_device
-from apps.dataset.embedding.loading import end_token_problem, offline_environment, resolve_model_path
+from apps.dataset.embedding.loading import (
+    end_token_problem,
+    offline_environment,
+    pools_last_token,
+    resolve_model_path,
+)
 from core.config import Strict
 from core.errors import ConfigError
 
@@ -195,12 +200,7 @@ class Embedder:
         )
         self.model.max_seq_length = self.cfg.max_length
         self.tokenizer = self.model.tokenizer
-        pools_last = any(  # sentence-transformers >= 6: pooling_mode; before: pooling_mode_lasttoken
-            "lasttoken" in str(getattr(m, "pooling_mode", "")) or getattr(m, "pooling_mode_lasttoken", False)
-            for m in self.model
-        )
-        if pools_last and (problem := end_token_problem(self.tokenizer)):
-            raise ConfigError(f"embedding.model {self.model_dir}: {problem}")
+        self._refuse_last_token_pooling_without_end_token()
         self.padding_side = self.tokenizer.padding_side
         self.native_dim = self.model.get_embedding_dimension()
 
@@ -227,14 +227,20 @@ class Embedder:
         from transformers import AutoModel, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir, padding_side="left")
-        if self.cfg.pooling == "last_token" and (problem := end_token_problem(self.tokenizer)):
-            raise ConfigError(f"embedding.model {self.model_dir}: {problem}")  # before loading weights
+        self._refuse_last_token_pooling_without_end_token()  # before loading the weights
         kwargs: dict[str, Any] = {"dtype": self.dtype}
         if self.cfg.attn_implementation:
             kwargs["attn_implementation"] = self.cfg.attn_implementation
         self.model = AutoModel.from_pretrained(self.model_dir, **kwargs).to(self.device)
         self.padding_side = "left"
         self.native_dim = self.model.config.hidden_size
+
+    def _refuse_last_token_pooling_without_end_token(self) -> None:
+        """ConfigError when the vectors are the final token's state but the tokenizer appends no end token."""
+        if not pools_last_token(self.cfg.backend, self.cfg.pooling, Path(self.model_dir)):
+            return
+        if problem := end_token_problem(self.tokenizer):
+            raise ConfigError(f"embedding.model {self.model_dir}: {problem}")
 
     @property
     def dimension(self) -> int:
