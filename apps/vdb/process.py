@@ -9,6 +9,7 @@ import contextlib
 import functools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,26 +23,64 @@ from apps.vdb.base import DatabaseError
 from apps.vdb.noproxy import urlopen
 from core.lifetime import forget, record_group, start_watchdog
 
+# Ports are chosen from here up to the kernel's ephemeral range. Below 10000 live well-known services;
+# inside the ephemeral range, any outgoing connection (a cluster's ranks dialling each other among them)
+# may take a chosen port as its source port between our pick and the server's bind.
+FIRST_PORT = 10000
+
+
+def ephemeral_floor() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux's default where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bind_all(ports: Sequence[int], host: str) -> bool:
+    """True when every port can be bound on ``host`` now (the sockets are held together, then closed)."""
+    held: list[socket.socket] = []
+    try:
+        for port in ports:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def free_port_block(count: int, host: str = "127.0.0.1", attempts: int = 500) -> int:
+    """First of ``count`` consecutive ports that are free on ``host`` now, below the ephemeral range.
+
+    The block starts at a random port, so two processes choosing at once rarely meet.
+    """
+    ceiling = ephemeral_floor()
+    rng = random.SystemRandom()
+    for _ in range(attempts if ceiling - FIRST_PORT >= count else 0):
+        base = rng.randrange(FIRST_PORT, ceiling - count + 1)
+        if _bind_all(range(base, base + count), host):
+            return base
+    raise DatabaseError(f"no {count} consecutive free ports on {host} between {FIRST_PORT} and {ceiling}")
+
+
+def free_ports(n: int, host: str = "127.0.0.1", attempts: int = 500) -> list[int]:
+    """``n`` distinct ports that are free on ``host`` now, below the ephemeral range (see FIRST_PORT)."""
+    ceiling = ephemeral_floor()
+    rng = random.SystemRandom()
+    for _ in range(attempts if ceiling - FIRST_PORT >= n else 0):
+        ports = rng.sample(range(FIRST_PORT, ceiling), n)
+        if _bind_all(ports, host):
+            return ports
+    raise DatabaseError(f"no {n} free ports on {host} between {FIRST_PORT} and {ceiling}")
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct free ports (held open together so they cannot repeat)."""
-    socks = []
-    try:
-        for _ in range(n):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+    """A TCP port that is free on ``host`` right now, below the ephemeral range."""
+    return free_ports(1, host)[0]
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -303,11 +303,9 @@ http.server.HTTPServer((env["QDRANT__SERVICE__HOST"], port), Ok).serve_forever()
 def two_local_ranks(tmp_path: Path, apptainer: Path, images: dict[str, str], **options: Any) -> Any:
     """A cluster block of two ranks on this machine (LocalProvider), on 20 free ports, memory storage."""
     from apps.vdb.cluster.config import DatabaseClusterConfig
-    from apps.vdb.process import free_port, port_in_use
+    from apps.vdb.process import free_port_block
 
-    base = free_port()
-    while any(port_in_use(p) for p in range(base, base + 20)) or base + 20 > 65000:
-        base = free_port()
+    base = free_port_block(20, host="0.0.0.0")  # free on every interface, below the ephemeral range
     return DatabaseClusterConfig(
         nodes=1,
         workers=2,

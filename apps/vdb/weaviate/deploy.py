@@ -15,17 +15,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import socket
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
-from apps.vdb.process import ServerProcess, get_json, http_ok, port_in_use
+from apps.vdb.process import ServerProcess, free_port_block, get_json, http_ok, port_in_use
 from apps.vdb.weaviate.env import server_env
 from apps.vdb.weaviate.settings import WeaviateSettings
 
@@ -58,28 +56,9 @@ def find_binary(settings: WeaviateSettings) -> str:
 
 def _node_ports(n: int) -> list[dict[str, int]]:
     """Distinct free ports for n nodes; raft needs raft + 1 free too (internal RPC in localhost mode)."""
-    held: list[socket.socket] = []
-
-    def grab(port: int = 0) -> int:
-        sock = socket.socket()
-        held.append(sock)
-        sock.bind(("127.0.0.1", port))
-        return sock.getsockname()[1]
-
-    try:
-        nodes = []
-        for _ in range(n):
-            ports = {name: grab() for name in ("http", "grpc", "gossip", "data")}
-            while "raft" not in ports:
-                raft = grab()
-                with contextlib.suppress(OSError, OverflowError):
-                    grab(raft + 1)
-                    ports["raft"] = raft
-            nodes.append(ports)
-        return nodes
-    finally:  # held together until all are chosen, so no port repeats
-        for sock in held:
-            sock.close()
+    base = free_port_block(6 * n)
+    roles = ("http", "grpc", "gossip", "data", "raft")  # the sixth port of each node is raft + 1
+    return [{role: base + 6 * i + j for j, role in enumerate(roles)} for i in range(n)]
 
 
 class WeaviateDeployment(Deployment):
