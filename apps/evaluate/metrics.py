@@ -33,7 +33,14 @@ from apps.dataset.lookup import VectorSource, as_lookup, fetch_vectors, read_gro
 from apps.evaluate.recall import needed_base_ids, recall_at_k
 from apps.evaluate.rules import setting_order
 from apps.vdb.records import setting_label
-from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw, validate_raw
+from apps.vdb.stages.open_loop import open_loop_stats
+from apps.vdb.stages.query_raw import (
+    OPEN_LOOP_META,
+    read_raw,
+    read_requests,
+    requests_from_raw,
+    validate_raw,
+)
 
 _SETTING_COLUMNS = ("database", "setting", "ef", "batch_size", "clients", "k")
 
@@ -117,6 +124,7 @@ def evaluate(
     rel_tol: float = 1e-5,
     abs_tol: float = 1e-6,
     requests: Mapping[str, pa.Table] | None = None,
+    open_loops: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Metrics of every setting in the raw rows of ONE database: ``{setting: row}``.
 
@@ -130,6 +138,9 @@ def evaluate(
     ``p50_ms``, ``p95_ms``, ``p99_ms``, ``recall`` (mean tie-aware recall@k), ``recall_min`` and
     ``unknown_ids`` (returned ids that are not in ``base_lookup``: a sign of an id-mapping bug when the
     lookup came from :func:`fetch_vectors`). Rows are ordered by k, batch size, clients, ef.
+
+    An open-loop setting (``open_loops[setting]``: its schedule from the raw file's metadata) gives a row
+    of stage ``open_loop`` with :func:`apps.vdb.stages.open_loop.open_loop_stats` beside the above.
     """
     raw_table = validate_raw(raw_table)
     if raw_table.num_rows == 0:
@@ -152,13 +163,16 @@ def evaluate(
         returned = pc.list_flatten(part.column("ids")).to_numpy().astype(np.int64)
         returned = returned[returned >= 0]
         every = (requests or {}).get(setting)
+        every = requests_from_raw(part) if every is None else every
+        schedule = (open_loops or {}).get(setting)
         rows.append(
             {
                 **first,
-                "stage": "query",
+                "stage": "query" if schedule is None else "open_loop",
                 "status": "ok",
                 "distinct_queries": len(np.unique(part.column("query_id").to_numpy())),
-                **window_stats(requests_from_raw(part) if every is None else every),
+                **window_stats(every),
+                **({} if schedule is None else _open_loop_figures(every, schedule)),
                 "recall": mean_recall,
                 "recall_min": float(per_query.min()),
                 "unknown_ids": int((~base.positions(returned)[1]).sum()),
@@ -166,6 +180,14 @@ def evaluate(
         )
     rows.sort(key=setting_order)
     return {row["setting"]: row for row in rows}
+
+
+def _open_loop_figures(requests: pa.Table, schedule: dict[str, Any]) -> dict[str, Any]:
+    """An open-loop setting's figures from its requests and its schedule (the raw file's metadata)."""
+    figures = open_loop_stats(
+        requests, schedule["rate"], schedule["scheduled"], schedule["duration_s"], schedule["max_lag_ms"]
+    )
+    return {**figures, "p99_bound_ms": schedule.get("p99_bound_ms")}
 
 
 def evaluate_files(
@@ -185,17 +207,22 @@ def evaluate_files(
     if not tables:
         return []
     requests: dict[str, dict[str, pa.Table]] = {}  # database -> setting -> every request of its window
+    open_loops: dict[str, dict[str, dict[str, Any]]] = {}  # database -> setting -> open-loop schedule
     for path, table in zip(raw_files, tables, strict=True):
         if table.num_rows:
             database, setting = (table.column(c)[0].as_py() for c in ("database", "setting"))
             requests.setdefault(database, {})[setting] = read_requests(path, table)
+            schedule = (pq.read_schema(path).metadata or {}).get(OPEN_LOOP_META.encode())
+            if schedule is not None:
+                open_loops.setdefault(database, {})[setting] = json.loads(schedule)
     stalled = dict(filter(None, (_stall_of(p) for p in raw_files)))
     rows: list[dict[str, Any]] = []
     for (database, setting), (reason, described) in stalled.items():
         empty = not any(t.num_rows and pc.any(pc.equal(t.column("setting"), setting)).as_py() for t in tables)
         if empty:
-            fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k")}
-            rows.append({"database": database, "stage": "query", "setting": setting, **fields})
+            fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k", "rate")}
+            stage = "query" if fields["rate"] is None else "open_loop"
+            rows.append({"database": database, "stage": stage, "setting": setting, **fields})
             rows[-1].update(status="failed", stalled=True, error=f"stalled: {reason}")
     raw = pa.concat_tables(tables)
     if raw.num_rows == 0:
@@ -205,7 +232,16 @@ def evaluate_files(
     queries = read_query_vectors(queries_file)
     for database in pc.unique(raw.column("database")).to_pylist():
         part = raw.filter(pc.equal(raw.column("database"), database))
-        for row in evaluate(part, groundtruth, queries, base, metric, requests=requests[database]).values():
+        evaluated = evaluate(
+            part,
+            groundtruth,
+            queries,
+            base,
+            metric,
+            requests=requests[database],
+            open_loops=open_loops.get(database),
+        )
+        for row in evaluated.values():
             if (database, row["setting"]) in stalled:
                 row.update(stalled=True, error=f"stalled: {stalled[database, row['setting']][0]}")
             rows.append(row)
@@ -218,5 +254,11 @@ def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, A
     if b"stalled" not in meta:
         return None
     described = json.loads(meta.get(b"query_setting", b"{}"))
-    label = setting_label(described.get("ef"), described["batch_size"], described["clients"], described["k"])
+    label = setting_label(
+        described.get("ef"),
+        described["batch_size"],
+        described["clients"],
+        described["k"],
+        rate=described.get("rate"),
+    )
     return (described["database"], label), (meta[b"stalled"].decode(), described)

@@ -23,7 +23,7 @@ from apps.evaluate.rules import setting_order
 from core.store import write_parquet_atomic
 
 # The stages that write result rows, in pipeline order (mixed_baseline and mixed: apps/report/mixed.py).
-STAGES = ("deploy", "insert", "index", "query", "mixed_baseline", "mixed")
+STAGES = ("deploy", "insert", "index", "query", "open_loop", "mixed_baseline", "mixed")
 SWEEP = "sweep"  # a row's swept parameters (name -> value): one column each in results.parquet
 
 RESULTS_SCHEMA = pa.schema(
@@ -65,6 +65,19 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("requests", pa.int64()),  # requests in the window (latency rests on them)
         pa.field("window_s", pa.float64()),  # first request sent -> last answer (QPS's wall time)
         pa.field("unknown_ids", pa.int64()),
+        # open_loop rows (apps/vdb/stages/open_loop.py): offered and achieved requests/s, latency from the
+        # intended send time (p50_ms ... p999_ms: service time from the actual send), the generator's lag.
+        pa.field("rate", pa.float64()),
+        pa.field("offered_rate", pa.float64()),  # scheduled / window: a Poisson schedule's realised rate
+        pa.field("achieved_rate", pa.float64()),
+        pa.field("unsent", pa.int64()),
+        pa.field("intended_p50_ms", pa.float64()),
+        pa.field("intended_p99_ms", pa.float64()),
+        pa.field("intended_p999_ms", pa.float64()),
+        pa.field("p999_ms", pa.float64()),
+        pa.field("lag_p99_ms", pa.float64()),
+        pa.field("lag_ok", pa.bool_()),  # False: the generator lagged; the row's figures are not reported
+        pa.field("p99_bound_ms", pa.float64()),  # the configured bound of the knee
         pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
         # query: storage I/O of the database processes in the setting's window (apps.vdb.stages.query_io)
         pa.field("page_cache", pa.string()),  # cold (dropped before the setting) | warm

@@ -6,6 +6,7 @@
   a line's settings.
 * :func:`setting_order`: the order of a database's settings (k, batch size, clients, ef, setting).
 * :func:`spread`: ``(median, min, max)`` of a measurement over its repeats.
+* :func:`knee`: the highest offered rate an open-loop sweep serves within its P99 bound.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, TypeVar
+
+from apps.vdb.stages.open_loop import keeps_up
 
 MIN_RECALL = 0.95  # the studies' recall target
 
@@ -97,3 +100,24 @@ def spread(values: Sequence[float]) -> Spread | None:
     if not values:
         return None
     return Spread(statistics.median(values), min(values), max(values))
+
+
+def closed_setting(label: str) -> str:
+    """The closed-loop setting an open-loop label extends (``...,k=10,rate=500`` -> ``...,k=10``)."""
+    return label.split(",rate=", 1)[0]
+
+
+def knee(rows: Iterable[dict[str, Any]], bound_ms: float | None) -> dict[str, Any] | None:
+    """The open-loop row of the highest offered rate that is served: the generator kept its pace, nothing
+    was left unsent, achieved ≥ 0.98 × offered and (with ``bound_ms``) the intended-time P99 within the
+    bound (:func:`apps.vdb.stages.open_loop.keeps_up`). None when no rate is served. Pass the rows of one
+    point and one closed-loop setting."""
+    served = [
+        r
+        for r in rows
+        if r.get("stage") == "open_loop"
+        and r.get("status") == "ok"
+        and r.get("rate")
+        and keeps_up(r, bound_ms)
+    ]
+    return max(served, key=lambda r: r["rate"], default=None)

@@ -27,6 +27,7 @@ from apps.evaluate.results import (
 from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point, setting_order
 from apps.report.engines import engines_section
 from apps.report.figures import draw_figures
+from apps.report.open_loop import open_loop_section
 from apps.report.study import study_section
 from apps.report.sweep import combine_repeats, points_section, repeats_section
 from apps.report.telemetry import io_table, telemetry_section
@@ -388,6 +389,9 @@ def write_report(
             lines += [f"_{caption}: not drawn, no data._", ""]
     study, drawn = study_section(rows, out)  # every repeat: medians with min–max bars
     lines += study
+    figures.update(drawn)
+    open_lines, drawn = open_loop_section(run, out)
+    lines += open_lines
     figures.update(drawn)
     for caption, path in (mixed_figures or {}).items():
         lines += [f"![{caption}: latency of every request and rows acknowledged over time]({path.name})", ""]

@@ -60,7 +60,7 @@ def save_figure(figure: Any, path: Path) -> Path:
     return path
 
 
-def _finish(axes: Any, xlabel: str, ylabel: str, title: str, entries: int = 0) -> None:
+def finish_axes(axes: Any, xlabel: str, ylabel: str, title: str, entries: int = 0) -> None:
     """Axis labels, title, a light grid and the legend of a line/scatter figure (beside the axes when it
     has more than MANY ``entries``)."""
     axes.set_xlabel(xlabel)
@@ -153,7 +153,7 @@ def _plot_recall_qps(run: ResultRows, colors: dict[str, Any], path: Path) -> Pat
     title = "Recall versus QPS (★ best QPS at recall ≥ 0.95)"
     if many:
         title = "Recall versus QPS: each point's Pareto frontier (★ best QPS at recall ≥ 0.95)"
-    _finish(axes, "recall@k (tie-aware)", "QPS (queries / s)", title, len(drawn))
+    finish_axes(axes, "recall@k (tie-aware)", "QPS (queries / s)", title, len(drawn))
     return save_figure(figure, path)
 
 
@@ -210,7 +210,7 @@ def _plot_insert(run: ResultRows, colors: dict[str, Any], path: Path) -> Path | 
         else "insert batch size (vectors per request)"
     )
     title = "Insert throughput versus batch size"
-    _finish(axes, xlabel, "insert throughput (vectors / s)", title, len(groups))
+    finish_axes(axes, xlabel, "insert throughput (vectors / s)", title, len(groups))
     return save_figure(figure, path)
 
 

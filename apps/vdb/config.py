@@ -9,6 +9,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -18,6 +19,7 @@ from apps.vdb.base import CollectionConfig
 from apps.vdb.capabilities import collection_problems
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.stages.mixed_config import MixedConfig, mixed_problems
+from apps.vdb.stages.open_loop import MIN_SERVICE_S, too_few_clients
 from apps.vdb.sweep import (
     Expansion,
     SweepError,
@@ -35,6 +37,7 @@ _SETTINGS_MODELS = tuple(db.settings for db in databases())
 DatabaseSettings = Annotated[Union[_SETTINGS_MODELS], Field(discriminator="name")]  # noqa: UP007
 # One item of a sweep list (k, ef, batch sizes, clients): 0 or a negative would fail mid-run.
 Positive = Annotated[int, Field(ge=1)]
+PositiveRate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class InsertConfig(Strict):
@@ -84,6 +87,44 @@ class QuerySweepConfig(Strict):
         "set (at least one full pass); QPS and latency rest on every request of that window, recall on "
         "the first answer to each distinct query. None: send the query set once.",
     )
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="Open loop: Poisson arrivals (exponential gaps) or constant spacing."
+    )
+    seed: int = Field(0, description="Open loop: the seed of the Poisson arrival times.")
+    p99_bound_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Open loop: the P99 latency bound (from intended send time, ms) that defines the knee "
+        "(the highest rate served within it) and stops rate: auto. Needed with rate: auto.",
+    )
+    max_lag_ms: float = Field(
+        1.0,
+        gt=0,
+        description="Open loop: a setting whose generator lag P99 (how late a free client sent) exceeds "
+        "this is marked invalid instead of reported: the generator, not the server, set its pace.",
+    )
+
+    rate: list[PositiveRate] | Literal["auto"] | None = Field(
+        None,
+        description="Open loop: offered request rates (requests/s over all clients), each a setting of its "
+        "own after the closed-loop setting of the same ef, batch, clients and k. Arrivals do not wait for "
+        "answers; latency is measured from each request's intended send time (docs/open-loop.md). 'auto' "
+        "steps up from a quarter of that setting's closed-loop rate by 1.25x until the P99 passes "
+        "p99_bound_ms or achieved throughput falls below 0.98x the offered rate. None: closed loop only.",
+    )
+
+    @field_validator("rate")
+    @classmethod
+    def _open_loop_needs(cls, rate: Any, info: ValidationInfo) -> Any:
+        """rate: auto needs its bound; a rate no number of the configured clients could offer is refused."""
+        if rate == "auto" and info.data.get("p99_bound_ms") is None:
+            raise ValueError("rate: auto needs vdb.query.p99_bound_ms (the P99 bound where the steps stop)")
+        for value in rate if isinstance(rate, list) else []:
+            for clients in sorted(set(info.data.get("clients") or [])):
+                why = too_few_clients(value, clients, MIN_SERVICE_S, "the fastest service time,")
+                if why:
+                    raise ValueError(f"{why}; raise vdb.query.clients or lower the rate")
+        return rate
 
 
 class VdbConfig(Strict):

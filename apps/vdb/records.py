@@ -24,13 +24,20 @@ if TYPE_CHECKING:
 
 
 def setting_label(
-    ef: int | None, batch_size: int, clients: int, k: int | None = None, *, request_size: int | None = None
+    ef: int | None,
+    batch_size: int,
+    clients: int,
+    k: int | None = None,
+    *,
+    request_size: int | None = None,
+    rate: float | None = None,
 ) -> str:
     """The one ``setting`` string of a measurement (file names, result rows, report tables and figures).
 
     A query setting (``k`` given): ``ef=64,batch=32,clients=2,k=10`` (``ef=none`` without a search-time
     knob). An insert setting (no ``k``, no ``ef``): ``batch=1024,clients=2``, or
     ``batch=1024,sent=512,clients=2`` when the database took smaller requests than the configured batch.
+    An open-loop query setting ends with its offered rate in requests/s: ``...,k=10,rate=500``.
     """
     parts = [] if k is None else [f"ef={'none' if ef is None else int(ef)}"]
     parts.append(f"batch={int(batch_size)}")
@@ -39,6 +46,8 @@ def setting_label(
     parts.append(f"clients={int(clients)}")
     if k is not None:
         parts.append(f"k={int(k)}")
+    if rate is not None:
+        parts.append(f"rate={rate:g}")
     return ",".join(parts)
 
 
@@ -137,10 +146,11 @@ class QuerySetting(Record):
     batch_size: int
     clients: int
     k: int
+    rate: float | None = None  # open loop: offered requests/s (apps/vdb/stages/open_loop.py); None: closed
 
     @property
     def label(self) -> str:
-        return setting_label(self.ef, self.batch_size, self.clients, self.k)
+        return setting_label(self.ef, self.batch_size, self.clients, self.k, rate=self.rate)
 
 
 class QueryRecord(Record):

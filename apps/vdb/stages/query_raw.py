@@ -161,6 +161,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("queries", pa.int32(), nullable=False),  # queries the request carried (its batch)
         pa.field("t_start", pa.float64(), nullable=False),
         pa.field("t_end", pa.float64(), nullable=False),
+        # Open loop only: when the schedule meant the request to be sent (apps/vdb/stages/open_loop.py).
+        pa.field("t_intended", pa.float64(), nullable=True),
     ]
 )
 """One row per request of a setting's measured window: every pass over the query set, not only the first.
@@ -169,6 +171,9 @@ the first answer of each distinct query (recall), this file every request's timi
 stored size grows by ~30 bytes per request, not by the returned ids."""
 
 REQUESTS_SUFFIX = ".requests.parquet"
+# The raw file's metadata key of an open-loop setting's schedule (JSON: rate, arrivals, seed, duration_s,
+# scheduled, max_lag_ms), read back by the metrics (apps/evaluate/metrics.py).
+OPEN_LOOP_META = "open_loop"
 
 
 def requests_path(raw_path: str | Path) -> Path:
@@ -184,8 +189,10 @@ def requests_table(
     queries: Sequence[int] | np.ndarray,
     t_start: Sequence[float] | np.ndarray,
     t_end: Sequence[float] | np.ndarray,
+    t_intended: Sequence[float] | np.ndarray | None = None,
 ) -> pa.Table:
-    """A table in :data:`REQUEST_SCHEMA` from per-request arrays (``rank`` entries may be None)."""
+    """A table in :data:`REQUEST_SCHEMA` from per-request arrays (``rank`` entries may be None;
+    ``t_intended`` None: a closed-loop window, no intended times)."""
     columns = {
         "client": pa.array(np.asarray(client, np.int32)),
         "rank": pa.array([None if r is None else int(r) for r in rank], pa.int32()),
@@ -193,6 +200,11 @@ def requests_table(
         "queries": pa.array(np.asarray(queries, np.int32)),
         "t_start": pa.array(np.asarray(t_start, np.float64)),
         "t_end": pa.array(np.asarray(t_end, np.float64)),
+        "t_intended": (
+            pa.nulls(len(t_end), pa.float64())
+            if t_intended is None
+            else pa.array(np.asarray(t_intended, np.float64))
+        ),
     }
     lengths = {len(c) for c in columns.values()}
     if len(lengths) > 1:
@@ -224,5 +236,8 @@ def read_requests(raw_path: str | Path, raw: pa.Table | None = None) -> pa.Table
     """Every request of the setting in ``raw_path``: its requests file, else derived from its rows."""
     path = requests_path(raw_path)
     if path.exists():
-        return pq.read_table(path).cast(REQUEST_SCHEMA)
+        table = pq.read_table(path)
+        if "t_intended" not in table.column_names:  # written before open-loop settings
+            table = table.append_column("t_intended", pa.nulls(table.num_rows, pa.float64()))
+        return table.cast(REQUEST_SCHEMA)
     return requests_from_raw(read_raw(raw_path) if raw is None else raw)

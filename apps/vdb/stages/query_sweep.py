@@ -42,8 +42,9 @@ from apps.vdb.base import SEARCH_KNOB, RequestTimeout
 from apps.vdb.config import QuerySweepConfig
 from apps.vdb.pool import ClientPool, client, reset_client
 from apps.vdb.records import DatabaseTarget, IndexRecord, QueryRecord, QuerySetting
+from apps.vdb.stages import open_loop
 from apps.vdb.stages.query_io import QueryIo
-from apps.vdb.stages.query_raw import raw_query_table, requests_path, requests_table
+from apps.vdb.stages.query_raw import OPEN_LOOP_META, raw_query_table, requests_path, requests_table
 from core.errors import ArtifactError
 from core.store import write_parquet_atomic
 
@@ -58,14 +59,18 @@ RELEASE_AHEAD_S = 0.25
 def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
     """Every setting of the sweep, grouped by clients (pool reuse).
 
-    ef only varies for indexes with a search-time knob (for IVF it is nprobe). An in-process engine
-    serves one client, so its sweep has clients = 1 only rather than repeating the same setting.
+    Each closed-loop setting is followed by its open-loop settings, one per offered rate (``rate: auto``
+    adds its steps at run time). ef only varies for indexes with a search-time knob (for IVF it is
+    nprobe). An in-process engine serves one client, so its sweep has clients = 1 only rather than
+    repeating the same setting.
     """
     efs = query_cfg.ef if index_type in SEARCH_KNOB else [None]
     clients = [1] if in_process else sorted(set(query_cfg.clients))
+    rates = query_cfg.rate if isinstance(query_cfg.rate, list) else []
     return [
-        QuerySetting(ef=ef, batch_size=b, clients=c, k=k)
+        QuerySetting(ef=ef, batch_size=b, clients=c, k=k, rate=rate)
         for c, ef, b, k in itertools.product(clients, efs, query_cfg.batch_size, query_cfg.k)
+        for rate in [None, *rates]
     ]
 
 
@@ -161,10 +166,29 @@ def run_share(
         stall = f"client {index}: {exc}"
     finally:
         gc.unfreeze()
+    rows, requests = _share_result(query_ids, vectors, batch_size, index, rank, ids, scores, t_start, t_end)
+    return rows, requests, stall
+
+
+def _share_result(
+    query_ids: np.ndarray,
+    vectors: np.ndarray,
+    batch_size: int,
+    index: int,
+    rank: int | None,
+    ids: list[np.ndarray],
+    scores: list[np.ndarray],
+    t_start: array,
+    t_end: array,
+    t_intended: array | None = None,
+) -> tuple[dict[str, list], dict[str, np.ndarray]]:
+    """A share's rows (first answer per distinct query) and its requests' arrays, from what it recorded."""
     first_pass = len(ids)
+    rows = empty_rows()
     rows["t_start"], rows["t_end"] = list(t_start[:first_pass]), list(t_end[:first_pass])
     rows = _fill_rows(rows, query_ids, ids, scores, index, rank if ids else None)
     n = len(t_start)
+    starts = range(0, len(vectors), batch_size)
     sizes = np.array([min(batch_size, len(vectors) - s) for s in starts] or [0], np.int32)
     requests = {
         "client": np.full(n, index, np.int32),
@@ -174,6 +198,65 @@ def run_share(
         "t_start": np.frombuffer(t_start, np.float64) if n else np.zeros(0),
         "t_end": np.frombuffer(t_end, np.float64) if n else np.zeros(0),
     }
+    if t_intended is not None:
+        requests["t_intended"] = np.frombuffer(t_intended, np.float64) if n else np.zeros(0)
+    return rows, requests
+
+
+def run_open_share(
+    query_ids: np.ndarray,
+    vectors: np.ndarray,
+    k: int,
+    ef: int | None,
+    batch_size: int,
+    index: int,
+    release_at: float,
+    offsets: np.ndarray,
+    deadline: float,
+) -> tuple[dict[str, list], dict[str, np.ndarray], str | None]:
+    """Pool function: one client's share of an open-loop setting (:mod:`apps.vdb.stages.open_loop`).
+
+    Request i is meant to leave at ``release_at + offsets[i]``: the client sleeps until then, or sends at
+    once when its previous request came back late. It cycles through its share of the queries; it stops
+    at ``deadline`` (``time.time()``) with the rest unsent. Returns ``(rows, requests, stall)`` as
+    :func:`run_share` does, the requests with ``t_intended``. The client was warmed up before (phase 1).
+    """
+    ids: list[np.ndarray] = []
+    scores: list[np.ndarray] = []
+    t_intended, t_start, t_end = array("d"), array("d"), array("d")
+    starts = list(range(0, len(vectors), batch_size))
+    per_pass = len(starts)
+    rank, stall = None, None
+    gc.collect()
+    gc.freeze()  # no collection pass inside the window: it would be a lag spike
+    try:
+        db = client()
+        search, rank = db.search, db.rank
+        for sent, offset in enumerate(offsets.tolist() if per_pass else []):
+            intended = release_at + offset
+            now = time.time()
+            if now >= deadline:
+                break
+            if intended > now:
+                time.sleep(intended - now)
+            start = starts[sent % per_pass]
+            t0 = time.time()
+            result = search(vectors[start : start + batch_size], k, ef)
+            t1 = time.time()
+            if sent < per_pass:
+                ids.append(result.ids)
+                scores.append(result.scores)
+            t_intended.append(intended)
+            t_start.append(t0)
+            t_end.append(t1)
+    except RequestTimeout as exc:
+        reset_client()
+        stall = f"client {index}: {exc}"
+    finally:
+        gc.unfreeze()
+    rows, requests = _share_result(
+        query_ids, vectors, batch_size, index, rank, ids, scores, t_start, t_end, t_intended
+    )
     return rows, requests, stall
 
 
@@ -247,14 +330,160 @@ def query_sweep(
     settings_list = sweep(query_cfg, collection.index_type, target.endpoints.in_process)
     for clients, group in itertools.groupby(settings_list, key=lambda s: s.clients):
         with ClientPool(clients, target) as pool:
+            closed: dict[str, tuple[float, float]] = {}  # closed setting -> (requests/s, mean service s)
             for asked in group:
                 setting = asked.model_copy(update={"clients": pool.size})
+                if setting.rate is not None:
+                    base = closed.get(setting.model_copy(update={"rate": None}).label)
+                    records.append(
+                        _open_setting(pool, target, setting, ids, vectors, query_cfg, out_dir, base)[0]
+                    )
+                    continue
                 probe.prepare()  # drop the page cache before the setting where allowed
                 parts, requests, stall = _measure(
                     pool, setting, ids, vectors, query_cfg.warmup_queries, query_cfg.duration_s, probe
                 )
                 records.append(_write_setting(database, setting, parts, requests, stall, out_dir, probe))
+                closed[setting.label] = _closed_pace(requests)
+                if query_cfg.rate == "auto":
+                    records += _auto_rates(
+                        pool, target, setting, ids, vectors, query_cfg, out_dir, closed[setting.label]
+                    )
     return records
+
+
+def _closed_pace(requests: list[dict[str, np.ndarray]]) -> tuple[float, float]:
+    """(requests/s, mean service time in s) of a closed-loop setting's window (NaN without requests)."""
+    start = np.concatenate([r["t_start"] for r in requests])
+    end = np.concatenate([r["t_end"] for r in requests])
+    if not len(start) or end.max() <= start.min():
+        return math.nan, math.nan
+    return len(start) / float(end.max() - start.min()), float((end - start).mean())
+
+
+def _auto_rates(
+    pool: ClientPool,
+    target: DatabaseTarget,
+    setting: QuerySetting,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    query_cfg: QuerySweepConfig,
+    out_dir: str,
+    pace: tuple[float, float],
+) -> list[QueryRecord]:
+    """rate: auto after a closed-loop setting: step the offered rate up from a fraction of its closed-loop
+    rate until a step is not served (:func:`open_loop.keeps_up`) or clients run short; one record a step."""
+    closed_rate, _ = pace
+    if not math.isfinite(closed_rate):
+        log.warning(
+            "rate: auto after %s: the closed loop measured no rate; no open-loop steps", setting.label
+        )
+        return []
+    records = []
+    rate = open_loop.AUTO_START * closed_rate
+    for _ in range(open_loop.AUTO_MAX_STEPS):
+        step = setting.model_copy(update={"rate": float(f"{rate:.3g}")})
+        record, stats = _open_setting(pool, target, step, ids, vectors, query_cfg, out_dir, pace)
+        records.append(record)
+        if stats is None or not open_loop.keeps_up(stats, query_cfg.p99_bound_ms):
+            break
+        rate *= open_loop.AUTO_FACTOR
+    return records
+
+
+def _open_setting(
+    pool: ClientPool,
+    target: DatabaseTarget,
+    setting: QuerySetting,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    query_cfg: QuerySweepConfig,
+    out_dir: str,
+    pace: tuple[float, float] | None,
+) -> tuple[QueryRecord, dict[str, Any] | None]:
+    """Measure one open-loop setting and write it; returns its record and its figures (None: not run).
+
+    Not run when the closed-loop setting's service time says its clients cannot offer the rate
+    (:func:`open_loop.too_few_clients`): its raw file is written empty, flagged with the reason.
+    """
+    assert setting.rate is not None
+    rate = setting.rate
+    per_pass = math.ceil(len(ids) / setting.batch_size)
+    duration = query_cfg.duration_s or per_pass / rate
+    offsets = open_loop.arrival_offsets(rate, duration, query_cfg.arrivals, query_cfg.seed)
+    described = {
+        "rate": rate,
+        "arrivals": query_cfg.arrivals,
+        "seed": query_cfg.seed,
+        "duration_s": duration,
+        "scheduled": len(offsets),
+        "max_lag_ms": query_cfg.max_lag_ms,
+        "p99_bound_ms": query_cfg.p99_bound_ms,
+    }
+    short = None
+    if pace is not None and math.isfinite(pace[1]):
+        short = open_loop.too_few_clients(rate, setting.clients, pace[1], "the closed loop's service time")
+    database = target.database
+    if short:
+        log.warning("open-loop setting %s not run: %s", setting.label, short)
+        record = _write_setting(
+            database, setting, [empty_rows()], [_empty_open()], short, out_dir, open_meta=described
+        )
+        return record, None
+    parts, requests, stall = _measure_open(
+        pool, setting, ids, vectors, query_cfg.warmup_queries, offsets, duration
+    )
+    record = _write_setting(database, setting, parts, requests, stall, out_dir, open_meta=described)
+    if stall or not any(len(r["t_end"]) for r in requests):
+        return record, None
+    joined = {key: np.concatenate([r[key] for r in requests]) for key in (*REQUEST_KEYS, "t_intended")}
+    table = requests_table(
+        joined["client"],
+        [None] * len(joined["client"]),
+        joined["request"],
+        joined["queries"],
+        joined["t_start"],
+        joined["t_end"],
+        joined["t_intended"],
+    )
+    return record, open_loop.open_loop_stats(table, rate, len(offsets), duration, query_cfg.max_lag_ms)
+
+
+def _empty_open() -> dict[str, np.ndarray]:
+    return {**empty_requests(), "t_intended": np.zeros(0)}
+
+
+def _measure_open(
+    pool: ClientPool,
+    setting: QuerySetting,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    warmup: int,
+    offsets: np.ndarray,
+    duration_s: float,
+) -> tuple[list[dict[str, list]], list[dict[str, np.ndarray]], str | None]:
+    """Run one open-loop setting over every client: warm up, then release every client at one instant
+    with its dealt arrival times. Not repeated on a stall: queueing behind a stall is what it measures."""
+    shares = np.array_split(np.arange(len(ids)), pool.size)
+    args = (setting.k, setting.ef, setting.batch_size)
+    warm = [
+        pool.submit(warm_share, vectors[s[:warmup]], *args, i, client_index=i) for i, s in enumerate(shares)
+    ]
+    timeouts = [why for why in (f.result() for f in warm) if why]
+    if timeouts:
+        return [empty_rows() for _ in shares], [_empty_open() for _ in shares], "; ".join(timeouts)
+    dealt = open_loop.deal(offsets, pool.size)
+    release_at = time.time() + RELEASE_AHEAD_S
+    deadline = release_at + open_loop.DRAIN_FACTOR * duration_s
+    futures = [
+        pool.submit(
+            run_open_share, ids[s], vectors[s], *args, i, release_at, dealt[i], deadline, client_index=i
+        )
+        for i, s in enumerate(shares)
+    ]
+    results = [f.result() for f in futures]
+    timeouts = [why for _, _, why in results if why]
+    return [r for r, _, _ in results], [q for _, q, _ in results], "; ".join(timeouts) or None
 
 
 def setting_raw_table(database: str, setting: QuerySetting, **columns: Any) -> pa.Table:
@@ -278,16 +507,25 @@ def _write_setting(
     stall: str | None,
     out_dir: str,
     probe: QueryIo | None = None,
+    open_meta: dict[str, Any] | None = None,
 ) -> QueryRecord:
     """Write a setting's raw rows (first answer per distinct query) and its requests file; the raw file's
-    metadata carries the stall, if any, and the window's I/O counter deltas (``probe``)."""
+    metadata carries the stall, if any, the window's I/O counter deltas (``probe``) and an open-loop
+    setting's schedule (``open_meta``: rate, arrivals, seed, duration, requests scheduled, lag bound)."""
     columns = {key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in ROW_KEYS}
     table = setting_raw_table(database, setting, **columns)
     path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
-    joined = {key: np.concatenate([r[key] for r in requests]) for key in REQUEST_KEYS}
+    keys = (*REQUEST_KEYS, "t_intended") if open_meta is not None else REQUEST_KEYS
+    joined = {key: np.concatenate([r[key] for r in requests]) for key in keys}
     ranks = [None if r < 0 else int(r) for r in joined["rank"]]
     every = requests_table(
-        joined["client"], ranks, joined["request"], joined["queries"], joined["t_start"], joined["t_end"]
+        joined["client"],
+        ranks,
+        joined["request"],
+        joined["queries"],
+        joined["t_start"],
+        joined["t_end"],
+        joined.get("t_intended"),
     )
     write_parquet_atomic(every, requests_path(path), row_group_rows=65536)
     # A stalled setting says so in its file (with the setting, for a file without rows).
@@ -297,6 +535,8 @@ def _write_setting(
         meta = {"stalled": stall, "query_setting": described}
     if probe is not None:
         meta = probe.metadata(meta)
+    if open_meta is not None:
+        meta = {**(meta or {}), OPEN_LOOP_META: json.dumps(open_meta)}
     write_parquet_atomic(table, path, row_group_rows=8192, metadata=meta)
     return QueryRecord(
         setting=setting.label,

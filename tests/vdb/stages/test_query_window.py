@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +14,18 @@ import pytest
 from apps.dataset.layout import finalize_dataset, vectors_to_arrow
 from apps.evaluate.metrics import evaluate_files
 from apps.interchange.vecs import read_vecs
+from apps.report.document import write_report
 from apps.vdb.base import CollectionSpec
 from apps.vdb.config import QuerySweepConfig
 from apps.vdb.qdrant.deploy import QdrantDeployment
 from apps.vdb.qdrant.settings import QdrantSettings
 from apps.vdb.records import DatabaseTarget
+from apps.vdb.stages import open_loop
 from apps.vdb.stages.index import build_index
 from apps.vdb.stages.insert import insert_partition, prepare_collection, work_units
 from apps.vdb.stages.query_raw import read_raw, requests_path
 from apps.vdb.stages.query_sweep import query_sweep
+from core.format import num
 from core.store import write_parquet_atomic
 
 pytestmark = pytest.mark.slow
@@ -120,3 +124,63 @@ def test_a_timed_setting_lasts_its_window_and_scores_each_distinct_query_once(
         hits.append(sum(d[qid, i] <= kth * (1 + 1e-5) + 1e-6 for i in unique) / K)
     assert row["recall"] == pytest.approx(np.mean(hits), abs=1e-9)
     assert row["recall"] >= 0.8
+
+
+def test_open_loop_settings_follow_their_closed_loop_setting(loaded_edge, tmp_path: Path) -> None:
+    """Offered rates on the real engine: every scheduled request sent, latency from the intended time,
+    recall as for the closed loop, and the report's open-loop section with its knee and figure."""
+    target, index, dataset, queries_file, gt_file, _ = loaded_edge
+    sweep = QuerySweepConfig(
+        ef=[16], batch_size=[1], clients=[1], k=[K], warmup_queries=4, duration_s=1.0, rate=[40, 80], seed=1
+    )
+    records = query_sweep(target, str(queries_file), sweep, str(tmp_path / "out"), index)
+    closed = f"ef=16,batch=1,clients=1,k={K}"
+    assert [r.setting for r in records] == [closed, f"{closed},rate=40", f"{closed},rate=80"]
+    rows = evaluate_files([r.file for r in records], gt_file, queries_file, dataset, "l2")
+    assert [r["stage"] for r in rows].count("open_loop") == 2
+    for rate in (40, 80):
+        [row] = [r for r in rows if r["setting"] == f"{closed},rate={rate}"]
+        every = pq.read_table(requests_path(next(r.file for r in records if r.setting == row["setting"])))
+        scheduled = len(open_loop.arrival_offsets(rate, 1.0, "poisson", seed=1))
+        assert row["rate"] == rate and row["requests"] == every.num_rows == scheduled and row["unsent"] == 0
+        intended = every.column("t_intended").to_numpy()
+        assert (every.column("t_start").to_numpy() >= intended).all()
+        assert row["intended_p99_ms"] >= row["p99_ms"] > 0  # the intended time is never after the send
+        span = max(1.0, every.column("t_end").to_numpy().max() - intended.min())
+        assert row["achieved_rate"] == pytest.approx(scheduled / span)
+        assert row["offered_rate"] == pytest.approx(scheduled / 1.0)
+        assert row["recall"] >= 0.8 and row["distinct_queries"] == min(QUERIES, scheduled)
+    report = write_report(rows, tmp_path / "report")
+    text = report["report"].read_text()
+    assert "## Latency under offered load (open loop)" in text and report["figures"]["open_loop"].exists()
+    section = text[text.index("## Latency under offered load") :]
+    knee_line = next(line for line in section.splitlines() if line.startswith(f"| qdrant | {closed} |"))
+    served = [r["rate"] for r in rows if r["stage"] == "open_loop" and open_loop.keeps_up(r, None)]
+    assert knee_line.split(" | ")[2] == (num(max(served), 0) if served else "none served")
+
+
+def test_rate_auto_steps_up_until_a_rate_is_not_served(loaded_edge, tmp_path: Path) -> None:
+    target, index, _, queries_file, _, _ = loaded_edge
+    sweep = QuerySweepConfig(
+        ef=[16],
+        batch_size=[1],
+        clients=[1],
+        k=[K],
+        warmup_queries=4,
+        duration_s=0.4,
+        rate="auto",
+        p99_bound_ms=50,
+    )
+    records = query_sweep(target, str(queries_file), sweep, str(tmp_path / "out"), index)
+    rates = [float(r.setting.split("rate=")[1]) for r in records[1:]]
+    assert records[0].setting == f"ef=16,batch=1,clients=1,k={K}" and len(rates) >= 2
+    assert all(b / a == pytest.approx(open_loop.AUTO_FACTOR, rel=0.01) for a, b in itertools.pairwise(rates))
+    # the closed loop's rate sets the first step
+    every = pq.read_table(requests_path(records[0].file))
+    closed_rate = every.num_rows / (
+        every.column("t_end").to_numpy().max() - every.column("t_start").to_numpy().min()
+    )
+    assert rates[0] == pytest.approx(open_loop.AUTO_START * closed_rate, rel=0.01)
+    # it stopped at the first rate not served (or not run: one client cannot offer it), or after the last step
+    last = records[-1]
+    assert last.stalled or len(rates) == open_loop.AUTO_MAX_STEPS or last.queries_sent is not None

@@ -1,0 +1,231 @@
+"""The open-loop generator measures what it says: a server with a known stall, closed loop beside it.
+
+The fake server answers one request at a time, in arrival order, in 2 ms; once, 1 s into the window, it
+stalls for 200 ms. The true latency of every request follows from the schedule alone (a FIFO queue,
+Lindley's recursion), so the open loop's intended-time P99 can be checked against it, and the closed loop
+seen to under-report it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from apps.vdb.stages import open_loop, query_sweep
+from apps.vdb.stages.query_raw import requests_table
+
+SERVICE_S, STALL_S, STALL_AT_S = 0.002, 0.200, 1.0
+
+
+class StallingServer:
+    """One server thread, FIFO: each request takes SERVICE_S; the first served after ``stall_at`` also
+    waits STALL_S (a frozen server)."""
+
+    def __init__(self, stall_at: float) -> None:
+        self.stall_at, self.stalled = stall_at, False
+        self.inbox: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while (done := self.inbox.get()) is not None:
+            if not self.stalled and time.time() >= self.stall_at:
+                self.stalled = True
+                time.sleep(STALL_S)
+            time.sleep(SERVICE_S)
+            done.set()
+
+    def search(self, batch: np.ndarray, k: int, ef: int | None) -> SimpleNamespace:
+        done = threading.Event()
+        self.inbox.put(done)
+        done.wait()
+        return SimpleNamespace(ids=np.zeros((len(batch), k), np.int64), scores=np.zeros((len(batch), k)))
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.thread.join()
+
+
+def true_latencies(intended: np.ndarray, stall_at: float) -> np.ndarray:
+    """Each request's latency from its intended time in a FIFO queue with the server above."""
+    finish, stalled, out = -np.inf, False, []
+    for arrival in np.sort(intended):
+        start = max(arrival, finish)
+        if not stalled and start >= stall_at:
+            stalled, start = True, start + STALL_S
+        finish = start + SERVICE_S
+        out.append(finish - arrival)
+    return np.array(out)
+
+
+def _run_clients(monkeypatch: pytest.MonkeyPatch, server: StallingServer, share, shares: list[tuple]) -> list:
+    """Run ``share`` in one thread per client, each with ``server`` as its database client."""
+    monkeypatch.setattr(query_sweep, "client", lambda: SimpleNamespace(search=server.search, rank=0))
+    results: list = [None] * len(shares)
+
+    def one(i: int) -> None:
+        results[i] = share(*shares[i])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(shares))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _table(results: list) -> pa.Table:
+    parts = [r[1] for r in results]
+    joined = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return requests_table(
+        joined["client"],
+        [0] * len(joined["client"]),
+        joined["request"],
+        joined["queries"],
+        joined["t_start"],
+        joined["t_end"],
+        joined.get("t_intended"),
+    )
+
+
+@pytest.fixture
+def vectors() -> tuple[np.ndarray, np.ndarray]:
+    return np.arange(64), np.zeros((64, 4), np.float32)
+
+
+def test_open_loop_reports_the_stall_the_closed_loop_hides(monkeypatch, vectors) -> None:
+    ids, vecs = vectors
+    rate, duration, clients = 100.0, 3.0, 32
+    offsets = open_loop.arrival_offsets(rate, duration, "constant", seed=0)
+    release_at = time.time() + 0.2
+    server = StallingServer(release_at + STALL_AT_S)
+    try:
+        dealt = open_loop.deal(offsets, clients)
+        shares = [
+            (ids, vecs, 10, None, 1, i, release_at, dealt[i], release_at + 2 * duration)
+            for i in range(clients)
+        ]
+        results = _run_clients(monkeypatch, server, query_sweep.run_open_share, shares)
+    finally:
+        server.close()
+    assert not any(r[2] for r in results)
+    stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=5.0)
+    expected = open_loop.percentiles_ms(true_latencies(release_at + offsets, release_at + STALL_AT_S), (99,))[
+        0
+    ]
+    assert expected > 100, stats  # the stall dominates the tail of the true distribution
+    assert stats["intended_p99_ms"] == pytest.approx(expected, rel=0.05)
+    assert stats["unsent"] == 0 and stats["lag_ok"]
+    # Service time from the actual send cannot see the queue either: it is the closed loop's view.
+    assert stats["p50_ms"] < 10
+
+    # The closed loop on the same server: one client sending back to back for the same window.
+    release_at = time.time() + 0.2
+    server = StallingServer(release_at + STALL_AT_S)
+    try:
+        share = (ids, vecs, 10, None, 1, 0, 0, release_at, duration)
+        results = _run_clients(monkeypatch, server, query_sweep.run_share, [share])
+    finally:
+        server.close()
+    closed = _table(results)
+    latency = closed.column("t_end").to_numpy() - closed.column("t_start").to_numpy()
+    assert latency.max() > STALL_S  # it did meet the stall ...
+    closed_p99 = open_loop.percentiles_ms(latency, (99,))[0]
+    assert closed_p99 < 0.1 * expected  # ... and its P99 does not show it
+
+
+def test_a_generator_that_cannot_keep_up_flags_its_setting(monkeypatch, vectors) -> None:
+    """A generator that oversleeps every arrival by 3 ms lags beyond a 1 ms bound: not a valid setting."""
+    ids, vecs = vectors
+    real_sleep = time.sleep
+
+    class LateTime:
+        time = staticmethod(time.time)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            real_sleep(seconds + 0.003)
+
+    monkeypatch.setattr(query_sweep, "time", LateTime)
+    rate, duration = 200.0, 1.0
+    offsets = open_loop.arrival_offsets(rate, duration, "poisson", seed=3)
+    release_at = time.time() + 0.1
+    server = StallingServer(float("inf"))
+    try:
+        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration)
+        results = _run_clients(monkeypatch, server, query_sweep.run_open_share, [share])
+    finally:
+        server.close()
+    stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=1.0)
+    assert stats["lag_p99_ms"] > 1.0 and not stats["lag_ok"]
+    assert not open_loop.keeps_up(stats, bound_ms=None)
+
+
+def test_arrivals_are_seeded_and_at_the_rate() -> None:
+    poisson = open_loop.arrival_offsets(500.0, 20.0, "poisson", seed=7)
+    assert np.array_equal(poisson, open_loop.arrival_offsets(500.0, 20.0, "poisson", seed=7))
+    assert not np.array_equal(poisson, open_loop.arrival_offsets(500.0, 20.0, "poisson", seed=8))
+    assert len(poisson) == pytest.approx(10_000, rel=0.05) and poisson.max() < 20.0
+    gaps = np.diff(poisson)
+    assert gaps.mean() == pytest.approx(1 / 500, rel=0.05) and gaps.std() == pytest.approx(1 / 500, rel=0.1)
+    constant = open_loop.arrival_offsets(4.0, 1.0, "constant", seed=0)
+    assert constant.tolist() == [0.0, 0.25, 0.5, 0.75]
+    dealt = open_loop.deal(constant, 3)
+    assert [d.tolist() for d in dealt] == [[0.0, 0.75], [0.25], [0.5]]
+
+
+def test_lag_counts_only_what_the_generator_owes() -> None:
+    """A request sent late because its client's previous answer came back late is not generator lag."""
+    client = np.zeros(3, np.int32)
+    intended = np.array([0.0, 0.010, 0.020])
+    start = np.array([0.0005, 0.050, 0.0605])  # 2nd: client busy until 0.050; 3rd: free at 0.060
+    end = np.array([0.050, 0.060, 0.062])
+    lag = open_loop.generator_lag(client, intended, start, end)
+    assert lag == pytest.approx([0.0005, 0.0, 0.0005])
+
+
+def test_too_few_clients_is_named() -> None:
+    assert open_loop.too_few_clients(1000, 4, 0.002, "x") is None
+    why = open_loop.too_few_clients(1000, 2, 0.002, "the closed loop's service time")
+    assert why is not None and "at least 3 clients" in why and "it has 2" in why
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"rate": [0]}, "greater than 0"),
+        ({"rate": [-5.0]}, "greater than 0"),
+        ({"rate": "auto"}, "rate: auto needs vdb.query.p99_bound_ms"),
+        ({"rate": [100_000], "clients": [1]}, "needs at least 29 clients"),
+        ({"p99_bound_ms": 0}, "greater than 0"),
+    ],
+)
+def test_bad_open_loop_settings_are_refused_at_validate(query: dict, message: str) -> None:
+    from pydantic import ValidationError
+
+    from apps.vdb.config import QuerySweepConfig
+
+    with pytest.raises(ValidationError, match=message) as caught:
+        QuerySweepConfig(**query)
+    assert caught.value.errors()[0]["loc"][0] in query
+
+
+def test_open_loop_settings_follow_each_closed_setting_in_the_sweep() -> None:
+    from apps.vdb.config import QuerySweepConfig
+
+    cfg = QuerySweepConfig(ef=[16, 32], batch_size=[1], clients=[2], k=[10], rate=[100, 200])
+    labels = [s.label for s in query_sweep.sweep(cfg, "hnsw")]
+    assert labels[:3] == [
+        "ef=16,batch=1,clients=2,k=10",
+        "ef=16,batch=1,clients=2,k=10,rate=100",
+        "ef=16,batch=1,clients=2,k=10,rate=200",
+    ]
+    assert len(labels) == 6 and labels[3] == "ef=32,batch=1,clients=2,k=10"
+    auto = QuerySweepConfig(ef=[16], batch_size=[1], clients=[2], k=[10], rate="auto", p99_bound_ms=5)
+    assert [s.label for s in query_sweep.sweep(auto, "hnsw")] == ["ef=16,batch=1,clients=2,k=10"]
