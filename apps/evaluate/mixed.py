@@ -39,7 +39,8 @@ from apps.dataset.lookup import fetch_vectors, read_query_vectors
 from apps.evaluate.metrics import evaluate, window_stats
 from apps.evaluate.recall import recall_at_k
 from apps.vdb.stages.mixed_config import MixedRecord
-from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw
+from apps.vdb.stages.open_loop import open_loop_stats
+from apps.vdb.stages.query_raw import OPEN_LOOP_META, read_raw, read_requests, requests_from_raw
 
 TRUTH_FILE = "truth.parquet"
 TRUTH_TAG = b"pes2o.mixed_truth"  # what a cached truth file was computed for (recomputed when it differs)
@@ -136,7 +137,12 @@ def mixed_rows(
     }
     rows = []
     every = {record.setting: read_requests(record.baseline_file, baseline)}
-    for row in evaluate(baseline, _truth_of(truth, 0), queries, base, metric, requests=every).values():
+    schedule = (pq.read_schema(record.baseline_file).metadata or {}).get(OPEN_LOOP_META.encode())
+    open_loops = None if schedule is None else {record.setting: json.loads(schedule)}
+    evaluated = evaluate(
+        baseline, _truth_of(truth, 0), queries, base, metric, requests=every, open_loops=open_loops
+    )
+    for row in evaluated.values():
         rows.append({**_keep(row), "stage": "mixed_baseline", "vectors": record.preload_rows})
     if raw.num_rows:
         recall = mixed_recall(raw, checkpoints, truth, queries, base, metric)
@@ -147,6 +153,7 @@ def mixed_rows(
                 "stage": "mixed",
                 "status": "ok",
                 **window_stats(requests_from_raw(raw)),
+                **_open_loop_phase(record),
                 "distinct_queries": len(np.unique(raw.column("query_id").to_numpy())),
                 "recall": float(recall.mean()),
                 "recall_min": float(recall.min()),
@@ -159,8 +166,25 @@ def mixed_rows(
         )
         rows[-1].update(error="no query was answered during the mixed phase", **insert_fields)
     for row in rows:
-        row["latency_p99_ms"] = row.get("p99_ms")  # the degradation table's column name
+        # the degradation table's column: in the open loop the P99 from the intended send time
+        row["latency_p99_ms"] = row.get("intended_p99_ms") or row.get("p99_ms")
     return rows
+
+
+def _open_loop_phase(record: MixedRecord) -> dict[str, Any]:
+    """The mixed phase's open-loop figures from its requests file ({} for a closed-loop phase)."""
+    if record.query_rate is None or record.released_at is None:
+        return {}
+    requests = read_requests(record.queries_file)
+    sent = requests.num_rows
+    figures = open_loop_stats(
+        requests,
+        record.query_rate,
+        sent + (record.queries_unsent or 0),
+        max(record.last_ack - record.released_at, 1e-9),
+        record.max_lag_ms or 1.0,
+    )
+    return figures
 
 
 def _keep(row: dict[str, Any]) -> dict[str, Any]:

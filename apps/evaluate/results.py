@@ -77,6 +77,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("p999_ms", pa.float64()),
         pa.field("lag_p99_ms", pa.float64()),
         pa.field("lag_ok", pa.bool_()),  # False: the generator lagged; the row's figures are not reported
+        pa.field("client_busy", pa.float64()),  # the busiest client's busy share (> 0.7: client-bound)
         pa.field("p99_bound_ms", pa.float64()),  # the configured bound of the knee
         pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
         # query: storage I/O of the database processes in the setting's window (apps.vdb.stages.query_io)

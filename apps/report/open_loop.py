@@ -16,6 +16,7 @@ from typing import Any
 from apps.evaluate.results import ResultRows, is_ok, point_name
 from apps.evaluate.rules import closed_setting, knee
 from apps.report.figures import colors_for, finish_axes, new_figure, save_figure
+from apps.vdb.stages.open_loop import invalid
 from core.format import num, table
 
 CAPTION = "Open loop: P99 latency and achieved throughput against offered rate"
@@ -31,11 +32,17 @@ def _groups(run: ResultRows) -> list[tuple[str, str, list[dict[str, Any]]]]:
     ]
 
 
+def _shown(row: dict[str, Any]) -> bool:
+    """A row whose figures are the server's: run, and neither the generator nor its clients set the pace."""
+    return is_ok(row) and invalid(row) is None
+
+
 def _status(row: dict[str, Any]) -> str:
     if not is_ok(row):
         return f"not run: {row.get('error') or 'no reason recorded'}"
-    if row.get("lag_ok") is False:
-        return f"**invalid**: generator lag P99 {num(row['lag_p99_ms'])} ms"
+    why = invalid(row)
+    if why:
+        return f"**invalid**: {why}"
     if row.get("unsent"):
         return f"{num(row['unsent'])} requests unsent at the window's end"
     return ""
@@ -52,8 +59,9 @@ def open_loop_section(run: ResultRows, out: Path) -> tuple[list[str], dict[str, 
         "Requests arrive at the offered rate whether or not earlier ones were answered; latency counts from "
         "each request's *intended* send time, so queueing behind a slow or stalled server is included "
         "(a closed loop, the query sweep above, stops sending while it waits and hides it). Service time "
-        "counts from the actual send. A rate at which the generator itself fell behind its schedule is "
-        "invalid (docs/open-loop.md).",
+        "counts from the actual send. A rate at which the generator fell behind its schedule, or a client "
+        "was busy more than 70% of the window, is invalid: it measured the load generator, not the server "
+        "(docs/open-loop.md).",
         "",
     ]
     knees = []
@@ -101,7 +109,7 @@ def open_loop_section(run: ResultRows, out: Path) -> tuple[list[str], dict[str, 
     body = []
     for point, setting, rows in groups:
         for row in rows:
-            shown = is_ok(row) and row.get("lag_ok") is not False
+            shown = _shown(row)
             figures = [
                 row.get(k)
                 for k in (
@@ -133,7 +141,7 @@ def _plot(groups: list[tuple[str, str, list[dict[str, Any]]]], path: Path) -> Pa
     colors = colors_for(names)
     highest = 0.0
     for name, (_, _, rows) in zip(names, groups, strict=True):
-        shown = [r for r in rows if is_ok(r) and r.get("lag_ok") is not False and r.get("rate")]
+        shown = [r for r in rows if _shown(r) and r.get("rate")]
         if not shown:
             continue
         rates = [r["rate"] for r in shown]

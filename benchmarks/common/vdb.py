@@ -132,6 +132,34 @@ def bench_dataset(rows: int | None, default_rows: int) -> dict[str, Any]:
 # --- configuration: the settings of configs/local.yaml -----------------------------------------------------
 
 
+def bench_queries(dim: int) -> Path:
+    """The project's query set of the same dimension (store/queries/*/queries.parquet), else 500 seeded
+    random unit vectors of ``dim`` (synthetic: only speed is compared, both sides send the same ones)."""
+    from apps.dataset.layout import vectors_to_arrow
+    from core.store import read_manifest, write_parquet_atomic
+
+    found = sorted(
+        (p for p in (common.REPO / "store" / "queries").glob("*/queries.parquet")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for path in reversed(found):
+        if (read_manifest(path.parent) or {}).get("dimension") == dim:
+            return path
+    path = common.OUT / "work" / f"bench-random-{dim}-queries.parquet"
+    if not path.exists():
+        vectors = np.random.default_rng(13).standard_normal((500, dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        table = pa.table(
+            {
+                "id": np.arange(len(vectors), dtype=np.int64),
+                "text": [""] * len(vectors),
+                "embedding": vectors_to_arrow(vectors, "float32"),
+            }
+        )
+        write_parquet_atomic(table, path)
+    return path
+
+
 def vdb_config() -> Any:
     from pipeline.config.model import VdbConfig
 

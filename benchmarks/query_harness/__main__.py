@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks import common
@@ -49,38 +48,9 @@ TARGET = 0.95
 DATABASES = tuple(DIRECT_CALL)  # the databases with a direct vendor-client loop to compare against
 COLLECTION = "query_bench"
 DEFAULT_ROWS = 10_000  # random unit vectors when no project dataset was built (common/vdb.bench_dataset)
-SYNTHETIC_QUERIES = 500
 
 
 # --- data --------------------------------------------------------------------------------------------------
-
-
-def queries_file(dim: int) -> Path:
-    """The project's query set of the same dimension (store/queries/*/queries.parquet), else 500 seeded
-    random unit vectors of ``dim`` (synthetic: only speed is compared, both sides send the same ones)."""
-    from apps.dataset.layout import vectors_to_arrow
-    from core.store import read_manifest, write_parquet_atomic
-
-    found = sorted(
-        (p for p in (common.REPO / "store" / "queries").glob("*/queries.parquet")),
-        key=lambda p: p.stat().st_mtime,
-    )
-    for path in reversed(found):
-        if (read_manifest(path.parent) or {}).get("dimension") == dim:
-            return path
-    path = common.OUT / "work" / f"query-harness-random-{dim}-queries.parquet"
-    if not path.exists():
-        vectors = np.random.default_rng(13).standard_normal((SYNTHETIC_QUERIES, dim), dtype=np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        table = pa.table(
-            {
-                "id": np.arange(len(vectors), dtype=np.int64),
-                "text": [""] * len(vectors),
-                "embedding": vectors_to_arrow(vectors, "float32"),
-            }
-        )
-        write_parquet_atomic(table, path)
-    return path
 
 
 # --- the harness: the project's query stage ----------------------------------------------------------------
@@ -227,7 +197,7 @@ def main() -> None:
     (common.OUT / "work").mkdir(parents=True, exist_ok=True)
     cfg = vdb.vdb_config()
     data = vdb.bench_dataset(args.rows, DEFAULT_ROWS)
-    data["queries_file"] = queries_file(data["vectors"].shape[1])
+    data["queries_file"] = vdb.bench_queries(data["vectors"].shape[1])
     shown = data["queries_file"]
     with contextlib.suppress(ValueError):
         shown = shown.relative_to(common.REPO)

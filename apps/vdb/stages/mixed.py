@@ -35,12 +35,12 @@ from apps.dataset.groundtruth.checkpoints import loaded_rows
 from apps.dataset.layout import iter_vectors
 from apps.vdb.base import DatabaseError
 from apps.vdb.pool import ClientPool, client
-from apps.vdb.records import DatabaseTarget, QuerySetting, setting_label
-from apps.vdb.stages import query_sweep
+from apps.vdb.records import DatabaseTarget, QueryRecord, QuerySetting, setting_label
+from apps.vdb.stages import open_loop, query_sweep
 from apps.vdb.stages.index import build_index
 from apps.vdb.stages.insert import prepare_collection, request_size
 from apps.vdb.stages.mixed_config import MixedConfig, MixedRecord
-from apps.vdb.stages.query_raw import requests_path
+from apps.vdb.stages.query_raw import requests_path, requests_table
 from core.errors import ArtifactError
 from core.store import read_manifest, write_parquet_atomic
 
@@ -53,6 +53,8 @@ INSERTS_SCHEMA = pa.schema(
         pa.field("row_stop", pa.int64(), nullable=False),
         pa.field("t_send", pa.float64(), nullable=False),  # time.time() the batch's first request went out
         pa.field("t_ack", pa.float64(), nullable=False),  # time.time() its last request was acknowledged
+        # when the insert_rate schedule meant it to leave (null: insert_rate max, no schedule)
+        pa.field("t_intended", pa.float64(), nullable=True),
     ]
 )
 _LOADED: dict[str, Any] = {}  # in an insert client process: its batches' rows, loaded before the clock
@@ -121,8 +123,12 @@ def send_share(
     release_at: float, rate: float | None, marker: str | None, retries: int = 3
 ) -> dict[str, list]:
     """Pool function: send the loaded batches in order from ``release_at``, ``rate`` vectors/s (None: as
-    fast as acknowledged); touch ``marker`` after the last acknowledgement (also on failure)."""
-    out: dict[str, list] = {"row_start": [], "row_stop": [], "t_send": [], "t_ack": []}
+    fast as acknowledged); touch ``marker`` after the last acknowledgement (also on failure).
+
+    With a rate the batches follow a schedule that does not wait for acknowledgements: batch i is meant to
+    leave when the rows before it are due; a late acknowledgement sends the next at once (its intended
+    time is recorded, as the open-loop queries' are)."""
+    out: dict[str, list] = {"row_start": [], "row_stop": [], "t_send": [], "t_ack": [], "t_intended": []}
     try:
         if not _LOADED:
             return out
@@ -130,13 +136,15 @@ def send_share(
         time.sleep(max(0.0, release_at - time.time()))
         sent = 0
         for start, stop in _LOADED["share"]:
-            if rate is not None:
-                time.sleep(max(0.0, release_at + sent / rate - time.time()))
+            intended = None if rate is None else release_at + sent / rate
+            if intended is not None:
+                time.sleep(max(0.0, intended - time.time()))
             rows = where[start]
             t_send = time.time()
             _insert(ids[rows], vectors[rows], retries)
             out["t_ack"].append(time.time())
             out["t_send"].append(t_send)
+            out["t_intended"].append(intended)
             out["row_start"].append(start)
             out["row_stop"].append(stop)
             sent += stop - start
@@ -154,16 +162,25 @@ def query_until(
     release_at: float,
     markers: list[str],
     deadline: float,
+    arrivals: open_loop.ClientArrivals | None = None,
 ) -> dict[str, Any]:
     """Pool function: cycle through ``vectors`` in batches from ``release_at`` until every insert client's
     ``markers`` exists (checked before each request) or ``deadline``; per request its first query's
-    position in the share, size, send and answer time, returned ids and scores."""
+    position in the share, size, send and answer time, returned ids and scores.
+
+    ``arrivals``: open loop, this client's schedule (each request sent at its intended time, or at once
+    when the previous answer came late; ``t_intended`` per request, and ``unsent``: arrivals due before
+    the phase ended that a late answer kept back). None: back to back (closed loop)."""
     db = client()
     starts = list(range(0, len(vectors), batch_size))
     out: dict[str, Any] = {"first": [], "size": [], "t_start": [], "t_end": [], "ids": [], "scores": []}
+    out["t_intended"] = []
     time.sleep(max(0.0, release_at - time.time()))
+    intended = None if arrivals is None else release_at + arrivals.next_gap()
     n = 0
     while starts and time.time() < deadline:
+        if intended is not None and intended > time.time():
+            time.sleep(intended - time.time())
         if all(Path(m).exists() for m in markers):
             break
         first = starts[n % len(starts)]
@@ -172,12 +189,22 @@ def query_until(
         result = db.search(batch, k, ef)
         out["t_end"].append(time.time())
         out["t_start"].append(t0)
+        out["t_intended"].append(intended)
+        if arrivals is not None:
+            intended += arrivals.next_gap()
         out["first"].append(first)
         out["size"].append(len(batch))
         out["ids"].append(np.asarray(result.ids))
         out["scores"].append(np.asarray(result.scores))
         n += 1
     out["rank"] = db.rank
+    # The phase ended at the last acknowledgement (the markers' times); due before it, never sent:
+    done = [Path(m).stat().st_mtime for m in markers if Path(m).exists()]
+    stopped = max(done) if len(done) == len(markers) else time.time()
+    out["unsent"] = 0
+    while intended is not None and intended < stopped:
+        out["unsent"] += 1
+        intended += arrivals.next_gap()
     return out
 
 
@@ -233,13 +260,10 @@ def mixed_workload(
     inserted = batches(preload, total, cfg.insert_batch_size)
     rate = None if cfg.insert_rate == "max" else float(cfg.insert_rate)
     with ClientPool(cfg.query_clients, target) as queries, ClientPool(cfg.insert_clients, target) as inserts:
-        setting = QuerySetting(ef=cfg.ef, batch_size=cfg.query_batch_size, clients=queries.size, k=cfg.k)
-        parts, requests, stall = query_sweep._measure(
-            queries, setting, query_ids, vectors, cfg.warmup_queries, cfg.baseline_duration_s
+        setting = QuerySetting(
+            ef=cfg.ef, batch_size=cfg.query_batch_size, clients=queries.size, k=cfg.k, rate=cfg.query_rate
         )
-        baseline = query_sweep._write_setting(
-            target.database, setting, parts, requests, stall, str(out / "baseline")
-        )
+        baseline = _baseline(target, queries, setting, query_ids, vectors, cfg, str(out / "baseline"))
         shares = np.array_split(np.arange(len(query_ids)), queries.size)
         inserts.warm()  # every insert client connected and attached before the clock
         warm = [
@@ -279,6 +303,7 @@ def mixed_workload(
                 release_at,
                 markers,
                 release_at + cfg.timeout_s,
+                _arrivals(cfg, queries.size, i),
                 client_index=i,
             )
             for i, s in enumerate(shares)
@@ -297,6 +322,7 @@ def mixed_workload(
     query_table = _queries_table(target.database, setting, answers, shares, query_ids)
     inserts_file, queries_path = out / "inserts.parquet", out / "queries.parquet"
     write_parquet_atomic(insert_table, inserts_file, row_group_rows=65536)
+    write_parquet_atomic(_requests_table(answers), requests_path(queries_path), row_group_rows=65536)
     write_parquet_atomic(query_table, queries_path, row_group_rows=8192)
     return MixedRecord(
         preload_rows=preload,
@@ -311,6 +337,72 @@ def mixed_workload(
         queries_file=str(queries_path),
         inserts_file=str(inserts_file),
         last_ack=float(max(insert_table.column("t_ack").to_pylist())),
+        query_rate=cfg.query_rate,
+        released_at=release_at,
+        max_lag_ms=cfg.max_lag_ms if cfg.query_rate else None,
+        queries_unsent=sum(a["unsent"] for a in answers) if cfg.query_rate else None,
+    )
+
+
+def _arrivals(cfg: MixedConfig, clients: int, index: int) -> open_loop.ClientArrivals | None:
+    """Query client ``index``'s open-loop schedule in the mixed phase (None: closed loop); its seed differs
+    from the baseline's so the two phases do not share arrival times."""
+    if cfg.query_rate is None:
+        return None
+    return open_loop.ClientArrivals(cfg.query_rate, clients, index, cfg.arrivals, cfg.seed + 1)
+
+
+def _baseline(
+    target: DatabaseTarget,
+    queries: ClientPool,
+    setting: QuerySetting,
+    query_ids: np.ndarray,
+    vectors: np.ndarray,
+    cfg: MixedConfig,
+    out: str,
+) -> QueryRecord:
+    """The query setting on the preloaded collection alone for ``baseline_duration_s``: the sweep's timed
+    window (closed loop), or its open-loop window at ``query_rate``."""
+    if cfg.query_rate is None:
+        parts, requests, stall = query_sweep._measure(
+            queries, setting, query_ids, vectors, cfg.warmup_queries, cfg.baseline_duration_s
+        )
+        return query_sweep._write_setting(target.database, setting, parts, requests, stall, out)
+    duration = cfg.baseline_duration_s
+    offsets = open_loop.arrival_offsets(cfg.query_rate, duration, cfg.arrivals, cfg.seed)
+    parts, requests, stall = query_sweep._measure_open(
+        queries, setting, query_ids, vectors, cfg.warmup_queries, offsets, duration
+    )
+    schedule = open_loop.schedule_meta(
+        cfg.query_rate, cfg.arrivals, cfg.seed, duration, len(offsets), cfg.max_lag_ms
+    )
+    return query_sweep._write_setting(
+        target.database, setting, parts, requests, stall, out, open_meta=schedule
+    )
+
+
+def _requests_table(answers: list[dict]) -> pa.Table:
+    """Every request of the mixed phase (:data:`apps.vdb.stages.query_raw.REQUEST_SCHEMA`), with its
+    intended send time in the open loop."""
+    column = {n: [] for n in ("client", "rank", "request", "queries", "t_start", "t_end", "t_intended")}
+    for c, answer in enumerate(answers):
+        n = len(answer["t_start"])
+        column["client"] += [c] * n
+        column["rank"] += [answer["rank"]] * n
+        column["request"] += list(range(n))
+        column["queries"] += answer["size"]
+        column["t_start"] += answer["t_start"]
+        column["t_end"] += answer["t_end"]
+        column["t_intended"] += answer["t_intended"]
+    open_loop_phase = any(t is not None for t in column["t_intended"])
+    return requests_table(
+        column["client"],
+        column["rank"],
+        column["request"],
+        column["queries"],
+        column["t_start"],
+        column["t_end"],
+        column["t_intended"] if open_loop_phase else None,
     )
 
 
@@ -318,10 +410,15 @@ def _inserts_table(acks: list[dict[str, list]], inserted: list[tuple[int, int]])
     """Per insert batch: client, its position in insert order, rows, send and acknowledge times."""
     number = {start: i for i, (start, _) in enumerate(inserted)}
     rows = [
-        (c, number[s], s, e, ts, ta)
+        (c, number[s], s, e, ts, ta, ti)
         for c, part in enumerate(acks)
-        for s, e, ts, ta in zip(
-            part["row_start"], part["row_stop"], part["t_send"], part["t_ack"], strict=True
+        for s, e, ts, ta, ti in zip(
+            part["row_start"],
+            part["row_stop"],
+            part["t_send"],
+            part["t_ack"],
+            part["t_intended"],
+            strict=True,
         )
     ]
     rows.sort(key=lambda r: r[1])

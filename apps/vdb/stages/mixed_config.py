@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from apps.vdb import runs_in_process
+from apps.vdb.stages.open_loop import MIN_SERVICE_S, too_few_clients
 from core.config import Strict
 
 
@@ -45,6 +46,22 @@ class MixedConfig(Strict):
         description="Vectors per second over all insert clients (each paces its share), or max (no pacing).",
     )
     query_clients: int = Field(1, ge=1, description="Query client processes.")
+    query_rate: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Open loop: query requests per second over all query clients, in the baseline and the "
+        "mixed phase, on a schedule that does not wait for answers; latency then counts from each "
+        "request's intended send time (docs/open-loop.md). Sweep it beside insert_rate for 'P99 at R "
+        "queries/s while inserting W vectors/s'. None: the query clients send back to back (closed loop).",
+    )
+    arrivals: Literal["poisson", "constant"] = Field(
+        "poisson", description="Open loop: Poisson arrivals (exponential gaps) or constant spacing."
+    )
+    seed: int = Field(0, description="Open loop: the seed of the Poisson arrival times.")
+    max_lag_ms: float = Field(
+        1.0, gt=0, description="Open loop: generator lag P99 above this marks the phase invalid."
+    )
     query_batch_size: int = Field(32, ge=1, description="Queries per request.")
     ef: int | None = Field(64, ge=1, description="Search-time ef (nprobe for IVF); None: the default.")
     k: int = Field(10, ge=1, description="Neighbours per query.")
@@ -54,6 +71,20 @@ class MixedConfig(Strict):
         10.0, gt=0, description="Seconds the baseline (preloaded collection, no inserts) is measured."
     )
     timeout_s: float = Field(1800, gt=0, description="Upper bound on preloading and on the mixed phase.")
+
+    @field_validator("query_rate")
+    @classmethod
+    def _offerable(cls, rate: float | None, info: ValidationInfo) -> float | None:
+        """A query rate no number of the configured query clients could offer is refused."""
+        clients = info.data.get("query_clients") or 1
+        why = (
+            None
+            if rate is None
+            else too_few_clients(rate, clients, MIN_SERVICE_S, "the fastest service time,")
+        )
+        if why:
+            raise ValueError(f"{why}; raise vdb.mixed.query_clients or lower the rate")
+        return rate
 
 
 class MixedRecord(BaseModel):
@@ -66,11 +97,16 @@ class MixedRecord(BaseModel):
     setting: str  # setting_label of the queries (ef, batch, clients, k)
     insert_setting: str  # setting_label of the inserts (batch, clients)
     insert_rate: float | None  # vectors/s asked for (None: max)
+    query_rate: float | None = None  # open loop: query requests/s offered (None: closed loop)
+    released_at: float | None = None  # time.time() the mixed phase's clients started
+    max_lag_ms: float | None = None  # open loop: the generator-lag bound
+    queries_unsent: int | None = None  # open loop: arrivals due before the phase ended, never sent
     checkpoint_fraction: float
     preload_s: float  # preload upload + index build
     baseline_file: str  # raw rows (first answer per distinct query) of the baseline
     baseline_requests_file: str  # every request of the baseline window
-    queries_file: str  # mixed phase: one row per query sent (ids, send and answer time, client)
+    queries_file: str  # mixed phase: one row per query sent (ids, send and answer time, client); every
+    # request beside it (query_raw.requests_path), with its intended send time in the open loop
     inserts_file: str  # mixed phase: one row per insert batch (rows, send and acknowledge time)
     last_ack: float  # time.time() of the last insert acknowledged
 

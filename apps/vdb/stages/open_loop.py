@@ -43,11 +43,14 @@ KEPT_UP = 0.98
 # A client's window ends this many window lengths after its start, sent or not: a server far behind its
 # offered rate must not hold the stage for the whole backlog (what was not sent is counted as unsent).
 DRAIN_FACTOR = 2.0
-# Each client sends requests one after another, so it can offer at most 1 / service time requests/s. A
-# rate is refused unless clients x (1 / service time) x this share covers it (queueing needs headroom).
+# Each client sends one request at a time, so a busy client delays its next arrival, and that delay would
+# be charged to the server. A client may be busy at most this share of the window: before the run, a rate
+# is refused when clients x this / (fastest service time) cannot cover it; after it, a setting whose
+# busiest client exceeded it is client-bound, not a measurement of the server.
 CLIENT_UTILISATION = 0.7
-# validate knows no service time yet: no client of this project answers faster than this (a FAISS search
-# in process, measured by benchmarks/openloop), so a rate above clients / this cannot be offered at all.
+# validate knows no service time yet: no client of this project answers faster than this (an in-process
+# search of a small collection), so a rate above clients x 0.7 / this cannot be offered at all. At run
+# time the closed-loop setting's fastest request takes its place.
 MIN_SERVICE_S = 0.0002
 
 
@@ -67,6 +70,38 @@ def arrival_offsets(rate: float, duration_s: float, arrivals: Arrivals, seed: in
     return offsets[offsets < duration_s]
 
 
+class ClientArrivals:
+    """One client's share of an open-ended schedule (the mixed phase runs until its inserts end): gaps
+    of a Poisson process of rate / clients (seeded per client; the clients together are Poisson at
+    ``rate``), or constant spacing clients / rate starting at index / rate."""
+
+    def __init__(self, rate: float, clients: int, index: int, arrivals: Arrivals, seed: int) -> None:
+        self.rate, self.clients, self.index, self.arrivals = rate, clients, index, arrivals
+        self.rng = np.random.default_rng([seed, index])
+        self.started = False
+
+    def next_gap(self) -> float:
+        """Seconds from the previous intended time (from the start, for the first) to the next."""
+        first, self.started = not self.started, True
+        if self.arrivals == "constant":
+            return self.index / self.rate if first else self.clients / self.rate
+        return float(self.rng.exponential(self.clients / self.rate))
+
+
+def schedule_meta(
+    rate: float, arrivals: Arrivals, seed: int, duration_s: float, scheduled: int, max_lag_ms: float
+) -> dict[str, Any]:
+    """What a raw file records of its open-loop schedule (read back by the metrics)."""
+    return {
+        "rate": rate,
+        "arrivals": arrivals,
+        "seed": seed,
+        "duration_s": duration_s,
+        "scheduled": scheduled,
+        "max_lag_ms": max_lag_ms,
+    }
+
+
 def deal(offsets: np.ndarray, clients: int) -> list[np.ndarray]:
     """The intended times dealt round-robin to ``clients`` client processes (arrival i to client i % c)."""
     return [offsets[i::clients] for i in range(clients)]
@@ -84,7 +119,7 @@ def too_few_clients(rate: float, clients: int, service_s: float, source: str) ->
         return None
     return (
         f"rate {rate:g} requests/s needs at least {needed} clients at {source} "
-        f"{service_s * 1000:.3g} ms per request (each client sends one request at a time, up to "
+        f"{service_s * 1000:.3g} ms a request (each client sends one request at a time, busy at most "
         f"{CLIENT_UTILISATION:.0%} busy); it has {clients}"
     )
 
@@ -133,7 +168,8 @@ def open_loop_stats(
     never sent are ``unsent``). ``achieved_rate``: answers per second over the window (its start to the
     last answer, at least ``duration_s``). Latencies in ms: ``intended_p50_ms`` … ``intended_p999_ms``
     from each request's intended time, ``p50_ms``, ``p99_ms``, ``p999_ms`` service time from its actual
-    send; ``lag_p99_ms`` and ``lag_ok`` (lag P99 within ``max_lag_ms``).
+    send; ``lag_p99_ms`` and ``lag_ok`` (lag P99 within ``max_lag_ms``); ``client_busy``: the busiest
+    client's share of the window spent waiting for answers (above 0.7 the setting is client-bound).
     """
     if requests.num_rows == 0:
         raise ValueError("open loop: no requests in the window")
@@ -145,6 +181,7 @@ def open_loop_stats(
         raise ValueError("open loop: a request has no intended send time")
     lag_p99 = percentiles_ms(generator_lag(client, intended, start, end), (99,))[0]
     window = max(duration_s, float(end.max() - intended.min()))
+    busy = max(float((end - start)[client == c].sum()) / window for c in np.unique(client))
     i50, i99, i999 = percentiles_ms(end - intended)
     s50, s99, s999 = percentiles_ms(end - start)
     return {
@@ -160,13 +197,24 @@ def open_loop_stats(
         "p999_ms": s999,
         "lag_p99_ms": lag_p99,
         "lag_ok": bool(lag_p99 <= max_lag_ms),
+        "client_busy": busy,
     }
 
 
+def invalid(stats: dict[str, Any]) -> str | None:
+    """Why a setting's figures measure the generator or its clients rather than the server (None: valid)."""
+    if stats.get("lag_ok") is False:
+        return f"generator lag P99 {stats['lag_p99_ms']:.2f} ms"
+    busy = stats.get("client_busy")
+    if busy is not None and busy > CLIENT_UTILISATION:
+        return f"client-bound: a client was busy {busy:.0%} of the window (raise clients)"
+    return None
+
+
 def keeps_up(stats: dict[str, Any], bound_ms: float | None) -> bool:
-    """True when a rate is served: the generator kept its pace, nothing was left unsent, achieved ≥ 0.98 ×
+    """True when a rate is served: a valid setting (:func:`invalid`), nothing left unsent, achieved ≥ 0.98 ×
     offered (the schedule's own rate), and (with a bound) the intended-time P99 is within ``bound_ms``."""
-    if not stats.get("lag_ok") or stats.get("unsent"):
+    if invalid(stats) or stats.get("unsent"):
         return False
     if not stats["achieved_rate"] >= KEPT_UP * stats["offered_rate"]:
         return False

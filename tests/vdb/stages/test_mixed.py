@@ -228,3 +228,57 @@ def test_mixed_run_on_milvus_recall_equals_an_independent_recomputation(milvus, 
 
     figure = mixed_figure(record, "milvus mixed", tmp_path / "mixed.png")
     assert figure is not None and figure.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_open_loop_queries_beside_paced_inserts(milvus, tmp_path: Path) -> None:
+    """query_rate: the baseline and the mixed phase send on a schedule; every request carries its intended
+    time, the inserts theirs; the rows carry the open-loop figures, the P99 from the intended time."""
+    from apps.evaluate.mixed import mixed_rows
+    from apps.vdb.base import CollectionSpec
+    from apps.vdb.records import DatabaseTarget
+    from apps.vdb.stages.mixed import mixed_workload
+    from apps.vdb.stages.query_raw import read_requests
+
+    settings, endpoints = milvus
+    base = read_vecs(DATA / "fmnist1k_base.fvecs")
+    queries = read_vecs(DATA / "fmnist1k_query.fvecs")[:40]
+    dataset = write_dataset(tmp_path / "data", base)
+    queries_file = tmp_path / "queries.parquet"
+    ids = np.arange(40, dtype=np.int64)
+    pq.write_table(pa.table({"id": ids, "embedding": vectors_to_arrow(queries, "float32")}), queries_file)
+    spec = CollectionSpec(name="mixed_open", dim=784, metric="l2", index_type="hnsw")
+    target = DatabaseTarget(settings=settings, endpoints=endpoints, collection=spec)
+    cfg = MixedConfig(
+        preload_fraction=0.5,
+        insert_clients=1,
+        insert_batch_size=10,
+        insert_rate=250,  # 500 rows in about two seconds
+        query_clients=2,
+        query_batch_size=1,
+        query_rate=40,
+        arrivals="constant",
+        max_lag_ms=50,  # the test checks the path and the schedule, not this machine's timer
+        ef=10,
+        k=10,
+        warmup_queries=4,
+        baseline_duration_s=1.0,
+        timeout_s=300,
+    )
+    record = mixed_workload(target, str(dataset), str(queries_file), cfg, str(tmp_path / "point"), 250)
+    assert record.query_rate == 40 and record.setting.endswith(",rate=40")
+    phase = read_requests(record.queries_file)
+    intended = np.sort(phase.column("t_intended").to_numpy())
+    assert np.allclose(np.diff(intended), 1 / 40, atol=1e-6)  # constant spacing over both clients
+    assert intended[0] == pytest.approx(record.released_at)
+    assert (phase.column("t_start").to_numpy() >= phase.column("t_intended").to_numpy()).all()
+    inserts = pq.read_table(record.inserts_file).sort_by("batch")
+    planned = inserts.column("t_intended").to_numpy()
+    assert np.allclose(np.diff(planned), 10 / 250, atol=1e-6)  # 10 rows a batch at 250 rows/s
+    rows = {row["stage"]: row for row in mixed_rows(record, dataset, queries_file, "l2")}
+    results_table(list(rows.values()))
+    for stage in ("mixed", "mixed_baseline"):
+        row = rows[stage]
+        assert row["rate"] == 40 and row["intended_p99_ms"] >= row["p99_ms"] > 0
+        assert row["latency_p99_ms"] == row["intended_p99_ms"]
+        assert row["achieved_rate"] == pytest.approx(40, rel=0.25)

@@ -229,3 +229,31 @@ def test_open_loop_settings_follow_each_closed_setting_in_the_sweep() -> None:
     assert len(labels) == 6 and labels[3] == "ef=32,batch=1,clients=2,k=10"
     auto = QuerySweepConfig(ef=[16], batch_size=[1], clients=[2], k=[10], rate="auto", p99_bound_ms=5)
     assert [s.label for s in query_sweep.sweep(auto, "hnsw")] == ["ef=16,batch=1,clients=2,k=10"]
+
+
+def test_a_mixed_query_rate_its_clients_cannot_offer_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from apps.vdb.stages.mixed_config import MixedConfig
+
+    assert MixedConfig(query_rate=200, query_clients=1).query_rate == 200
+    with pytest.raises(ValidationError, match=r"raise vdb\.mixed\.query_clients"):
+        MixedConfig(query_rate=100_000, query_clients=2)
+
+
+def test_a_busy_client_makes_its_setting_client_bound(monkeypatch, vectors) -> None:
+    """One client offered 400 requests/s of a 2 ms service is busy ~80% of the window: the delays it adds
+    would be charged to the server, so the setting is invalid, named as client-bound."""
+    ids, vecs = vectors
+    rate, duration = 400.0, 1.0
+    offsets = open_loop.arrival_offsets(rate, duration, "constant", seed=0)
+    release_at = time.time() + 0.1
+    server = StallingServer(float("inf"))
+    try:
+        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration)
+        results = _run_clients(monkeypatch, server, query_sweep.run_open_share, [share])
+    finally:
+        server.close()
+    stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=50.0)
+    assert stats["client_busy"] > open_loop.CLIENT_UTILISATION
+    assert "client-bound" in open_loop.invalid(stats) and not open_loop.keeps_up(stats, None)
