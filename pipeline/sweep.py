@@ -43,10 +43,24 @@ class PointPlan:
         return manifest is not None and manifest.get("key") == self.key
 
 
+# Per section of the vdb config: the open-loop rate field and the knobs that only matter when it is set.
+OPEN_LOOP_KNOBS = {
+    "query": ("rate", ("arrivals", "seed", "p99_bound_ms", "max_lag_ms")),
+    "mixed": ("query_rate", ("arrivals", "seed", "max_lag_ms")),
+}
+
+
 def point_params(point: SweepPoint, metric: str) -> dict[str, Any]:
     """What a point's measurement depends on (its key's parameters): every concrete setting it runs with."""
     cfg = point.config
     params = cfg.model_dump(mode="json", exclude={"databases", "optional", "sweep", "repeats", "cluster"})
+    # Open-loop knobs change nothing while their rate is off: left out, points measured before they
+    # existed keep their keys (and are not run again).
+    for section, (rate, knobs) in OPEN_LOOP_KNOBS.items():
+        part = params.get(section)
+        if part is not None and part.get(rate) is None:
+            for knob in (rate, *knobs):
+                part.pop(knob, None)
     params["database"] = point.settings.model_dump(mode="json")
     if cfg.cluster is not None:  # the deployment shape of this database (others' overrides do not matter)
         # Whether the ranks sample their servers is an observation, not a setting (as locally, where

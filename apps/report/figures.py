@@ -67,6 +67,8 @@ def finish_axes(axes: Any, xlabel: str, ylabel: str, title: str, entries: int = 
     axes.set_ylabel(ylabel)
     axes.set_title(title)
     axes.grid(alpha=0.3)
+    if not axes.get_legend_handles_labels()[0]:
+        return  # nothing drawn (every series invalid): no legend to show
     if entries > MANY:
         axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     else:

@@ -110,7 +110,8 @@ class QuerySweepConfig(Strict):
         "own after the closed-loop setting of the same ef, batch, clients and k. Arrivals do not wait for "
         "answers; latency is measured from each request's intended send time (docs/open-loop.md). 'auto' "
         "steps up from a quarter of that setting's closed-loop rate by 1.25x until the P99 passes "
-        "p99_bound_ms or achieved throughput falls below 0.98x the offered rate. None: closed loop only.",
+        "p99_bound_ms or achieved throughput falls below 0.98x the offered rate, then halves the last "
+        "step three times to place the knee. None: closed loop only.",
     )
 
     @field_validator("rate")

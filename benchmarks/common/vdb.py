@@ -249,15 +249,19 @@ def context(
 
 
 @contextlib.contextmanager
-def served(database: str, settings: Any, startup_timeout_s: float, keep: bool) -> Iterator[tuple[Path, Any]]:
+def served(
+    database: str, settings: Any, startup_timeout_s: float, keep: bool, cpus: list[int] | None = None
+) -> Iterator[tuple[Path, Any]]:
     """(work directory, endpoints) of the database's local servers for one benchmark: started under
-    ``<work>/server``, stopped, and the work directory removed unless ``keep``, however the block ends."""
+    ``<work>/server`` (pinned to ``cpus`` when given), stopped, and the work directory removed unless
+    ``keep``, however the block ends."""
     from apps.vdb import database as declared
 
     prefix = common.OUT / "work"
     prefix.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"bench-{database}-", dir=prefix))
     deployment = declared(database).deployment(settings)
+    deployment.cpus = cpus
     try:
         yield work, deployment.start(work / "server", startup_timeout_s)
     finally:

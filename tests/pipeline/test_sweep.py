@@ -317,3 +317,21 @@ def test_a_label_is_a_string_and_never_names_a_directory(label: object) -> None:
 def test_labels_differing_only_in_case_are_refused() -> None:  # one file on macOS's file system
     ((loc, message),) = errors({"databases": [{**QDRANT, "label": "HNSW"}, {**QDRANT, "label": "hnsw"}]})
     assert loc == ("databases", 1, "label") and "case is ignored" in message
+
+
+def test_open_loop_knobs_count_in_a_point_key_only_when_their_rate_is_set() -> None:
+    """Points measured before the open loop existed keep their keys: an unset rate leaves its knobs out."""
+    from pipeline.sweep import point_params
+
+    def params(query: dict[str, Any], mixed: dict[str, Any] | None = None) -> dict[str, Any]:
+        section = {"databases": [{"name": "milvus"}], "query": query, "mixed": mixed}
+        [point] = VdbConfig.model_validate(section).points
+        return point_params(point, "cosine")
+
+    off = params({})
+    assert not {"rate", "arrivals", "seed", "p99_bound_ms", "max_lag_ms"} & set(off["query"])
+    assert params({"seed": 5, "max_lag_ms": 3}) == off  # without a rate they change nothing
+    assert params({"rate": [100]}) != params({"rate": [100], "seed": 5}) != off
+    mixed_off = params({}, {"insert_rate": 100})
+    assert "query_rate" not in mixed_off["mixed"] and "seed" not in mixed_off["mixed"]
+    assert params({}, {"insert_rate": 100, "query_rate": 50})["mixed"]["query_rate"] == 50

@@ -38,6 +38,9 @@ _HIST_LOW_US, _HIST_HIGH_US, _HIST_DIGITS = 1, 3_600_000_000, 3
 # this factor until P99 passes the bound, achieved throughput falls below the offered rate, or the
 # generator lags; at most this many steps.
 AUTO_START, AUTO_FACTOR, AUTO_MAX_STEPS = 0.25, 1.25, 16
+# Then the gap between the last rate served and the first not served is halved this many times: the knee
+# to within 25% / 2^3 ≈ 3% of the rate, instead of a 25% step.
+AUTO_REFINE = 3
 # A rate is kept up when achieved >= this × offered (the knee's second condition).
 KEPT_UP = 0.98
 # A client's window ends this many window lengths after its start, sent or not: a server far behind its

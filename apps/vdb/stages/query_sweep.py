@@ -74,6 +74,15 @@ def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False
     ]
 
 
+def warm_open_share(vectors: np.ndarray, k: int, ef: int | None, batch_size: int, index: int) -> str | None:
+    """Pool function, phase 1 of an open-loop setting: :func:`warm_share`, then a full garbage collection,
+    so that the client is ready to send when its first arrival is due (a collection in every client
+    process at the release would make the first arrivals late)."""
+    stall = warm_share(vectors, k, ef, batch_size, index)
+    gc.collect()
+    return stall
+
+
 def warm_share(vectors: np.ndarray, k: int, ef: int | None, batch_size: int, index: int) -> str | None:
     """Pool function, phase 1 of a setting: connect this client and send its warm-up ``vectors``.
 
@@ -227,8 +236,7 @@ def run_open_share(
     starts = list(range(0, len(vectors), batch_size))
     per_pass = len(starts)
     rank, stall = None, None
-    gc.collect()
-    gc.freeze()  # no collection pass inside the window: it would be a lag spike
+    gc.freeze()  # no collection pass inside the window: it would be a lag spike (collected in warm-up)
     try:
         db = client()
         search, rank = db.search, db.rank
@@ -375,22 +383,36 @@ def _auto_rates(
     pace: tuple[float, float],
 ) -> list[QueryRecord]:
     """rate: auto after a closed-loop setting: step the offered rate up from a fraction of its closed-loop
-    rate until a step is not served (:func:`open_loop.keeps_up`) or clients run short; one record a step."""
+    rate until a step is not served (:func:`open_loop.keeps_up`) or clients run short, then halve the gap
+    between the last rate served and the first not served a few times (:data:`open_loop.AUTO_REFINE`),
+    so the knee is found to a few percent rather than to one step; one record a rate tried."""
     closed_rate, _ = pace
     if not math.isfinite(closed_rate):
         log.warning(
             "rate: auto after %s: the closed loop measured no rate; no open-loop steps", setting.label
         )
         return []
-    records = []
-    rate = open_loop.AUTO_START * closed_rate
-    for _ in range(open_loop.AUTO_MAX_STEPS):
+    records: list[QueryRecord] = []
+
+    def served(rate: float) -> bool:
         step = setting.model_copy(update={"rate": float(f"{rate:.3g}")})
         record, stats = _open_setting(pool, target, step, ids, vectors, query_cfg, out_dir, pace)
         records.append(record)
-        if stats is None or not open_loop.keeps_up(stats, query_cfg.p99_bound_ms):
+        return stats is not None and open_loop.keeps_up(stats, query_cfg.p99_bound_ms)
+
+    low, high = None, open_loop.AUTO_START * closed_rate
+    for _ in range(open_loop.AUTO_MAX_STEPS):
+        if not served(high):
             break
-        rate *= open_loop.AUTO_FACTOR
+        low, high = high, high * open_loop.AUTO_FACTOR
+    else:
+        return records  # every step served: no knee below the last one
+    for _ in range(open_loop.AUTO_REFINE if low is not None else 0):
+        middle = (low + high) / 2
+        if served(middle):
+            low = middle
+        else:
+            high = middle
     return records
 
 
@@ -467,13 +489,15 @@ def _measure_open(
     shares = np.array_split(np.arange(len(ids)), pool.size)
     args = (setting.k, setting.ef, setting.batch_size)
     warm = [
-        pool.submit(warm_share, vectors[s[:warmup]], *args, i, client_index=i) for i, s in enumerate(shares)
+        pool.submit(warm_open_share, vectors[s[:warmup]], *args, i, client_index=i)
+        for i, s in enumerate(shares)
     ]
     timeouts = [why for why in (f.result() for f in warm) if why]
     if timeouts:
         return [empty_rows() for _ in shares], [_empty_open() for _ in shares], "; ".join(timeouts)
     dealt = open_loop.deal(offsets, pool.size)
-    release_at = time.time() + RELEASE_AHEAD_S
+    # Every client must have its share before its first arrival is due: more clients, more to hand out.
+    release_at = time.time() + RELEASE_AHEAD_S * (1 + pool.size / 4)
     deadline = release_at + open_loop.DRAIN_FACTOR * duration_s
     futures = [
         pool.submit(

@@ -173,14 +173,21 @@ def test_rate_auto_steps_up_until_a_rate_is_not_served(loaded_edge, tmp_path: Pa
     )
     records = query_sweep(target, str(queries_file), sweep, str(tmp_path / "out"), index)
     rates = [float(r.setting.split("rate=")[1]) for r in records[1:]]
-    assert records[0].setting == f"ef=16,batch=1,clients=1,k={K}" and len(rates) >= 2
-    assert all(b / a == pytest.approx(open_loop.AUTO_FACTOR, rel=0.01) for a, b in itertools.pairwise(rates))
+    assert records[0].setting == f"ef=16,batch=1,clients=1,k={K}" and rates
+    # steps of 1.25x up to the first rate not served (the highest tried), then at most AUTO_REFINE
+    # halvings of the last step, each between the last rate served and the first not served
+    top = rates.index(max(rates))
+    assert all(
+        b / a == pytest.approx(open_loop.AUTO_FACTOR, rel=0.01)
+        for a, b in itertools.pairwise(rates[: top + 1])
+    )
+    refined = rates[top + 1 :]
+    inside = 0 < top < open_loop.AUTO_MAX_STEPS - 1  # a step not served, after one that was
+    assert len(refined) in ((open_loop.AUTO_REFINE,) if inside else (0, open_loop.AUTO_REFINE))
+    assert all(rates[top - 1] < r < rates[top] for r in refined)
     # the closed loop's rate sets the first step
     every = pq.read_table(requests_path(records[0].file))
     closed_rate = every.num_rows / (
         every.column("t_end").to_numpy().max() - every.column("t_start").to_numpy().min()
     )
     assert rates[0] == pytest.approx(open_loop.AUTO_START * closed_rate, rel=0.01)
-    # it stopped at the first rate not served (or not run: one client cannot offer it), or after the last step
-    last = records[-1]
-    assert last.stalled or len(rates) == open_loop.AUTO_MAX_STEPS or last.queries_sent is not None
