@@ -61,7 +61,8 @@ def open_loop_section(run: ResultRows, out: Path) -> tuple[list[str], dict[str, 
         "(a closed loop, the query sweep above, stops sending while it waits and hides it). Service time "
         "counts from the actual send. A rate at which the generator fell behind its schedule, or a client "
         "was busy more than 70% of the window, is invalid: it measured the load generator, not the server "
-        "(docs/open-loop.md).",
+        "(docs/open-loop.md). Scheduled: the arrivals the window held ÷ its seconds (a Poisson window "
+        "holds a few percent more or fewer than the rate); achieved is compared with it.",
         "",
     ]
     knees = []
@@ -96,6 +97,7 @@ def open_loop_section(run: ResultRows, out: Path) -> tuple[list[str], dict[str, 
         "point",
         "setting",
         "offered/s",
+        "scheduled/s",
         "achieved/s",
         "P50 (ms)",
         "P99 (ms)",
@@ -123,9 +125,8 @@ def open_loop_section(run: ResultRows, out: Path) -> tuple[list[str], dict[str, 
                 )
             ]
             cells = [num(v, 0 if i == 0 else 2) for i, v in enumerate(figures)] if shown else ["—"] * 7
-            body.append(
-                [point, setting, num(row["rate"], 0), *cells, num(row.get("lag_p99_ms")), _status(row)]
-            )
+            rates = [num(row["rate"], 0), num(row.get("offered_rate"), 0)]
+            body.append([point, setting, *rates, *cells, num(row.get("lag_p99_ms")), _status(row)])
     lines += [*table(header, body), ""]
     figure = _plot(groups, out / "open_loop.png")
     lines += [f"![{CAPTION}]({figure.name})", ""]

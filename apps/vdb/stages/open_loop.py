@@ -61,14 +61,19 @@ def arrival_offsets(rate: float, duration_s: float, arrivals: Arrivals, seed: in
     """Intended send times, in seconds from the window's start, of every request of a window.
 
     ``rate``: requests per second over all clients. Constant spacing sends at 0, 1/rate, 2/rate, …;
-    Poisson arrivals have exponential gaps of mean 1/rate from a generator seeded with ``seed``.
+    Poisson arrivals have exponential gaps of mean 1/rate from a generator seeded with ``seed`` (every rate
+    of a sweep scales the same unit-rate draws: common random numbers, so two rates differ by their rate,
+    not by their luck).
     """
     if rate <= 0 or duration_s <= 0:
         raise ValueError(f"open loop: rate {rate} and duration {duration_s} must be > 0")
-    count = max(1, math.ceil(rate * duration_s))
+    expected = rate * duration_s
     if arrivals == "constant":
-        return np.arange(count, dtype=np.float64) / rate
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+        return np.arange(max(1, math.ceil(expected)), dtype=np.float64) / rate
+    # Draw well past the expected count (10 standard deviations): stopping at the expected count would cut
+    # every window that should hold more arrivals, and bias the offered rate low.
+    draws = math.ceil(expected + 10 * math.sqrt(expected) + 10)
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=draws)
     offsets = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
     return offsets[offsets < duration_s]
 

@@ -180,6 +180,13 @@ def test_arrivals_are_seeded_and_at_the_rate() -> None:
     assert [d.tolist() for d in dealt] == [[0.0, 0.75], [0.25], [0.5]]
 
 
+def test_a_poisson_window_holds_the_rate_on_average() -> None:
+    """The realised count is Poisson with mean rate x duration: not cut at the expected count."""
+    counts = [len(open_loop.arrival_offsets(100.0, 5.0, "poisson", seed)) for seed in range(400)]
+    assert np.mean(counts) == pytest.approx(500, rel=0.01)
+    assert np.std(counts) == pytest.approx(np.sqrt(500), rel=0.15) and max(counts) > 530
+
+
 def test_lag_counts_only_what_the_generator_owes() -> None:
     """A request sent late because its client's previous answer came back late is not generator lag."""
     client = np.zeros(3, np.int32)
