@@ -453,3 +453,27 @@ def test_native_needs_an_executable_where_there_is_no_bundled_one(fixed_env: Non
     cfg.vdb.cluster.executables["weaviate"] = str(tmp_path / "missing")
     problems = dict(check_platform(cfg, loaded.base_dir))
     assert "does not exist" in problems[where]
+
+
+@pytest.mark.usefixtures("fixed_env")
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_hpc_configs_express_the_open_loop(platform: str) -> None:
+    """An HPC config takes the open-loop knobs as a local one does: offered rates (or auto) in a database
+    entry's query section, and both rates of the mixed workload as swept axes (paired: sweep: zip)."""
+    from apps.vdb.config import VdbConfig
+
+    vdb = load_config(REPO / "configs" / f"{platform}.yaml").config.vdb.model_dump(mode="json")
+    vdb["databases"].append(
+        {
+            "name": "milvus",
+            "label": "open-loop-milvus",
+            "query": {"clients": [8], "rate": "auto", "p99_bound_ms": 20},
+            "mixed": {"insert_rate": [1000, 4000], "query_rate": [200, 800], "query_clients": 4},
+        }
+    )
+    points = [p for p in VdbConfig.model_validate(vdb).points if p.label.startswith("open-loop-milvus")]
+    assert vdb["sweep"] == "zip"  # the study configs pair an entry's lists
+    assert len(points) == 2 and all(p.config.cluster is not None for p in points)
+    assert {p.config.query.rate for p in points} == {"auto"}
+    axes = {(p.config.mixed.insert_rate, p.config.mixed.query_rate) for p in points}
+    assert axes == {(1000, 200), (4000, 800)}
