@@ -216,14 +216,16 @@ def evaluate_files(
             if schedule is not None:
                 open_loops.setdefault(database, {})[setting] = json.loads(schedule)
     stalled = dict(filter(None, (_stall_of(p) for p in raw_files)))
+    not_run = dict(filter(None, (_stall_of(p, b"not_run") for p in raw_files)))
     rows: list[dict[str, Any]] = []
     for (database, setting), (reason, described) in stalled.items():
         empty = not any(t.num_rows and pc.any(pc.equal(t.column("setting"), setting)).as_py() for t in tables)
         if empty:
-            fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k", "rate")}
-            stage = "query" if fields["rate"] is None else "open_loop"
-            rows.append({"database": database, "stage": stage, "setting": setting, **fields})
+            rows.append(_setting_row(database, setting, described))
             rows[-1].update(status="failed", stalled=True, error=f"stalled: {reason}")
+    for (database, setting), (reason, described) in not_run.items():  # its clients could not offer it
+        rows.append(_setting_row(database, setting, described))
+        rows[-1].update(status="skipped", error=f"not run: {reason}")
     raw = pa.concat_tables(tables)
     if raw.num_rows == 0:
         return rows
@@ -248,10 +250,20 @@ def evaluate_files(
     return rows
 
 
-def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, Any]]] | None:
-    """``((database, setting), (reason, setting fields))`` of a raw file flagged as stalled, else None."""
+def _setting_row(database: str, setting: str, described: dict[str, Any]) -> dict[str, Any]:
+    """The start of a result row for a setting without answers (stalled, or not run)."""
+    fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k", "rate")}
+    stage = "query" if fields["rate"] is None else "open_loop"
+    return {"database": database, "stage": stage, "setting": setting, **fields}
+
+
+def _stall_of(
+    path: str | Path, flag: bytes = b"stalled"
+) -> tuple[tuple[str, str], tuple[str, dict[str, Any]]] | None:
+    """``((database, setting), (reason, setting fields))`` of a raw file flagged as stalled (or with
+    ``flag``, e.g. ``not_run``), else None."""
     meta = pq.read_schema(path).metadata or {}
-    if b"stalled" not in meta:
+    if flag not in meta:
         return None
     described = json.loads(meta.get(b"query_setting", b"{}"))
     label = setting_label(
@@ -261,4 +273,4 @@ def _stall_of(path: str | Path) -> tuple[tuple[str, str], tuple[str, dict[str, A
         described["k"],
         rate=described.get("rate"),
     )
-    return (described["database"], label), (meta[b"stalled"].decode(), described)
+    return (described["database"], label), (meta[flag].decode(), described)

@@ -77,7 +77,7 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("p999_ms", pa.float64()),
         pa.field("lag_p99_ms", pa.float64()),
         pa.field("lag_ok", pa.bool_()),  # False: the generator lagged; the row's figures are not reported
-        pa.field("client_busy", pa.float64()),  # the busiest client's busy share (> 0.7: client-bound)
+        pa.field("queued_share", pa.float64()),  # requests that waited for a free sender (> 1%: client-bound)
         pa.field("p99_bound_ms", pa.float64()),  # the configured bound of the knee
         pa.field("stalled", pa.bool_()),  # query: the setting stalled twice (reason in `error`); not a norm
         # query: storage I/O of the database processes in the setting's window (apps.vdb.stages.query_io)
@@ -256,7 +256,7 @@ class ResultRows:
 
     def stalled(self) -> list[dict[str, Any]]:
         """Query rows of settings that stalled twice (a frozen or overloaded server)."""
-        return [r for r in self.rows if r["stage"] == "query" and r.get("stalled")]
+        return [r for r in self.rows if r["stage"] in ("query", "open_loop") and r.get("stalled")]
 
     def primary(self, database: str, stage: str) -> dict[str, Any] | None:
         """The ok row of a stage: the one matching the index setting, else the last."""

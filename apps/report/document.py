@@ -390,7 +390,7 @@ def write_report(
     study, drawn = study_section(rows, out)  # every repeat: medians with min–max bars
     lines += study
     figures.update(drawn)
-    open_lines, drawn = open_loop_section(run, out)
+    open_lines, drawn = open_loop_section(rows, out)  # every repeat: the knee per repeat
     lines += open_lines
     figures.update(drawn)
     for caption, path in (mixed_figures or {}).items():

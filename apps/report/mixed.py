@@ -23,6 +23,7 @@ from apps.evaluate.rules import Spread, spread
 from apps.report.figures import new_figure, save_figure
 from apps.report.format import median_range
 from apps.vdb.stages.mixed_config import MixedRecord
+from apps.vdb.stages.open_loop import invalid
 from apps.vdb.stages.query_raw import read_raw, read_requests, requests_from_raw
 from core.format import NONE, table
 
@@ -62,7 +63,10 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
 
     body: list[list[str]] = []
     for (name, pattern, setting), members in sorted(groups.items()):
-        cells = [name, pattern, setting or NONE, str(len(members))]
+        # an open-loop phase whose generator or clients set the pace is marked, not passed off as normal
+        why = next((w for w in map(invalid, members) if w), None)
+        shown = pattern if why is None else f"{pattern} (**invalid**: {why})"
+        cells = [name, shown, setting or NONE, str(len(members))]
         for key, _ in MIXED_COLUMNS:
             cells.append(median_range(spread_of(members, key), "{:,.3g}".format))
         body.append(cells)

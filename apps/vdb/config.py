@@ -97,6 +97,14 @@ class QuerySweepConfig(Strict):
         description="Open loop: the P99 latency bound (from intended send time, ms) that defines the knee "
         "(the highest rate served within it) and stops rate: auto. Needed with rate: auto.",
     )
+    in_flight: int = Field(
+        8,
+        ge=1,
+        description="Open loop: requests one client process may have out at once (threads sharing its "
+        "connection), so a slow answer holds back no later arrival; clients x in_flight bound the load "
+        "offered. A setting where more than 1% of requests waited for a free one is client-bound (invalid). "
+        "An in-process engine uses 1.",
+    )
     max_lag_ms: float = Field(
         1.0,
         gt=0,
@@ -120,11 +128,12 @@ class QuerySweepConfig(Strict):
         """rate: auto needs its bound; a rate no number of the configured clients could offer is refused."""
         if rate == "auto" and info.data.get("p99_bound_ms") is None:
             raise ValueError("rate: auto needs vdb.query.p99_bound_ms (the P99 bound where the steps stop)")
+        in_flight = info.data.get("in_flight") or 1
         for value in rate if isinstance(rate, list) else []:
             for clients in sorted(set(info.data.get("clients") or [])):
-                why = too_few_clients(value, clients, MIN_SERVICE_S, "the fastest service time,")
+                why = too_few_clients(value, clients * in_flight, MIN_SERVICE_S, "the fastest service time,")
                 if why:
-                    raise ValueError(f"{why}; raise vdb.query.clients or lower the rate")
+                    raise ValueError(f"{why}; raise vdb.query.clients or in_flight, or lower the rate")
         return rate
 
 

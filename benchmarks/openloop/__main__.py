@@ -56,10 +56,9 @@ def figures(records: list[Any], database: str) -> list[dict[str, Any]]:
             continue
         schedule = json.loads(meta[OPEN_LOOP_META.encode()])
         where = {"database": database, "setting": record.setting, "stage": "open_loop"}
-        if record.stalled:
-            rows.append(
-                {"stage": "open_loop", "status": "failed", "rate": schedule["rate"], "why": record.stalled}
-            )
+        why = record.stalled or (meta.get(b"not_run") or b"").decode() or None
+        if why:
+            rows.append({**where, "status": "failed", "rate": schedule["rate"], "why": why, "error": why})
             continue
         stats = open_loop_stats(
             read_requests(record.file),
@@ -74,7 +73,6 @@ def figures(records: list[Any], database: str) -> list[dict[str, Any]]:
 
 def draw(database: str, closed: Any, closed_now: float, steps: list[dict[str, Any]]) -> Path:
     """The report's open-loop section and figure for one knee search, under benchmarks/out/openloop."""
-    from apps.evaluate.results import ResultRows
     from apps.report.open_loop import open_loop_section
 
     out = common.OUT / NAME
@@ -87,7 +85,7 @@ def draw(database: str, closed: Any, closed_now: float, steps: list[dict[str, An
         "qps": closed_now,
     }
     row.update(ef=64, batch_size=1, clients=None, k=10)
-    lines, figures_drawn = open_loop_section(ResultRows([row, *steps]), out)
+    lines, figures_drawn = open_loop_section([row, *steps], out)
     (out / "open_loop.md").write_text("\n".join(lines) + "\n")
     return figures_drawn["open_loop"]
 
@@ -128,9 +126,11 @@ def main() -> None:
     parser.add_argument(
         "--open-clients",
         type=int,
-        default=6,
-        help="open-loop client processes (6: an open loop needs idle clients, more than the closed loop's; "
-        "each more shares the generator's core and adds to its lag)",
+        default=2,
+        help="open-loop client processes (2; each more shares the generator's core and adds to its lag)",
+    )
+    parser.add_argument(
+        "--in-flight", type=int, default=8, help="requests each open-loop client may have out at once (8)"
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="window of each setting (10 s)")
     parser.add_argument("--bound-ms", type=float, default=50.0, help="the knee's P99 bound (50 ms)")
@@ -160,7 +160,8 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"{len(data['ids'])} vectors x {data['vectors'].shape[1]} from {data['label']}; "
-        f"{args.clients} closed-loop clients, {args.open_clients} open-loop; {args.seconds:g} s per "
+        f"{args.clients} closed-loop clients, {args.open_clients} open-loop x {args.in_flight} in flight; "
+        f"{args.seconds:g} s per "
         f"setting; {common.cores()} cores, load average {load[0]:.2f}",
         flush=True,
     )
@@ -178,7 +179,7 @@ def main() -> None:
         target = vdb.target_of(ctx)
 
         def sweep(name: str, **query: Any) -> list[Any]:
-            query_cfg = QuerySweepConfig(**{**base, **query})
+            query_cfg = QuerySweepConfig(**{**base, "in_flight": args.in_flight, **query})
             return query_sweep(target, str(queries), query_cfg, str(work / name), None)
 
         [closed] = sweep("closed")
@@ -197,8 +198,8 @@ def main() -> None:
             print(
                 f"  offered {row['rate']:8,.0f}/s ({share:.0%} of closed): achieved/offered "
                 f"{row['achieved_rate'] / row['offered_rate']:.3f}, lag P99 {row['lag_p99_ms']:.3f} ms, "
-                f"P99 {row['intended_p99_ms']:.2f} ms (service {row['p99_ms']:.2f} ms), busiest client "
-                f"{row['client_busy']:.0%}",
+                f"P99 {row['intended_p99_ms']:.2f} ms (service {row['p99_ms']:.2f} ms), "
+                f"{row['queued_share']:.1%} of requests waited for a sender",
                 flush=True,
             )
         knees = []
@@ -247,6 +248,7 @@ def main() -> None:
             "dataset": data["label"],
             "clients": args.clients,
             "open_clients": args.open_clients,
+            "in_flight": args.in_flight,
             "server_cpus": server_cpus,
             "generator_cpus": generator_cpus,
             "seconds": args.seconds,

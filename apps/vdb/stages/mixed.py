@@ -24,6 +24,7 @@ Nothing is evaluated here: the per-checkpoint ground truth and the metrics are t
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 from typing import Any
@@ -163,24 +164,24 @@ def query_until(
     markers: list[str],
     deadline: float,
     arrivals: open_loop.ClientArrivals | None = None,
+    in_flight: int = 1,
 ) -> dict[str, Any]:
     """Pool function: cycle through ``vectors`` in batches from ``release_at`` until every insert client's
     ``markers`` exists (checked before each request) or ``deadline``; per request its first query's
     position in the share, size, send and answer time, returned ids and scores.
 
-    ``arrivals``: open loop, this client's schedule (each request sent at its intended time, or at once
-    when the previous answer came late; ``t_intended`` per request, and ``unsent``: arrivals due before
-    the phase ended that a late answer kept back). None: back to back (closed loop)."""
+    ``arrivals``: open loop, this client's schedule: each request goes out at its intended time on one of
+    ``in_flight`` threads (:func:`open_loop.send_on_schedule`); per request ``t_intended`` and ``queued``,
+    and ``unsent``: arrivals due before the phase ended that were not sent. None: back to back (closed
+    loop)."""
     db = client()
     starts = list(range(0, len(vectors), batch_size))
+    if arrivals is not None:
+        return _open_until(db, vectors, k, ef, batch_size, release_at, markers, deadline, arrivals, in_flight)
     out: dict[str, Any] = {"first": [], "size": [], "t_start": [], "t_end": [], "ids": [], "scores": []}
-    out["t_intended"] = []
     time.sleep(max(0.0, release_at - time.time()))
-    intended = None if arrivals is None else release_at + arrivals.next_gap()
     n = 0
     while starts and time.time() < deadline:
-        if intended is not None and intended > time.time():
-            time.sleep(intended - time.time())
         if all(Path(m).exists() for m in markers):
             break
         first = starts[n % len(starts)]
@@ -189,23 +190,69 @@ def query_until(
         result = db.search(batch, k, ef)
         out["t_end"].append(time.time())
         out["t_start"].append(t0)
-        out["t_intended"].append(intended)
-        if arrivals is not None:
-            intended += arrivals.next_gap()
         out["first"].append(first)
         out["size"].append(len(batch))
         out["ids"].append(np.asarray(result.ids))
         out["scores"].append(np.asarray(result.scores))
         n += 1
     out["rank"] = db.rank
+    out["t_intended"], out["queued"], out["unsent"] = [None] * n, [None] * n, 0
+    return out
+
+
+def _open_until(
+    db: Any,
+    vectors: np.ndarray,
+    k: int,
+    ef: int | None,
+    batch_size: int,
+    release_at: float,
+    markers: list[str],
+    deadline: float,
+    arrivals: open_loop.ClientArrivals,
+    in_flight: int,
+) -> dict[str, Any]:
+    """:func:`query_until` in the open loop: the schedule runs until the last insert is acknowledged."""
+    starts = list(range(0, len(vectors), batch_size))
+    schedule: list[float] = []
+
+    def times() -> Any:  # the intended times, drawn as they are needed (the phase's length is unknown)
+        when = release_at
+        while True:
+            when += arrivals.next_gap()
+            schedule.append(when)
+            yield when
+
+    def send(number: int) -> Any:
+        first = starts[number % len(starts)]
+        return db.search(vectors[first : first + batch_size], k, ef)
+
+    gc.freeze()  # no collection pass while sending (collected in the warm-up)
+    try:
+        sent = open_loop.send_on_schedule(
+            send, times(), in_flight, deadline, stop=lambda: all(Path(m).exists() for m in markers)
+        )
+    finally:
+        gc.unfreeze()
+    if sent.error:
+        raise DatabaseError(f"mixed workload: a query timed out: {sent.error}")
+    firsts = [starts[i % len(starts)] for i in sent.number.tolist()]
     # The phase ended at the last acknowledgement (the markers' times); due before it, never sent:
     done = [Path(m).stat().st_mtime for m in markers if Path(m).exists()]
     stopped = max(done) if len(done) == len(markers) else time.time()
-    out["unsent"] = 0
-    while intended is not None and intended < stopped:
-        out["unsent"] += 1
-        intended += arrivals.next_gap()
-    return out
+    due = sum(1 for when in schedule if when < stopped)
+    return {
+        "first": firsts,
+        "size": [len(vectors[f : f + batch_size]) for f in firsts],
+        "t_start": sent.t_start.tolist(),
+        "t_end": sent.t_end.tolist(),
+        "ids": [np.asarray(sent.results[i].ids) for i in sent.number.tolist()],
+        "scores": [np.asarray(sent.results[i].scores) for i in sent.number.tolist()],
+        "rank": db.rank,
+        "t_intended": sent.t_intended.tolist(),
+        "queued": sent.queued.tolist(),
+        "unsent": max(0, due - len(sent.number)),
+    }
 
 
 def _preload(
@@ -268,7 +315,7 @@ def mixed_workload(
         inserts.warm()  # every insert client connected and attached before the clock
         warm = [
             queries.submit(
-                query_sweep.warm_share,
+                query_sweep.warm_open_share,
                 vectors[s[: cfg.warmup_queries]],
                 cfg.k,
                 cfg.ef,
@@ -304,6 +351,7 @@ def mixed_workload(
                 markers,
                 release_at + cfg.timeout_s,
                 _arrivals(cfg, queries.size, i),
+                cfg.in_flight,
                 client_index=i,
             )
             for i, s in enumerate(shares)
@@ -371,7 +419,7 @@ def _baseline(
     duration = cfg.baseline_duration_s
     offsets = open_loop.arrival_offsets(cfg.query_rate, duration, cfg.arrivals, cfg.seed)
     parts, requests, stall = query_sweep._measure_open(
-        queries, setting, query_ids, vectors, cfg.warmup_queries, offsets, duration
+        queries, setting, query_ids, vectors, cfg.warmup_queries, offsets, duration, cfg.in_flight
     )
     schedule = open_loop.schedule_meta(
         cfg.query_rate, cfg.arrivals, cfg.seed, duration, len(offsets), cfg.max_lag_ms
@@ -384,7 +432,8 @@ def _baseline(
 def _requests_table(answers: list[dict]) -> pa.Table:
     """Every request of the mixed phase (:data:`apps.vdb.stages.query_raw.REQUEST_SCHEMA`), with its
     intended send time in the open loop."""
-    column = {n: [] for n in ("client", "rank", "request", "queries", "t_start", "t_end", "t_intended")}
+    names = ("client", "rank", "request", "queries", "t_start", "t_end", "t_intended", "queued")
+    column: dict[str, list] = {n: [] for n in names}
     for c, answer in enumerate(answers):
         n = len(answer["t_start"])
         column["client"] += [c] * n
@@ -394,6 +443,7 @@ def _requests_table(answers: list[dict]) -> pa.Table:
         column["t_start"] += answer["t_start"]
         column["t_end"] += answer["t_end"]
         column["t_intended"] += answer["t_intended"]
+        column["queued"] += answer["queued"]
     open_loop_phase = any(t is not None for t in column["t_intended"])
     return requests_table(
         column["client"],
@@ -403,6 +453,7 @@ def _requests_table(answers: list[dict]) -> pa.Table:
         column["t_start"],
         column["t_end"],
         column["t_intended"] if open_loop_phase else None,
+        column["queued"] if open_loop_phase else None,
     )
 
 

@@ -46,6 +46,9 @@ class MixedConfig(Strict):
         description="Vectors per second over all insert clients (each paces its share), or max (no pacing).",
     )
     query_clients: int = Field(1, ge=1, description="Query client processes.")
+    in_flight: int = Field(
+        8, ge=1, description="Open loop: query requests one client process may have out at once (threads)."
+    )
     query_rate: float | None = Field(
         None,
         gt=0,
@@ -60,7 +63,9 @@ class MixedConfig(Strict):
     )
     seed: int = Field(0, description="Open loop: the seed of the Poisson arrival times.")
     max_lag_ms: float = Field(
-        1.0, gt=0, description="Open loop: generator lag P99 above this marks the phase invalid."
+        1.0,
+        gt=0,
+        description="Open loop: generator lag P99 above this marks the phase invalid in the report.",
     )
     query_batch_size: int = Field(32, ge=1, description="Queries per request.")
     ef: int | None = Field(64, ge=1, description="Search-time ef (nprobe for IVF); None: the default.")
@@ -75,15 +80,12 @@ class MixedConfig(Strict):
     @field_validator("query_rate")
     @classmethod
     def _offerable(cls, rate: float | None, info: ValidationInfo) -> float | None:
-        """A query rate no number of the configured query clients could offer is refused."""
-        clients = info.data.get("query_clients") or 1
-        why = (
-            None
-            if rate is None
-            else too_few_clients(rate, clients, MIN_SERVICE_S, "the fastest service time,")
-        )
+        """A query rate the configured query clients' senders could not offer at all is refused."""
+        senders = (info.data.get("query_clients") or 1) * (info.data.get("in_flight") or 1)
+        source = "the fastest service time,"
+        why = None if rate is None else too_few_clients(rate, senders, MIN_SERVICE_S, source)
         if why:
-            raise ValueError(f"{why}; raise vdb.mixed.query_clients or lower the rate")
+            raise ValueError(f"{why}; raise vdb.mixed.query_clients or in_flight, or lower the rate")
         return rate
 
 

@@ -6,14 +6,17 @@ so they are never late, and its percentiles hide the queueing a real service see
 
 Here the arrival times are fixed before the window starts: Poisson or constant spacing at the offered rate,
 seeded (:func:`arrival_offsets`), dealt round-robin to the client processes (:func:`deal`). Each client
-sends a request at its intended time, or at once when its previous request is still out
-(:func:`apps.vdb.stages.query_sweep.run_open_share`). Each request's latency is measured from its intended
-time, as wrk2 does, beside its service time from the actual send.
+process sends each request at its intended time on one of ``in_flight`` threads sharing its connection
+(:func:`send_on_schedule`), so a slow answer holds back no later arrival. Each request's latency is
+measured from its intended time, as wrk2 does, beside its service time from the actual send.
 
-The generator measures its own lag: how late it sent a request it was free to send (at its intended time,
-or when its client's previous answer came back, whichever is later). A setting whose lag P99 exceeds the
-configured bound is invalid: the generator, not the server, set its pace, and the report says so instead
-of showing its figures. Percentiles come from HdrHistogram (``hdrh``), at microsecond resolution.
+Two things would make a setting measure the load generator instead of the server, and the report marks
+such a setting invalid instead of showing its figures:
+- the generator's lag: how late it sent a request that had a free sender (its P99 above ``max_lag_ms``);
+- client-bound: more than 1% of the requests found every sender of their client busy and waited for one
+  (:data:`QUEUED_SHARE`): the clients, not the server, held them back. Raise ``clients`` or ``in_flight``.
+
+Percentiles come from HdrHistogram (``hdrh``), at microsecond resolution.
 
 Everything here is computed afterwards from the raw requests (``t_intended``, ``t_start``, ``t_end`` per
 request), as for the closed loop.
@@ -22,12 +25,17 @@ request), as for the closed loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any, Literal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 from hdrh.histogram import HdrHistogram
+
+from apps.vdb.base import RequestTimeout
 
 Arrivals = Literal["poisson", "constant"]
 
@@ -46,14 +54,16 @@ KEPT_UP = 0.98
 # A client's window ends this many window lengths after its start, sent or not: a server far behind its
 # offered rate must not hold the stage for the whole backlog (what was not sent is counted as unsent).
 DRAIN_FACTOR = 2.0
-# Each client sends one request at a time, so a busy client delays its next arrival, and that delay would
-# be charged to the server. A client may be busy at most this share of the window: before the run, a rate
-# is refused when clients x this / (fastest service time) cannot cover it; after it, a setting whose
-# busiest client exceeded it is client-bound, not a measurement of the server.
+# A client process keeps at most in_flight requests out. Before the run, a rate is refused when the
+# requests it keeps out on average (rate x service time, Little's law) would fill more than this share of
+# clients x in_flight senders: queueing needs headroom.
 CLIENT_UTILISATION = 0.7
+# After the run: a setting where more than this share of requests found every sender of their client busy
+# is client-bound (its waits were the clients', charged to the server).
+QUEUED_SHARE = 0.01
 # validate knows no service time yet: no client of this project answers faster than this (an in-process
-# search of a small collection), so a rate above clients x 0.7 / this cannot be offered at all. At run
-# time the closed-loop setting's fastest request takes its place.
+# search of a small collection), so a rate above senders x 0.7 / this cannot be offered at all. At run
+# time the closed-loop setting's median request takes its place.
 MIN_SERVICE_S = 0.0002
 
 
@@ -115,20 +125,98 @@ def deal(offsets: np.ndarray, clients: int) -> list[np.ndarray]:
     return [offsets[i::clients] for i in range(clients)]
 
 
-def clients_needed(rate: float, service_s: float) -> int:
-    """Clients that can offer ``rate`` requests/s when each request takes ``service_s`` to answer."""
+def senders_needed(rate: float, service_s: float) -> int:
+    """Senders (clients x in_flight) that can offer ``rate`` requests/s when each takes ``service_s``."""
     return max(1, math.ceil(rate * service_s / CLIENT_UTILISATION))
 
 
-def too_few_clients(rate: float, clients: int, service_s: float, source: str) -> str | None:
-    """Why ``clients`` cannot offer ``rate`` at ``service_s`` per request (``source`` names the estimate)."""
-    needed = clients_needed(rate, service_s)
-    if needed <= clients:
+def too_few_clients(rate: float, senders: int, service_s: float, source: str) -> str | None:
+    """Why ``senders`` (client processes x in_flight each) cannot offer ``rate`` at ``service_s`` per
+    request (``source`` names the estimate); None when they can."""
+    needed = senders_needed(rate, service_s)
+    if needed <= senders:
         return None
     return (
-        f"rate {rate:g} requests/s needs at least {needed} clients at {source} "
-        f"{service_s * 1000:.3g} ms a request (each client sends one request at a time, busy at most "
-        f"{CLIENT_UTILISATION:.0%} busy); it has {clients}"
+        f"rate {rate:g} requests/s needs at least {needed} senders (clients x in_flight) at {source} "
+        f"{service_s * 1000:.3g} ms a request (each sender has one request out, busy at most "
+        f"{CLIENT_UTILISATION:.0%} of the time); it has {senders}"
+    )
+
+
+class SendLog(NamedTuple):
+    """What :func:`send_on_schedule` sent: per request (in intended order) its number, intended, start
+    and end time, whether it waited for a sender (``queued``), and its result (those kept); ``sent`` the
+    requests handed out; ``error`` the first request timeout (its request is recorded, ending then)."""
+
+    number: np.ndarray
+    t_intended: np.ndarray
+    t_start: np.ndarray
+    t_end: np.ndarray
+    queued: np.ndarray
+    results: dict[int, Any]
+    sent: int
+    error: str | None
+
+
+def send_on_schedule(
+    send: Callable[[int], Any],
+    intended: Iterable[float],
+    in_flight: int,
+    deadline: float,
+    stop: Callable[[], bool] | None = None,
+    keep: int | None = None,
+) -> SendLog:
+    """Send request i (``send(i)``) at its ``intended`` ``time.time()``, on one of ``in_flight`` threads.
+
+    The calling thread sleeps until each intended time and hands the request to a free sender; when all
+    are out, the request waits for one and is marked ``queued``. Sending stops at ``deadline``, when
+    ``stop()`` says so (checked before each request), or at the first request timeout. Results are kept
+    for requests below ``keep`` (None: all). Returns once every request handed out has its answer.
+    """
+    lock = threading.Lock()
+    busy = [0]
+    rows: list[tuple[int, float, float, float, bool]] = []
+    results: dict[int, Any] = {}
+    errors: list[str] = []
+
+    def one(number: int, when: float, queued: bool) -> None:
+        t0 = time.time()
+        try:
+            result = send(number)
+        except RequestTimeout as exc:
+            errors.append(str(exc))
+            result = None
+        t1 = time.time()
+        with lock:
+            busy[0] -= 1
+            rows.append((number, when, t0, t1, queued))
+            if result is not None and (keep is None or number < keep):
+                results[number] = result
+
+    sent = 0
+    with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="open-loop") as senders:
+        for number, when in enumerate(intended):
+            if errors or time.time() >= deadline:
+                break
+            wait = when - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            if stop is not None and stop():
+                break
+            with lock:
+                queued = busy[0] >= in_flight
+                busy[0] += 1
+            senders.submit(one, number, when, queued)
+            sent += 1
+    rows.sort()
+    columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
+    return SendLog(
+        np.asarray(columns[0], np.int64),
+        *(np.asarray(c, np.float64) for c in columns[1:4]),
+        np.asarray(columns[4], bool),
+        results,
+        sent,
+        errors[0] if errors else None,
     )
 
 
@@ -147,56 +235,37 @@ def percentiles_ms(values_s: np.ndarray, points: Sequence[float] = (50, 99, 99.9
     return [hist.get_value_at_percentile(p) / 1000.0 for p in points]
 
 
-def generator_lag(
-    client: np.ndarray, t_intended: np.ndarray, t_start: np.ndarray, t_end: np.ndarray
-) -> np.ndarray:
-    """Per request, seconds between when its client was free to send it and when it did.
-
-    Free to send: at its intended time, or when the client's previous answer came back if that was later
-    (a request the server kept waiting is the server's delay, measured in the latency, not the
-    generator's). Requests are taken in their intended order within each client.
-    """
-    lag = np.zeros(len(t_start))
-    for c in np.unique(client):
-        rows = np.flatnonzero(client == c)
-        rows = rows[np.argsort(t_intended[rows], kind="stable")]
-        free = t_intended[rows].copy()
-        free[1:] = np.maximum(free[1:], t_end[rows[:-1]])
-        lag[rows] = np.maximum(0.0, t_start[rows] - free)
-    return lag
-
-
 def open_loop_stats(
     requests: pa.Table, rate: float, scheduled: int, duration_s: float, max_lag_ms: float
 ) -> dict[str, float | int | bool]:
     """The open-loop figures of one setting's window from its requests (with ``t_intended``).
 
     ``rate``: the configured requests/s; ``scheduled``: the requests its schedule held over
-    ``duration_s`` (``offered_rate`` = scheduled / duration_s: a Poisson schedule's realised rate; those
-    never sent are ``unsent``). ``achieved_rate``: answers per second over the window (its start to the
-    last answer, at least ``duration_s``). Latencies in ms: ``intended_p50_ms`` … ``intended_p999_ms``
+    ``duration_s``. ``offered_rate`` and ``achieved_rate``: intended sends and answers per second, each
+    over its own span (so a constant latency does not count against the server; with ``unsent`` requests,
+    the schedule's count over ``duration_s``). Latencies in ms: ``intended_p50_ms`` … ``intended_p999_ms``
     from each request's intended time, ``p50_ms``, ``p99_ms``, ``p999_ms`` service time from its actual
-    send; ``lag_p99_ms`` and ``lag_ok`` (lag P99 within ``max_lag_ms``); ``client_busy``: the busiest
-    client's share of the window spent waiting for answers (above 0.7 the setting is client-bound).
+    send. ``lag_p99_ms`` (how late a request with a free sender left) and ``lag_ok`` (within
+    ``max_lag_ms``); ``queued_share``: requests that waited for a sender of their client.
     """
     if requests.num_rows == 0:
         raise ValueError("open loop: no requests in the window")
     intended = requests.column("t_intended").to_numpy(zero_copy_only=False)
     start = requests.column("t_start").to_numpy()
     end = requests.column("t_end").to_numpy()
-    client = requests.column("client").to_numpy()
     if np.isnan(intended).any():
         raise ValueError("open loop: a request has no intended send time")
-    lag_p99 = percentiles_ms(generator_lag(client, intended, start, end), (99,))[0]
-    window = max(duration_s, float(end.max() - intended.min()))
-    busy = max(float((end - start)[client == c].sum()) / window for c in np.unique(client))
+    queued = _queued(requests)
+    lag = np.where(queued, 0.0, np.maximum(0.0, start - intended))
+    lag_p99 = percentiles_ms(lag, (99,))[0]
+    n, unsent = len(end), int(scheduled - len(end))
     i50, i99, i999 = percentiles_ms(end - intended)
     s50, s99, s999 = percentiles_ms(end - start)
     return {
         "rate": float(rate),
-        "offered_rate": scheduled / duration_s,
-        "achieved_rate": len(end) / window,
-        "unsent": int(scheduled - len(end)),
+        "offered_rate": _per_second(intended) if not unsent else scheduled / duration_s,
+        "achieved_rate": _per_second(end) if n > 1 else n / duration_s,
+        "unsent": unsent,
         "intended_p50_ms": i50,
         "intended_p99_ms": i99,
         "intended_p999_ms": i999,
@@ -205,17 +274,30 @@ def open_loop_stats(
         "p999_ms": s999,
         "lag_p99_ms": lag_p99,
         "lag_ok": bool(lag_p99 <= max_lag_ms),
-        "client_busy": busy,
+        "queued_share": float(queued.mean()),
     }
+
+
+def _per_second(times: np.ndarray) -> float:
+    """Events per second over their own span ((n - 1) gaps); NaN for fewer than two or no span."""
+    span = float(times.max() - times.min()) if len(times) > 1 else 0.0
+    return (len(times) - 1) / span if span > 0 else math.nan
+
+
+def _queued(requests: pa.Table) -> np.ndarray:
+    """Per request: did it wait for a sender (``queued``; False for files without the column)."""
+    if "queued" not in requests.column_names:
+        return np.zeros(requests.num_rows, bool)
+    return np.asarray(requests.column("queued").fill_null(False).to_numpy(zero_copy_only=False), bool)
 
 
 def invalid(stats: dict[str, Any]) -> str | None:
     """Why a setting's figures measure the generator or its clients rather than the server (None: valid)."""
     if stats.get("lag_ok") is False:
         return f"generator lag P99 {stats['lag_p99_ms']:.2f} ms"
-    busy = stats.get("client_busy")
-    if busy is not None and busy > CLIENT_UTILISATION:
-        return f"client-bound: a client was busy {busy:.0%} of the window (raise clients)"
+    queued = stats.get("queued_share")
+    if queued is not None and queued > QUEUED_SHARE:
+        return f"client-bound: {queued:.0%} of requests waited for a free sender (raise clients or in_flight)"
     return None
 
 

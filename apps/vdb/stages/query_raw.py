@@ -163,6 +163,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("t_end", pa.float64(), nullable=False),
         # Open loop only: when the schedule meant the request to be sent (apps/vdb/stages/open_loop.py).
         pa.field("t_intended", pa.float64(), nullable=True),
+        # Open loop only: the request found every sender of its client busy and waited for one.
+        pa.field("queued", pa.bool_(), nullable=True),
     ]
 )
 """One row per request of a setting's measured window: every pass over the query set, not only the first.
@@ -190,9 +192,10 @@ def requests_table(
     t_start: Sequence[float] | np.ndarray,
     t_end: Sequence[float] | np.ndarray,
     t_intended: Sequence[float] | np.ndarray | None = None,
+    queued: Sequence[bool] | np.ndarray | None = None,
 ) -> pa.Table:
     """A table in :data:`REQUEST_SCHEMA` from per-request arrays (``rank`` entries may be None;
-    ``t_intended`` None: a closed-loop window, no intended times)."""
+    ``t_intended`` and ``queued`` None: a closed-loop window, no intended times)."""
     columns = {
         "client": pa.array(np.asarray(client, np.int32)),
         "rank": pa.array([None if r is None else int(r) for r in rank], pa.int32()),
@@ -205,6 +208,7 @@ def requests_table(
             if t_intended is None
             else pa.array(np.asarray(t_intended, np.float64))
         ),
+        "queued": pa.nulls(len(t_end), pa.bool_()) if queued is None else pa.array(np.asarray(queued, bool)),
     }
     lengths = {len(c) for c in columns.values()}
     if len(lengths) > 1:
@@ -237,7 +241,8 @@ def read_requests(raw_path: str | Path, raw: pa.Table | None = None) -> pa.Table
     path = requests_path(raw_path)
     if path.exists():
         table = pq.read_table(path)
-        if "t_intended" not in table.column_names:  # written before open-loop settings
-            table = table.append_column("t_intended", pa.nulls(table.num_rows, pa.float64()))
-        return table.cast(REQUEST_SCHEMA)
+        for field in REQUEST_SCHEMA:  # columns added later (the open loop's) read as nulls
+            if field.name not in table.column_names:
+                table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
+        return table.select(REQUEST_SCHEMA.names).cast(REQUEST_SCHEMA)
     return requests_from_raw(read_raw(raw_path) if raw is None else raw)

@@ -222,49 +222,58 @@ def run_open_share(
     release_at: float,
     offsets: np.ndarray,
     deadline: float,
+    in_flight: int = 1,
 ) -> tuple[dict[str, list], dict[str, np.ndarray], str | None]:
     """Pool function: one client's share of an open-loop setting (:mod:`apps.vdb.stages.open_loop`).
 
-    Request i is meant to leave at ``release_at + offsets[i]``: the client sleeps until then, or sends at
-    once when its previous request came back late. It cycles through its share of the queries; it stops
-    at ``deadline`` (``time.time()``) with the rest unsent. Returns ``(rows, requests, stall)`` as
-    :func:`run_share` does, the requests with ``t_intended``. The client was warmed up before (phase 1).
+    Request i is meant to leave at ``release_at + offsets[i]``; it goes out then on one of ``in_flight``
+    threads sharing this process's connection (or waits for one, marked ``queued``). The client cycles
+    through its share of the queries and stops at ``deadline`` (``time.time()``) with the rest unsent.
+    Returns ``(rows, requests, stall)`` as :func:`run_share` does, the requests with ``t_intended`` and
+    ``queued``; a request that timed out is recorded ending at its timeout. Warmed up before (phase 1).
     """
-    ids: list[np.ndarray] = []
-    scores: list[np.ndarray] = []
-    t_intended, t_start, t_end = array("d"), array("d"), array("d")
     starts = list(range(0, len(vectors), batch_size))
     per_pass = len(starts)
-    rank, stall = None, None
+    rank = None
     gc.freeze()  # no collection pass inside the window: it would be a lag spike (collected in warm-up)
     try:
         db = client()
         search, rank = db.search, db.rank
-        for sent, offset in enumerate(offsets.tolist() if per_pass else []):
-            intended = release_at + offset
-            now = time.time()
-            if now >= deadline:
-                break
-            if intended > now:
-                time.sleep(intended - now)
-            start = starts[sent % per_pass]
-            t0 = time.time()
-            result = search(vectors[start : start + batch_size], k, ef)
-            t1 = time.time()
-            if sent < per_pass:
-                ids.append(result.ids)
-                scores.append(result.scores)
-            t_intended.append(intended)
-            t_start.append(t0)
-            t_end.append(t1)
-    except RequestTimeout as exc:
-        reset_client()
-        stall = f"client {index}: {exc}"
+
+        def send(number: int) -> Any:
+            start = starts[number % per_pass]
+            return search(vectors[start : start + batch_size], k, ef)
+
+        sent = open_loop.send_on_schedule(
+            send, (release_at + offsets).tolist() if per_pass else [], in_flight, deadline, keep=per_pass
+        )
     finally:
         gc.unfreeze()
+    stall = None
+    if sent.error:
+        reset_client()
+        stall = f"client {index}: {sent.error}"
+    first = 0  # the first pass's answers, in order, up to the first missing one
+    while first in sent.results:
+        first += 1
+    answered = [sent.results[i] for i in range(first)]
     rows, requests = _share_result(
-        query_ids, vectors, batch_size, index, rank, ids, scores, t_start, t_end, t_intended
+        query_ids,
+        vectors,
+        batch_size,
+        index,
+        rank,
+        [r.ids for r in answered],
+        [r.scores for r in answered],
+        array("d", sent.t_start.tolist()),
+        array("d", sent.t_end.tolist()),
+        array("d", sent.t_intended.tolist()),
     )
+    requests["request"] = sent.number.astype(np.int32)
+    requests["queries"] = np.array(
+        [min(batch_size, len(vectors) - starts[i % per_pass]) for i in sent.number], np.int32
+    ).reshape(-1)
+    requests["queued"] = sent.queued
     return rows, requests, stall
 
 
@@ -338,7 +347,7 @@ def query_sweep(
     settings_list = sweep(query_cfg, collection.index_type, target.endpoints.in_process)
     for clients, group in itertools.groupby(settings_list, key=lambda s: s.clients):
         with ClientPool(clients, target) as pool:
-            closed: dict[str, tuple[float, float]] = {}  # closed setting -> (requests/s, fastest request s)
+            closed: dict[str, tuple[float, float]] = {}  # closed setting -> (requests/s, median request s)
             for asked in group:
                 setting = asked.model_copy(update={"clients": pool.size})
                 if setting.rate is not None:
@@ -361,15 +370,13 @@ def query_sweep(
 
 
 def _closed_pace(requests: list[dict[str, np.ndarray]]) -> tuple[float, float]:
-    """(requests/s, fastest request in s) of a closed-loop setting's window (NaN without requests).
-
-    The fastest request is the service time without queueing: the closed loop's mean includes the queue
-    its own clients build, which an open loop below the server's capacity does not see."""
+    """(requests/s, median request in s) of a closed-loop setting's window (NaN without requests): the
+    service time the open-loop settings after it are sized with (Little's law)."""
     start = np.concatenate([r["t_start"] for r in requests])
     end = np.concatenate([r["t_end"] for r in requests])
     if not len(start) or end.max() <= start.min():
         return math.nan, math.nan
-    return len(start) / float(end.max() - start.min()), float((end - start).min())
+    return len(start) / float(end.max() - start.min()), float(np.median(end - start))
 
 
 def _auto_rates(
@@ -440,25 +447,34 @@ def _open_setting(
         rate, query_cfg.arrivals, query_cfg.seed, duration, len(offsets), query_cfg.max_lag_ms
     )
     described["p99_bound_ms"] = query_cfg.p99_bound_ms
+    # An in-process engine is searched from its one client thread only.
+    in_flight = 1 if target.endpoints.in_process else query_cfg.in_flight
+    described["in_flight"] = in_flight
     short = None
     if pace is not None and math.isfinite(pace[1]):
-        short = open_loop.too_few_clients(
-            rate, setting.clients, pace[1], "the closed loop's fastest request,"
-        )
+        senders = setting.clients * in_flight
+        short = open_loop.too_few_clients(rate, senders, pace[1], "the closed loop's median request,")
     database = target.database
     if short:
         log.warning("open-loop setting %s not run: %s", setting.label, short)
         record = _write_setting(
-            database, setting, [empty_rows()], [_empty_open()], short, out_dir, open_meta=described
+            database,
+            setting,
+            [empty_rows()],
+            [_empty_open()],
+            None,
+            out_dir,
+            open_meta=described,
+            not_run=short,
         )
         return record, None
     parts, requests, stall = _measure_open(
-        pool, setting, ids, vectors, query_cfg.warmup_queries, offsets, duration
+        pool, setting, ids, vectors, query_cfg.warmup_queries, offsets, duration, in_flight
     )
     record = _write_setting(database, setting, parts, requests, stall, out_dir, open_meta=described)
     if stall or not any(len(r["t_end"]) for r in requests):
         return record, None
-    joined = {key: np.concatenate([r[key] for r in requests]) for key in (*REQUEST_KEYS, "t_intended")}
+    joined = {key: np.concatenate([r[key] for r in requests]) for key in (*REQUEST_KEYS, *OPEN_KEYS)}
     table = requests_table(
         joined["client"],
         [None] * len(joined["client"]),
@@ -467,12 +483,16 @@ def _open_setting(
         joined["t_start"],
         joined["t_end"],
         joined["t_intended"],
+        joined["queued"],
     )
     return record, open_loop.open_loop_stats(table, rate, len(offsets), duration, query_cfg.max_lag_ms)
 
 
+OPEN_KEYS = ("t_intended", "queued")  # what an open-loop share's requests add
+
+
 def _empty_open() -> dict[str, np.ndarray]:
-    return {**empty_requests(), "t_intended": np.zeros(0)}
+    return {**empty_requests(), "t_intended": np.zeros(0), "queued": np.zeros(0, bool)}
 
 
 def _measure_open(
@@ -483,9 +503,11 @@ def _measure_open(
     warmup: int,
     offsets: np.ndarray,
     duration_s: float,
+    in_flight: int = 1,
 ) -> tuple[list[dict[str, list]], list[dict[str, np.ndarray]], str | None]:
     """Run one open-loop setting over every client: warm up, then release every client at one instant
-    with its dealt arrival times. Not repeated on a stall: queueing behind a stall is what it measures."""
+    with its dealt arrival times, ``in_flight`` senders each. Not repeated on a stall: queueing behind a
+    stall is what it measures."""
     shares = np.array_split(np.arange(len(ids)), pool.size)
     args = (setting.k, setting.ef, setting.batch_size)
     warm = [
@@ -501,7 +523,16 @@ def _measure_open(
     deadline = release_at + open_loop.DRAIN_FACTOR * duration_s
     futures = [
         pool.submit(
-            run_open_share, ids[s], vectors[s], *args, i, release_at, dealt[i], deadline, client_index=i
+            run_open_share,
+            ids[s],
+            vectors[s],
+            *args,
+            i,
+            release_at,
+            dealt[i],
+            deadline,
+            in_flight,
+            client_index=i,
         )
         for i, s in enumerate(shares)
     ]
@@ -532,14 +563,16 @@ def _write_setting(
     out_dir: str,
     probe: QueryIo | None = None,
     open_meta: dict[str, Any] | None = None,
+    not_run: str | None = None,
 ) -> QueryRecord:
     """Write a setting's raw rows (first answer per distinct query) and its requests file; the raw file's
     metadata carries the stall, if any, the window's I/O counter deltas (``probe``) and an open-loop
-    setting's schedule (``open_meta``: rate, arrivals, seed, duration, requests scheduled, lag bound)."""
+    setting's schedule (``open_meta``: rate, arrivals, seed, duration, requests scheduled, lag bound), and
+    why a setting was not run (``not_run``: its clients could not offer its rate; its files are empty)."""
     columns = {key: list(itertools.chain.from_iterable(p[key] for p in parts)) for key in ROW_KEYS}
     table = setting_raw_table(database, setting, **columns)
     path = Path(out_dir) / "raw" / f"{setting.label.replace(',', '_').replace('=', '')}.parquet"
-    keys = (*REQUEST_KEYS, "t_intended") if open_meta is not None else REQUEST_KEYS
+    keys = (*REQUEST_KEYS, *OPEN_KEYS) if open_meta is not None else REQUEST_KEYS
     joined = {key: np.concatenate([r[key] for r in requests]) for key in keys}
     ranks = [None if r < 0 else int(r) for r in joined["rank"]]
     every = requests_table(
@@ -550,13 +583,15 @@ def _write_setting(
         joined["t_start"],
         joined["t_end"],
         joined.get("t_intended"),
+        joined.get("queued"),
     )
     write_parquet_atomic(every, requests_path(path), row_group_rows=65536)
     # A stalled setting says so in its file (with the setting, for a file without rows).
     meta = None
-    if stall:
+    if stall or not_run:
         described = json.dumps({"database": database, **setting.model_dump()})
-        meta = {"stalled": stall, "query_setting": described}
+        meta = {"stalled": stall, "query_setting": described} if stall else {}
+        meta.update({"not_run": not_run, "query_setting": described} if not_run else {})
     if probe is not None:
         meta = probe.metadata(meta)
     if open_meta is not None:

@@ -91,6 +91,7 @@ def _table(results: list) -> pa.Table:
         joined["t_start"],
         joined["t_end"],
         joined.get("t_intended"),
+        joined.get("queued"),
     )
 
 
@@ -101,14 +102,15 @@ def vectors() -> tuple[np.ndarray, np.ndarray]:
 
 def test_open_loop_reports_the_stall_the_closed_loop_hides(monkeypatch, vectors) -> None:
     ids, vecs = vectors
-    rate, duration, clients = 100.0, 3.0, 32
+    # Two client processes (threads here), 16 senders each: the 20 arrivals during the stall all go out.
+    rate, duration, clients, in_flight = 100.0, 3.0, 2, 16
     offsets = open_loop.arrival_offsets(rate, duration, "constant", seed=0)
     release_at = time.time() + 0.2
     server = StallingServer(release_at + STALL_AT_S)
     try:
         dealt = open_loop.deal(offsets, clients)
         shares = [
-            (ids, vecs, 10, None, 1, i, release_at, dealt[i], release_at + 2 * duration)
+            (ids, vecs, 10, None, 1, i, release_at, dealt[i], release_at + 2 * duration, in_flight)
             for i in range(clients)
         ]
         results = _run_clients(monkeypatch, server, query_sweep.run_open_share, shares)
@@ -152,13 +154,13 @@ def test_a_generator_that_cannot_keep_up_flags_its_setting(monkeypatch, vectors)
         def sleep(seconds: float) -> None:
             real_sleep(seconds + 0.003)
 
-    monkeypatch.setattr(query_sweep, "time", LateTime)
+    monkeypatch.setattr(open_loop, "time", LateTime)
     rate, duration = 200.0, 1.0
     offsets = open_loop.arrival_offsets(rate, duration, "poisson", seed=3)
     release_at = time.time() + 0.1
     server = StallingServer(float("inf"))
     try:
-        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration)
+        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration, 4)
         results = _run_clients(monkeypatch, server, query_sweep.run_open_share, [share])
     finally:
         server.close()
@@ -188,19 +190,38 @@ def test_a_poisson_window_holds_the_rate_on_average() -> None:
 
 
 def test_lag_counts_only_what_the_generator_owes() -> None:
-    """A request sent late because its client's previous answer came back late is not generator lag."""
-    client = np.zeros(3, np.int32)
-    intended = np.array([0.0, 0.010, 0.020])
-    start = np.array([0.0005, 0.050, 0.0605])  # 2nd: client busy until 0.050; 3rd: free at 0.060
-    end = np.array([0.050, 0.060, 0.062])
-    lag = open_loop.generator_lag(client, intended, start, end)
-    assert lag == pytest.approx([0.0005, 0.0, 0.0005])
+    """A request that waited for a free sender is the clients' delay, counted as queued, not as lag."""
+    table = requests_table(
+        [0, 0, 0],
+        [0, 0, 0],
+        [0, 1, 2],
+        [1, 1, 1],
+        [0.0005, 0.050, 0.0205],  # the 2nd waited 40 ms for a sender
+        [0.050, 0.060, 0.022],
+        [0.0, 0.010, 0.020],
+        [False, True, False],
+    )
+    stats = open_loop.open_loop_stats(table, 100.0, 3, 0.03, max_lag_ms=1.0)
+    assert stats["lag_p99_ms"] == pytest.approx(0.5, abs=0.01) and stats["lag_ok"]
+    assert stats["queued_share"] == pytest.approx(1 / 3)
+    assert "client-bound" in open_loop.invalid(stats) and not open_loop.keeps_up(stats, None)
+
+
+def test_achieved_rate_does_not_count_a_constant_latency() -> None:
+    """Every answer 50 ms after its send, no queueing: achieved equals offered (each over its own span)."""
+    intended = np.arange(100) / 100.0
+    table = requests_table(
+        np.zeros(100), [0] * 100, np.arange(100), np.ones(100), intended, intended + 0.05, intended
+    )
+    stats = open_loop.open_loop_stats(table, 100.0, 100, 1.0, max_lag_ms=1.0)
+    assert stats["achieved_rate"] == pytest.approx(stats["offered_rate"]) == pytest.approx(100)
+    assert open_loop.keeps_up(stats, 60.0) and not open_loop.keeps_up(stats, 40.0)
 
 
 def test_too_few_clients_is_named() -> None:
     assert open_loop.too_few_clients(1000, 4, 0.002, "x") is None
-    why = open_loop.too_few_clients(1000, 2, 0.002, "the closed loop's service time")
-    assert why is not None and "at least 3 clients" in why and "it has 2" in why
+    why = open_loop.too_few_clients(1000, 2, 0.002, "the closed loop's median request,")
+    assert why is not None and "at least 3 senders" in why and "it has 2" in why
 
 
 @pytest.mark.parametrize(
@@ -209,7 +230,8 @@ def test_too_few_clients_is_named() -> None:
         ({"rate": [0]}, "greater than 0"),
         ({"rate": [-5.0]}, "greater than 0"),
         ({"rate": "auto"}, "rate: auto needs vdb.query.p99_bound_ms"),
-        ({"rate": [100_000], "clients": [1]}, "needs at least 29 clients"),
+        ({"rate": [100_000], "clients": [1]}, "needs at least 29 senders"),
+        ({"rate": [20_000], "clients": [1], "in_flight": 1}, "needs at least 6 senders"),
         ({"p99_bound_ms": 0}, "greater than 0"),
     ],
 )
@@ -249,18 +271,18 @@ def test_a_mixed_query_rate_its_clients_cannot_offer_is_refused() -> None:
 
 
 def test_a_busy_client_makes_its_setting_client_bound(monkeypatch, vectors) -> None:
-    """One client offered 400 requests/s of a 2 ms service is busy ~80% of the window: the delays it adds
-    would be charged to the server, so the setting is invalid, named as client-bound."""
+    """One client with one sender offered 600 requests/s of a 2 ms service: most requests wait for the
+    sender, delays that would be charged to the server, so the setting is invalid, named client-bound."""
     ids, vecs = vectors
-    rate, duration = 400.0, 1.0
+    rate, duration = 600.0, 1.0
     offsets = open_loop.arrival_offsets(rate, duration, "constant", seed=0)
     release_at = time.time() + 0.1
     server = StallingServer(float("inf"))
     try:
-        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration)
+        share = (ids, vecs, 10, None, 1, 0, release_at, offsets, release_at + 2 * duration, 1)
         results = _run_clients(monkeypatch, server, query_sweep.run_open_share, [share])
     finally:
         server.close()
     stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=50.0)
-    assert stats["client_busy"] > open_loop.CLIENT_UTILISATION
+    assert stats["queued_share"] > 0.5
     assert "client-bound" in open_loop.invalid(stats) and not open_loop.keeps_up(stats, None)

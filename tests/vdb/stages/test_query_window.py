@@ -146,9 +146,10 @@ def test_open_loop_settings_follow_their_closed_loop_setting(loaded_edge, tmp_pa
         intended = every.column("t_intended").to_numpy()
         assert (every.column("t_start").to_numpy() >= intended).all()
         assert row["intended_p99_ms"] >= row["p99_ms"] > 0  # the intended time is never after the send
-        span = max(1.0, every.column("t_end").to_numpy().max() - intended.min())
-        assert row["achieved_rate"] == pytest.approx(scheduled / span)
-        assert row["offered_rate"] == pytest.approx(scheduled / 1.0)
+        ends = every.column("t_end").to_numpy()
+        # answers and intended sends per second, each over its own span
+        assert row["achieved_rate"] == pytest.approx((scheduled - 1) / (ends.max() - ends.min()))
+        assert row["offered_rate"] == pytest.approx((scheduled - 1) / (intended.max() - intended.min()))
         assert row["recall"] >= 0.8 and row["distinct_queries"] == min(QUERIES, scheduled)
     report = write_report(rows, tmp_path / "report")
     text = report["report"].read_text()
@@ -156,11 +157,11 @@ def test_open_loop_settings_follow_their_closed_loop_setting(loaded_edge, tmp_pa
     section = text[text.index("## Latency under offered load") :]
     knee_line = next(line for line in section.splitlines() if line.startswith(f"| qdrant | {closed} |"))
     served = [r["rate"] for r in rows if r["stage"] == "open_loop" and open_loop.keeps_up(r, None)]
-    assert knee_line.split(" | ")[2] == (num(max(served), 0) if served else "none served")
+    assert knee_line.split(" | ")[3] == (num(max(served), 0) if served else "none served")
 
 
 def test_rate_auto_steps_up_until_a_rate_is_not_served(loaded_edge, tmp_path: Path) -> None:
-    target, index, _, queries_file, _, _ = loaded_edge
+    target, index, dataset, queries_file, gt_file, _ = loaded_edge
     sweep = QuerySweepConfig(
         ef=[16],
         batch_size=[1],
@@ -181,6 +182,13 @@ def test_rate_auto_steps_up_until_a_rate_is_not_served(loaded_edge, tmp_path: Pa
         b / a == pytest.approx(open_loop.AUTO_FACTOR, rel=0.01)
         for a, b in itertools.pairwise(rates[: top + 1])
     )
+    # every rate below the highest was served, the highest was not (or could not be offered)
+    rows = {
+        r["setting"]: r
+        for r in evaluate_files([r.file for r in records], gt_file, queries_file, dataset, "l2")
+    }
+    served = [open_loop.keeps_up(rows[r.setting], 50) if r.setting in rows else False for r in records[1:]]
+    assert served[:top] == [True] * top and not served[top]
     refined = rates[top + 1 :]
     inside = 0 < top < open_loop.AUTO_MAX_STEPS - 1  # a step not served, after one that was
     assert len(refined) in ((open_loop.AUTO_REFINE,) if inside else (0, open_loop.AUTO_REFINE))
