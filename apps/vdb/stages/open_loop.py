@@ -171,24 +171,30 @@ def send_on_schedule(
     The calling thread sleeps until each intended time and hands the request to a free sender; when all
     are out, the request waits for one and is marked ``queued``. Sending stops at ``deadline``, when
     ``stop()`` says so (checked before each request), or at the first request timeout. Results are kept
-    for requests below ``keep`` (None: all). Returns once every request handed out has its answer.
+    for requests below ``keep`` (None: all). Returns once every request handed out has its answer; any
+    other error of a request is raised here then, as the closed loop would raise it.
     """
     lock = threading.Lock()
     busy = [0]
     rows: list[tuple[int, float, float, float, bool]] = []
     results: dict[int, Any] = {}
     errors: list[str] = []
+    failures: list[BaseException] = []  # anything but a timeout: raised here once the senders are done
 
     def one(number: int, when: float, queued: bool) -> None:
-        t0 = time.time()
+        t0, result = time.time(), None
         try:
             result = send(number)
         except RequestTimeout as exc:
             errors.append(str(exc))
-            result = None
+        except BaseException as exc:  # handed to the calling thread, not lost in a future
+            failures.append(exc)
+            return
+        finally:
+            with lock:
+                busy[0] -= 1
         t1 = time.time()
         with lock:
-            busy[0] -= 1
             rows.append((number, when, t0, t1, queued))
             if result is not None and (keep is None or number < keep):
                 results[number] = result
@@ -196,7 +202,7 @@ def send_on_schedule(
     sent = 0
     with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="open-loop") as senders:
         for number, when in enumerate(intended):
-            if errors or time.time() >= deadline:
+            if errors or failures or time.time() >= deadline:
                 break
             wait = when - time.time()
             if wait > 0:
@@ -208,6 +214,8 @@ def send_on_schedule(
                 busy[0] += 1
             senders.submit(one, number, when, queued)
             sent += 1
+    if failures:
+        raise failures[0]
     rows.sort()
     columns = list(zip(*rows, strict=True)) if rows else [[]] * 5
     return SendLog(

@@ -286,3 +286,25 @@ def test_a_busy_client_makes_its_setting_client_bound(monkeypatch, vectors) -> N
     stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=50.0)
     assert stats["queued_share"] > 0.5
     assert "client-bound" in open_loop.invalid(stats) and not open_loop.keeps_up(stats, None)
+
+
+def test_a_failed_request_is_raised_not_lost() -> None:
+    """An error other than a timeout in a sender thread reaches the caller (a future would swallow it)."""
+    from apps.vdb.base import DatabaseError, RequestTimeout
+
+    def send(number: int) -> object:
+        if number == 3:
+            raise DatabaseError("connection refused")
+        return number
+
+    start = time.time()
+    with pytest.raises(DatabaseError, match="connection refused"):
+        open_loop.send_on_schedule(send, [start + i * 0.001 for i in range(20)], 4, start + 5)
+
+    def slow(number: int) -> object:
+        if number == 2:
+            raise RequestTimeout("no answer in 1 s")
+        return number
+
+    sent = open_loop.send_on_schedule(slow, [start + i * 0.001 for i in range(20)], 4, start + 5)
+    assert sent.error == "no answer in 1 s" and 2 in sent.number.tolist() and 2 not in sent.results
