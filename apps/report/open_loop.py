@@ -118,7 +118,9 @@ def open_loop_section(rows: list[dict[str, Any]], out: Path) -> tuple[list[str],
                 shown if values else "none served",
                 "; ".join(why for _, why in found),
                 num(bound) if bound else "— (achieved only)",
-                median_range(spread(closed), "{:,.0f}".format) if closed else "—",
+                median_range(spread(closed), "{:,.0f}".format)
+                if len(closed) > 1
+                else num(next(iter(closed), None), 0),
             ]
         )
     header = ["point", "setting", "repeats", "knee (requests/s)", "first not served", "P99 bound (ms)"]

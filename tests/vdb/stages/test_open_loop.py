@@ -308,3 +308,45 @@ def test_a_failed_request_is_raised_not_lost() -> None:
 
     sent = open_loop.send_on_schedule(slow, [start + i * 0.001 for i in range(20)], 4, start + 5)
     assert sent.error == "no answer in 1 s" and 2 in sent.number.tolist() and 2 not in sent.results
+
+
+def test_the_report_gives_the_knee_of_each_repeat_and_their_median(tmp_path) -> None:
+    """Three repeats whose knees are 300, 400 and 500 requests/s: the table says 400 (300–500), not the
+    highest; a stalled rate is marked, not shown as a measurement."""
+    from apps.report.open_loop import open_loop_section
+
+    closed = "ef=64,batch=1,clients=2,k=10"
+
+    def row(repeat: int, rate: float, p99: float, **more: object) -> dict:
+        return {
+            "database": "milvus",
+            "stage": "open_loop",
+            "status": "ok",
+            "repeat": repeat,
+            "setting": f"{closed},rate={rate:g}",
+            "rate": rate,
+            "offered_rate": rate,
+            "achieved_rate": rate,
+            "unsent": 0,
+            "intended_p50_ms": 5.0,
+            "intended_p99_ms": p99,
+            "intended_p999_ms": p99,
+            "p50_ms": 5.0,
+            "p99_ms": p99,
+            "p999_ms": p99,
+            "lag_p99_ms": 0.2,
+            "lag_ok": True,
+            "queued_share": 0.0,
+            "p99_bound_ms": 50.0,
+            **more,
+        }
+
+    rows = [row(r, rate, 20.0) for r, knee in enumerate((300, 400, 500)) for rate in (100, knee)]
+    rows += [row(r, knee * 1.25, 80.0) for r, knee in enumerate((300, 400, 500))]
+    rows.append(row(0, 200, 10.0, stalled=True, error="stalled: a request timed out"))
+    lines, figures = open_loop_section(rows, tmp_path)
+    knee_row = next(line for line in lines if line.startswith(f"| milvus | {closed} | 3 |"))
+    assert "| 400 (300–500) |" in knee_row and "P99 80.00 ms" in knee_row
+    stalled = next(line for line in lines if "| 200 |" in line)
+    assert "**stalled**" in stalled and "| — |" in stalled
+    assert figures["open_loop"].exists()
