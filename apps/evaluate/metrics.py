@@ -252,9 +252,11 @@ def evaluate_files(
 
 def _setting_row(database: str, setting: str, described: dict[str, Any]) -> dict[str, Any]:
     """The start of a result row for a setting without answers (stalled, or not run)."""
-    fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k", "rate")}
-    stage = "query" if fields["rate"] is None else "open_loop"
-    return {"database": database, "stage": stage, "setting": setting, **fields}
+    fields = {k: described.get(k) for k in ("ef", "batch_size", "clients", "k")}
+    rate = described.get("rate")
+    if rate is None:  # a closed-loop setting: its row as before open-loop settings existed
+        return {"database": database, "stage": "query", "setting": setting, **fields}
+    return {"database": database, "stage": "open_loop", "setting": setting, **fields, "rate": rate}
 
 
 def _stall_of(
