@@ -75,6 +75,7 @@ class Source:
                 f"{self.files['groundtruth']}: distances {self.gt_distances.shape} and "
                 f"neighbours {self.gt_ids.shape} differ in shape"
             )
+        first_bad_row(self.queries, self.files["queries"], "query")
         if self.ids_are_rows and self.gt_ids.size:
             bad = np.flatnonzero((self.gt_ids < 0) | (self.gt_ids >= self.rows))
             if bad.size:
@@ -83,6 +84,17 @@ class Source:
                     f"{self.files['groundtruth']}: {bad.size} neighbour id(s) outside the base's rows "
                     f"0..{self.rows - 1}; first: query {q}, position {pos}: {int(self.gt_ids.flat[bad[0]])}"
                 )
+
+
+def first_bad_row(vectors: np.ndarray, path: Path, what: str, offset: int = 0) -> None:
+    """Refuse vectors holding NaN or an infinite value, naming the file and the first such row
+    (``offset``: the row number of ``vectors[0]`` in the file): every distance to it is undefined."""
+    step = 65_536  # rows tested at once: the boolean mask of a million GIST rows would take 1 GB
+    for start in range(0, len(vectors), step):
+        finite = np.isfinite(vectors[start : start + step]).all(axis=1)
+        if not finite.all():
+            row = offset + start + int(np.argmin(finite))
+            raise InputDataError(f"{path}: {what} row {row} (0-based) holds NaN or an infinite value")
 
 
 def canonical_format(name: str) -> str:

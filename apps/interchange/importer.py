@@ -31,7 +31,7 @@ from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, iter_vectors, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
-from apps.interchange.formats import Source, canonical_format, open_source
+from apps.interchange.formats import Source, canonical_format, first_bad_row, open_source
 from core.errors import ArtifactError, InputDataError
 from core.format import table
 from core.store import (
@@ -88,7 +88,10 @@ def _write_parts(
     """Stream the base into ``part-NNNNN.parquet`` files; return their records."""
     records = []
     seen: list[np.ndarray] = []
+    offset = 0
     for shard, (ids, vectors) in enumerate(source.batches(rows_per_part)):
+        first_bad_row(vectors, source.files["base"], "base", offset)
+        offset += len(vectors)
         table = pa.table(
             {
                 "id": pa.array(ids, pa.int64()),

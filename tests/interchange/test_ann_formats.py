@@ -356,6 +356,23 @@ def test_a_row_of_another_dimension_is_one_line(
     assert _leftovers(tmp_path / "store") == []
 
 
+@pytest.mark.parametrize(("role", "row", "value"), [("base", 700, np.nan), ("query", 5, np.inf)])
+def test_a_row_holding_nan_or_infinity_is_one_line(
+    shared_data: Path, tmp_path: Path, role: str, row: int, value: float
+) -> None:
+    """A non-finite element makes every distance to its row undefined: refused, naming the file and row."""
+    folder = tmp_path / "fm"
+    shutil.copytree(shared_data / "ann" / "fmnist1k", folder)
+    damaged = folder / f"fmnist1k_{role}.fvecs"
+    damaged.chmod(0o644)
+    with open(damaged, "r+b") as fh:
+        fh.seek(row * (4 + 784 * 4) + 4 + 100 * 4)  # element 100 of the row
+        fh.write(np.float32(value).tobytes())
+    code, output = _cli("dataset", "import", "vecs", str(folder), "--name", "fm", "--workdir", str(tmp_path))
+    _one_line(code, output, 3, f"{damaged}: {role} row {row} (0-based) holds NaN or an infinite value")
+    assert _leftovers(tmp_path / "store") == []
+
+
 def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Path) -> None:
     folder = str(shared_data / "ann" / "fmnist1k")
     args = ["dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path)]
