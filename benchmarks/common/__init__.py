@@ -319,13 +319,16 @@ def prepare_chunks(docs: int, docs_per_shard: int, chunking: dict[str, Any] | No
 
 def weaviate_connect(ctx: dict[str, Any]) -> tuple[Any, str]:
     """A weaviate-client v4 connection to the first node of ``ctx["endpoints_model"]``, and the class name
-    of ``ctx["spec"]``: the vendor side of the ingest and query benchmarks."""
+    of ``ctx["spec"]``: the vendor side of the ingest and query benchmarks. It sends the deployment's API
+    key, read from the file the endpoint names (a server the project started refuses anonymous clients)."""
     import weaviate
-    from weaviate.classes.init import AdditionalConfig, Timeout
+    from weaviate.classes.init import AdditionalConfig, Auth, Timeout
 
     from apps.vdb.weaviate.client import class_name
+    from apps.vdb.weaviate.rest import node_key
 
     node = ctx["endpoints_model"].nodes[0]
+    key = node_key(node)
     client = weaviate.connect_to_custom(
         http_host=node.host,
         http_port=node.port,
@@ -333,6 +336,7 @@ def weaviate_connect(ctx: dict[str, Any]) -> tuple[Any, str]:
         grpc_host=node.host,
         grpc_port=node.grpc_port,
         grpc_secure=False,
+        auth_credentials=Auth.api_key(key) if key else None,
         additional_config=AdditionalConfig(timeout=Timeout(init=30, query=120, insert=300)),
     )
     return client, class_name(ctx["spec"]["name"])

@@ -88,8 +88,14 @@ class MilvusVendor:
     def __init__(self, ctx: dict[str, Any]) -> None:
         from pymilvus import MilvusClient
 
+        from apps.vdb.milvus.env import node_token
+
         node, settings = ctx["endpoints_model"].nodes[0], ctx["settings"]
-        self.client = MilvusClient(uri=f"http://{node.host}:{node.port}", timeout=settings.request_timeout)
+        self.client = MilvusClient(
+            uri=f"http://{node.host}:{node.port}",
+            token=node_token(node),  # root with the deployment's password, from the file the endpoint names
+            timeout=settings.request_timeout,
+        )
         self.name = ctx["spec"]["name"]
 
     def upload(self, ctx: dict[str, Any], mode: str, batches: Iterator) -> dict[str, Any]:

@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from apps.vdb.milvus.env import node_token
+from apps.vdb.weaviate.rest import node_key, rest_json
 from benchmarks import common
 from benchmarks.common import vdb
 from benchmarks.peer_vectordbbench import vdbbench_venv
@@ -57,7 +59,7 @@ def settle_milvus(ctx: dict[str, Any], timeout: float) -> float:
     from pymilvus import MilvusClient
 
     node, name = ctx["endpoints_model"].nodes[0], COLLECTION["milvus"]
-    client = MilvusClient(uri=f"http://{node.host}:{node.port}")
+    client = MilvusClient(uri=f"http://{node.host}:{node.port}", token=node_token(node))
     started = time.monotonic()
     try:
         job = client.compact(name)
@@ -85,7 +87,7 @@ def milvus_segments(ctx: dict[str, Any], client: Any = None) -> list[int]:
 
     node = ctx["endpoints_model"].nodes[0]
     own = client is None
-    client = client or MilvusClient(uri=f"http://{node.host}:{node.port}")
+    client = client or MilvusClient(uri=f"http://{node.host}:{node.port}", token=node_token(node))
     try:
         return sorted(s.segment_id for s in client.list_loaded_segments(COLLECTION["milvus"]))
     finally:
@@ -98,6 +100,7 @@ def _load_weaviate(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
 
     from weaviate.classes.data import DataObject
 
+    from apps.vdb.noproxy import urlopen
     from apps.vdb.stages.index import build_index
     from apps.vdb.stages.insert import prepare_collection
 
@@ -110,8 +113,11 @@ def _load_weaviate(ctx: dict[str, Any], cfg: Any) -> dict[str, Any]:
     # >= 2**31 (the project's ids are shard * 10**9 + row); a float64 holds them exactly (< 2**53).
     body = json.dumps({"name": "key", "dataType": ["number"]}).encode()
     url = f"http://{node.host}:{node.port}/v1/schema/{COLLECTION['weaviate']}/properties"
-    request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(request, timeout=30):
+    headers = {"Content-Type": "application/json"}
+    if key := node_key(node):  # the deployment's API key (the server refuses anonymous requests)
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(url, body, headers, method="POST")
+    with urlopen(request, timeout=30):
         pass
     client, name = common.weaviate_connect(ctx)
     try:
@@ -153,12 +159,11 @@ def set_ef(ctx: dict[str, Any], queries: np.ndarray, k: int, ef: int) -> None:
 
 def server_ef(ctx: dict[str, Any]) -> int | None:
     """The ef the server applies to the collection now (Weaviate: schema; Milvus: per request)."""
-    from apps.vdb.process import get_json
-
     if ctx["database"] != "weaviate":
         return None
     node = ctx["endpoints_model"].nodes[0]
-    schema = get_json(f"http://{node.host}:{node.port}/v1/schema/{COLLECTION['weaviate']}", timeout=30)
+    url = f"http://{node.host}:{node.port}/v1/schema/{COLLECTION['weaviate']}"
+    schema = rest_json(url, node_key(node), timeout=30)
     return schema["vectorConfig"]["default"]["vectorIndexConfig"].get("ef")
 
 
@@ -167,7 +172,7 @@ def milvus_consistency(ctx: dict[str, Any]) -> str | None:
     from pymilvus import MilvusClient
 
     node = ctx["endpoints_model"].nodes[0]
-    client = MilvusClient(uri=f"http://{node.host}:{node.port}")
+    client = MilvusClient(uri=f"http://{node.host}:{node.port}", token=node_token(node))
     try:
         return client.describe_collection(COLLECTION["milvus"]).get("consistency_level_name")
     finally:
@@ -254,6 +259,10 @@ def run_vdbbench(
         "concurrencies": [clients],
         "dataset": export,
     }
+    # The server's secret by its file (0600) only: the driver reads it; this spec is written to disk.
+    for key in ("password_file", "api_key_file"):
+        if node.extra.get(key):
+            request[key] = str(node.extra[key])
     (work / "spec.json").write_text(json.dumps(request))
     timeout = 600 + 3 * args.duration
     with open(work / "driver.log", "w") as log:

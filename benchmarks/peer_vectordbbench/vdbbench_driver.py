@@ -10,12 +10,17 @@ concurrent search for ``duration`` s at each concurrency, then the serial pass o
 serial p99). Its log lines give the query counts and seconds behind each QPS. Afterwards the same client
 object's ``search_embedding`` is called once per test query, and those ids are written out so the caller
 can recompute recall independently.
+
+A server the project started requires its secret (Milvus: root's password; Weaviate: the API key): the
+spec names the 0600 file that holds it (``password_file``, ``api_key_file``), never the secret itself, and
+the driver reads it here into VectorDBBench's ``SecretStr`` fields.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -37,6 +42,18 @@ class Captured(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+def read_secret(spec: dict[str, Any], key: str) -> str | None:
+    """The secret in the file ``spec[key]`` names (opened without following a link); None when the spec
+    names none (a server started without one)."""
+    if not spec.get(key):
+        return None
+    with os.fdopen(os.open(spec[key], os.O_RDONLY | os.O_NOFOLLOW)) as handle:
+        value = handle.read().strip()
+    if not value:
+        raise SystemExit(f"{spec['database']}: {spec[key]} is empty")
+    return value
+
+
 def task_config(spec: dict[str, Any]) -> Any:
     """The TaskConfig the CLI builds for a search-only PerformanceCustomDataset case."""
     from pydantic import SecretStr
@@ -47,13 +64,16 @@ def task_config(spec: dict[str, Any]) -> Any:
         from vectordb_bench.backend.clients.milvus.config import HNSWConfig, MilvusConfig
 
         db = DB.Milvus
-        db_config = MilvusConfig(uri=SecretStr(spec["uri"]), collection_name=spec["collection"])
+        password = read_secret(spec, "password_file")
+        auth = {"user": "root", "password": SecretStr(password)} if password else {}
+        db_config = MilvusConfig(uri=SecretStr(spec["uri"]), collection_name=spec["collection"], **auth)
         case_config = HNSWConfig(M=spec["m"], efConstruction=spec["ef_construction"], ef=spec["ef"])
     elif spec["database"] == "weaviate":
         from vectordb_bench.backend.clients.weaviate_cloud.config import WeaviateConfig, WeaviateIndexConfig
 
         db = DB.WeaviateCloud
-        db_config = WeaviateConfig(url=SecretStr(spec["uri"]), api_key=SecretStr("-"), no_auth=True)
+        key = read_secret(spec, "api_key_file")  # sent as "Authorization: Bearer" (weaviate.AuthApiKey)
+        db_config = WeaviateConfig(url=SecretStr(spec["uri"]), api_key=SecretStr(key or "-"), no_auth=not key)
         case_config = WeaviateIndexConfig(
             ef=spec["ef"], efConstruction=spec["ef_construction"], maxConnections=spec["m"]
         )

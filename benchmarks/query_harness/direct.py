@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from apps.vdb.milvus.env import node_token
+from apps.vdb.weaviate.rest import node_key, rest_json
 from benchmarks import common
 
 # --- direct loops: the vendor's own call, minimal handling -------------------------------------------------
@@ -21,12 +23,10 @@ class WeaviateDirect:
         self.collection = self.client.collections.use(self.name)
         self.threads = ThreadPoolExecutor(ctx["settings"].search_threads)
         self.http = f"http://{node.host}:{node.port}/v1/schema/{self.name}"
+        self.key = node_key(node)  # the REST API wants the deployment's API key too
 
     def prepare(self, ef: int | None, k: int) -> None:
         """ef is collection configuration in Weaviate: set it (untimed), wait until the node applied it."""
-        import json
-        import urllib.request
-
         from weaviate.classes.config import Reconfigure
 
         if ef is None:
@@ -38,8 +38,7 @@ class WeaviateDirect:
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            with urllib.request.urlopen(self.http, timeout=5) as resp:
-                cfg = json.load(resp)["vectorConfig"]["default"]["vectorIndexConfig"]
+            cfg = rest_json(self.http, self.key)["vectorConfig"]["default"]["vectorIndexConfig"]
             if cfg.get("ef") == ef:
                 return
             time.sleep(0.1)
@@ -71,7 +70,9 @@ class MilvusDirect:
 
         node, self.settings = ctx["endpoints_model"].nodes[0], ctx["settings"]
         self.client = MilvusClient(
-            uri=f"http://{node.host}:{node.port}", timeout=self.settings.request_timeout
+            uri=f"http://{node.host}:{node.port}",
+            token=node_token(node),  # root with the deployment's password, from the file the endpoint names
+            timeout=self.settings.request_timeout,
         )
         self.name = ctx["spec"]["name"]
         self.metric = METRICS[ctx["spec"]["metric"]]

@@ -20,7 +20,7 @@ import pickle
 import signal
 import sys
 import time
-import urllib.request
+import urllib.error
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -365,21 +365,22 @@ def test_frozen_server_is_bounded_retried_and_flagged(weaviate, tmp_path: Path) 
 @pytest.mark.timeout(180)
 def test_readonly_shard_is_set_ready_before_a_setting(weaviate, tmp_path: Path) -> None:
     from apps.vdb.weaviate.client import class_name
+    from apps.vdb.weaviate.rest import node_key, rest_json
 
     _, target, queries = weaviate
     node = target.endpoints.nodes[0]
     base = f"http://{node.host}:{node.port}/v1/schema/{class_name(SPEC.name)}/shards"
+    key = node_key(node)  # the server requires the deployment's API key (Authorization: Bearer)
+    assert key
 
     def shards() -> list[dict]:
-        with urllib.request.urlopen(base, timeout=10) as resp:
-            return json.load(resp)
+        return rest_json(base, key, timeout=10)
 
+    with pytest.raises(urllib.error.HTTPError) as refused:  # ... and refuses a request without it
+        rest_json(base, None, timeout=10)
+    assert refused.value.code == 401
     for shard in shards():
-        body = json.dumps({"status": "READONLY"}).encode()
-        request = urllib.request.Request(
-            f"{base}/{shard['name']}", body, {"Content-Type": "application/json"}, method="PUT"
-        )
-        urllib.request.urlopen(request, timeout=10).close()
+        rest_json(f"{base}/{shard['name']}", key, timeout=10, body={"status": "READONLY"})
     assert {s["status"] for s in shards()} == {"READONLY"}
     records = query_sweep(target, queries, _sweep([24, 48]), str(tmp_path / "out"), None)
     assert [r.stalled for r in records] == [None, None]

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import urllib.error
@@ -118,6 +119,7 @@ def started() -> Iterator[list[Deployment]]:
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_weaviate_listens_on_loopback_only(nodes: int, tmp_path: Path, started: list[Deployment]) -> None:
     from apps.vdb.weaviate.deploy import WeaviateDeployment, find_binary
+    from apps.vdb.weaviate.rest import node_key, rest_json
     from apps.vdb.weaviate.settings import WeaviateSettings
 
     settings = WeaviateSettings(nodes=nodes)
@@ -133,9 +135,15 @@ def test_weaviate_listens_on_loopback_only(nodes: int, tmp_path: Path, started: 
     socks = listeners(pids)
     check_addresses("weaviate", socks, roles)
     assert {roles[port] for _, _, port in socks} >= {"http", "grpc", "data", "gossip", "raft"}
-    # Defence in depth (other local users reach loopback too): the cluster API refuses requests without
-    # the nodes' secret.
+    # Defence in depth (other local users reach loopback too): REST refuses requests without the
+    # deployment's API key, the cluster API those without the nodes' secret.
+    key = node_key(endpoints.nodes[0])
     for node in endpoints.nodes:
+        meta = f"http://127.0.0.1:{node.port}/v1/meta"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            rest_json(meta, None)
+        assert refused.value.code == 401
+        assert rest_json(meta, key)["version"]
         request = urllib.request.Request(f"http://127.0.0.1:{node.extra['data_port']}/nodes/status")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=5)
@@ -155,7 +163,8 @@ def test_weaviate_listens_on_loopback_only(nodes: int, tmp_path: Path, started: 
 @pytest.mark.slow
 def test_milvus_listens_on_loopback_only(tmp_path: Path, started: list[Deployment]) -> None:
     pytest.importorskip("milvus")
-    from apps.vdb.milvus.deploy import MilvusDeployment
+    from apps.vdb.milvus.deploy import DEFAULT_PASSWORD, MilvusDeployment, _answers
+    from apps.vdb.milvus.env import node_token, root_token
     from apps.vdb.milvus.settings import MilvusSettings
 
     deployment = MilvusDeployment(MilvusSettings())
@@ -166,13 +175,20 @@ def test_milvus_listens_on_loopback_only(tmp_path: Path, started: list[Deploymen
     roles = milvus_roles(pid)
     check_addresses("milvus", listeners([pid]), roles)
     assert {"etcd_client", "etcd_peer"} <= set(roles.values())
-    # The client port listens on every interface in 2.3.5: its unauthenticated REST API must be off.
+    # The client port listens on every interface in 2.3.5: its unauthenticated REST API must be off,
+    # and gRPC requires root's password from the deployment's 0600 file (no longer Milvus's default).
     port = endpoints.nodes[0].port
     assert not http_ok(f"http://127.0.0.1:{port}/v1/vector/collections", timeout=5)
+    uri = f"http://127.0.0.1:{port}"
+    password_file = Path(str(endpoints.nodes[0].extra["password_file"]))
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    assert _answers(uri, node_token(endpoints.nodes[0]))
+    assert not _answers(uri, root_token(DEFAULT_PASSWORD)) and not _answers(uri, "")
 
 
 FAKE_APPTAINER = r'''#!{python}
-"""Stands in for `apptainer exec`: applies --bind to the env file's paths and runs the real server."""
+"""Stands in for `apptainer exec`: applies --bind to the env file's values and to the command's arguments
+(the rank's start script and run directory), and runs the real server where the image's would run."""
 import os, sys
 args, binds, env_file, i = sys.argv[2:], [], None, 0
 while args[i].startswith("-"):
@@ -182,13 +198,20 @@ while args[i].startswith("-"):
         env_file = args[i + 1]
     i += 2 if args[i] in ("--bind", "--env-file", "--pwd") else 1
 command = args[i + 1:]
+
+
+def host(value):
+    """A path inside the container as the host path bound there; anything else as it is."""
+    for source, target in binds:
+        if value == target or value.startswith(target + "/"):
+            return source + value[len(target):]
+    return value
+
+
 env = dict(line.strip().split("=", 1) for line in open(env_file) if "=" in line)
-env = {{key: value.strip('"') for key, value in env.items()}}
-for key, value in env.items():
-    for host, target in binds:
-        if value.startswith(target):
-            env[key] = host + value[len(target):]
-command[0] = {binary!r}
+env = {{key: host(value.strip('"')) for key, value in env.items()}}
+# /bin/sh runs the start script (it makes the API key and execs the server); the server is the real binary
+command = [{binary!r} if arg == {server!r} else host(arg) for arg in command]
 os.execve(command[0], command, {{**env, "PATH": os.environ["PATH"]}})
 '''
 
@@ -206,8 +229,9 @@ def non_loopback_interface() -> tuple[str, str] | None:
 def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
     """Two Weaviate ranks as the pilot starts them (a stand-in for apptainer runs the real binary)."""
     from apps.vdb.cluster.pilot import ClusterDeployment
-    from apps.vdb.process import get_json
     from apps.vdb.weaviate.deploy import find_binary
+    from apps.vdb.weaviate.env import API_KEY_FILE
+    from apps.vdb.weaviate.rest import node_key, rest_json
     from apps.vdb.weaviate.settings import WeaviateSettings
     from pipeline.config.model import LocalExecutorConfig
 
@@ -220,7 +244,7 @@ def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
         pytest.skip(str(exc))
     name, address = interface
     fake = tmp_path / "apptainer"
-    fake.write_text(FAKE_APPTAINER.format(python=sys.executable, binary=binary))
+    fake.write_text(FAKE_APPTAINER.format(python=sys.executable, binary=binary, server="/bin/weaviate"))
     fake.chmod(0o755)
     (tmp_path / "weaviate.sif").write_bytes(b"SIF")
     images = {"weaviate": str(tmp_path / "weaviate.sif")}
@@ -231,10 +255,23 @@ def test_weaviate_hpc_ranks_listen_on_the_interface(tmp_path: Path) -> None:
     try:
         endpoints = deployment.start(tmp_path / "server", timeout=150)
         assert {node.host for node in endpoints.nodes} == {address}
-        nodes = get_json(f"http://{address}:{endpoints.nodes[0].port}/v1/nodes")["nodes"]
+        # REST requires the rank's API key, which its start script made in a 0600 file of its run directory
+        first = endpoints.nodes[0]
+        url = f"http://{address}:{first.port}/v1/nodes"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            rest_json(url, None)
+        assert refused.value.code == 401
+        nodes = rest_json(url, node_key(first))["nodes"]
         assert [node["status"] for node in nodes] == ["HEALTHY", "HEALTHY"]
+        keys = [Path(str(node.extra["api_key_file"])) for node in endpoints.nodes]
+        assert all(stat.S_IMODE(path.stat().st_mode) == 0o600 for path in keys)
         pids = [p.pid for p in psutil.process_iter() if p.name() == "weaviate-server" and _rank_of(p, base)]
         assert len(pids) == 2
+        # ... and is on no command line, in no rendered script, env file or log
+        secrets = {path.read_text().strip() for path in keys}
+        assert not [pid for pid in pids if secrets & set(psutil.Process(pid).cmdline())]
+        files = [f for f in (tmp_path / "server").rglob("*") if f.is_file() and f.name != API_KEY_FILE]
+        assert files and not [f for f in files if any(k in f.read_text(errors="replace") for k in secrets)]
         roles = {port: role for pid in pids for port, role in weaviate_roles(pid).items()}
         socks = listeners(pids)
         wild = sorted({roles[port] for _, addr, port in socks if addr in WILDCARDS})

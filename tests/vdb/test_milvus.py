@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import socket
+import stat
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import yaml
 from pydantic import ValidationError
@@ -14,7 +23,7 @@ from pymilvus.grpc_gen.milvus_pb2 import SearchRequest
 
 from apps.interchange.vecs import read_vecs
 from apps.vdb import database
-from apps.vdb.base import CollectionSpec, DatabaseError, Endpoints
+from apps.vdb.base import CollectionSpec, DatabaseError, Endpoint, Endpoints
 from apps.vdb.milvus.client import MilvusVectorClient
 from apps.vdb.milvus.deploy import MilvusDeployment, write_config
 from apps.vdb.milvus.settings import MilvusSettings
@@ -249,7 +258,8 @@ def test_dimension_mismatch(server, client, fmnist) -> None:
 @pytest.mark.slow
 def test_attach_to_existing_server_by_uri(server, tmp_path: Path) -> None:
     node = server[1].nodes[0]
-    settings = MilvusSettings(uri=f"http://{node.host}:{node.port}")
+    password = Path(str(node.extra["password_file"])).read_text().strip()
+    settings = MilvusSettings(uri=f"http://{node.host}:{node.port}", token=f"root:{password}")
     attached = MilvusDeployment(settings)
     endpoints = attached.start(tmp_path, timeout=30)
     assert endpoints.server_version == server[1].server_version and endpoints.nodes[0].port == node.port
@@ -394,3 +404,107 @@ def test_unbuildable_indexes_are_refused_before_any_row_is_sent(client) -> None:
     with pytest.raises(DatabaseError, match="on_disk with index_type 'hnsw'"):
         client.create_collection(CollectionSpec(name="fm_bad", dim=784, on_disk=True))
     assert not client.client.has_collection("fm_bad")
+
+
+def _refused(uri: str, token: str) -> bool:
+    """True when the server refuses a request sent with ``token``."""
+    from pymilvus import MilvusClient
+
+    try:
+        MilvusClient(uri=uri, token=token, timeout=10).list_collections()
+    except Exception as exc:  # MilvusException, or gRPC's own error for a wrong password
+        return "auth" in str(exc).lower() or "illegal connection params" in str(exc)
+    return False
+
+
+@pytest.mark.slow
+def test_server_requires_root_password_from_its_file(server, client) -> None:
+    _, endpoints = server
+    node = endpoints.nodes[0]
+    password_file = Path(str(node.extra["password_file"]))
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    password = password_file.read_text().strip()
+    assert len(password) == 48
+    uri = f"http://{node.host}:{node.port}"
+    assert _refused(uri, "") and _refused(uri, "root:Milvus") and _refused(uri, "root:wrong")
+    client.create_collection(CollectionSpec(name="with_password", dim=4), recreate=True)  # as root
+    assert client.count() == 0
+    # Only the file holds it: not the endpoints, the rendered config, the logs or the command line.
+    base = password_file.parent
+    assert password not in endpoints.model_dump_json()
+    config = yaml.safe_load((base / "configs" / "milvus.yaml").read_text())
+    assert config["common"]["security"]["authorizationEnabled"] is True
+    for path in [*base.glob("configs/*"), *map(Path, endpoints.log_paths)]:
+        assert password not in path.read_text(errors="replace"), path
+    for proc in psutil.process_iter(["cmdline"]):
+        assert password not in " ".join(proc.info["cmdline"] or [])
+
+
+@pytest.mark.slow
+def test_native_rank_sets_root_password_before_it_is_ready(tmp_path: Path) -> None:
+    """The HPC rank without Apptainer (python -m apps.vdb.milvus.native): root gets the password of the
+    rank's file before the ready marker appears; the password is on no command line."""
+    from apps.vdb.milvus.deploy import server_overrides
+    from apps.vdb.milvus.native import PORTS
+
+    ports = dict(zip([f"{name}_port" for name in PORTS], free_ports(len(PORTS)), strict=True))
+    run, base, ready = tmp_path / "run", tmp_path / "rank", tmp_path / "rank" / "ready"
+    run.mkdir()
+    settings = MilvusSettings()
+    argv = [sys.executable, "-m", "apps.vdb.milvus.native", "--base", str(base), "--ports", json.dumps(ports)]
+    argv += ["--overrides", json.dumps(server_overrides(settings, "127.0.0.1"))]
+    argv += ["--password-file", str(run / "root-password"), "--ready", str(ready)]
+    log = tmp_path / "rank.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        password = (run / "root-password").read_text().strip()
+        assert stat.S_IMODE((run / "root-password").stat().st_mode) == 0o600
+        uri = f"http://127.0.0.1:{ports['proxy_port']}"
+        assert _refused(uri, "root:Milvus")
+        endpoints = Endpoints(
+            database="milvus",
+            nodes=[
+                Endpoint(
+                    host="127.0.0.1",
+                    port=ports["proxy_port"],
+                    extra={"password_file": str(run / "root-password")},
+                )
+            ],
+            data_dir=str(base / "data"),
+        )
+        other = MILVUS.client(settings, endpoints)
+        try:
+            other.create_collection(CollectionSpec(name="native", dim=4), recreate=True)
+        finally:
+            other.close()
+        assert password not in " ".join(psutil.Process(proc.pid).cmdline())
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def test_hpc_ranks_make_root_password_at_start_and_clients_find_it() -> None:
+    from apps.vdb.cluster.config import DatabaseClusterConfig
+    from apps.vdb.milvus.ranks import plan_ranks
+
+    standalone = plan_ranks(MilvusSettings(), DatabaseClusterConfig(), "/images/milvus.sif", "/data", None)
+    (rank,) = standalone.ranks
+    assert rank.argv == [
+        "/bin/sh",
+        "/opt/pes2o/run/start-milvus.sh",
+        "/opt/pes2o/run",
+        "milvus",
+        "run",
+        "standalone",
+    ]
+    assert "export COMMON_SECURITY_DEFAULTROOTPASSWORD" in rank.files["start-milvus.sh"]
+    assert rank.env["COMMON_SECURITY_AUTHORIZATIONENABLED"] == "true"
+    assert "COMMON_SECURITY_DEFAULTROOTPASSWORD" not in rank.env
+    assert yaml.safe_load(rank.files["user.yaml"])["common"]["security"]["authorizationEnabled"] is True
+    assert rank.client_files == {"password_file": "run/root-password"}

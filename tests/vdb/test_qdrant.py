@@ -319,3 +319,91 @@ def test_unbuildable_quantisation_is_refused(edge) -> None:
         edge.create_collection(spec(index_type="flat", quantization="scalar"))
     with pytest.raises(DatabaseError, match="8-bit codes, not pq_bits 4"):
         edge.create_collection(spec(quantization="pq", pq_bits=4))
+
+
+# A stand-in for the qdrant server (no Qdrant server binary is installed here: edge runs in process): it
+# listens where QDRANT__SERVICE__* say and, as Qdrant does with QDRANT__SERVICE__API_KEY set, answers /,
+# /readyz and friends to anyone and every other path only with the key in the ``api-key`` header.
+FAKE_QDRANT = """#!{python}
+import json, os
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+KEY = os.environ.get("QDRANT__SERVICE__API_KEY")
+OPEN = ("/", "/healthz", "/readyz", "/livez")
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path not in OPEN and (not KEY or self.headers.get("api-key") != KEY):
+            return self._send(403, "Invalid api-key" if KEY else "no key configured")
+        if self.path == "/":
+            return self._send(200, {{"title": "fake qdrant", "version": "1.16.0"}})
+        return self._send(200, {{"result": {{"exists": False}}, "status": "ok", "time": 0.0}})
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+print("fake qdrant: api key", "set" if KEY else "missing", flush=True)
+host, port = os.environ["QDRANT__SERVICE__HOST"], int(os.environ["QDRANT__SERVICE__HTTP_PORT"])
+HTTPServer((host, port), Handler).serve_forever()
+"""
+
+
+def test_started_server_requires_the_api_key_from_its_file(tmp_path: Path) -> None:
+    import psutil
+    from qdrant_client import QdrantClient
+
+    binary = tmp_path / "qdrant"
+    binary.write_text(FAKE_QDRANT.format(python=sys.executable))
+    binary.chmod(0o755)
+    settings = QdrantSettings(mode="server", binary=str(binary), prefer_grpc=False, timeout_s=10)
+    adapter = database("qdrant")
+    deployment = adapter.deployment(settings)
+    try:
+        endpoints = deployment.start(tmp_path / "run", timeout=30)
+        assert endpoints.server_version == "qdrant 1.16.0"  # GET / asked with the key
+        node = endpoints.nodes[0]
+        key_file = Path(str(node.extra["api_key_file"]))
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        key = key_file.read_text().strip()
+        assert len(key) == 48
+        server = psutil.Process(deployment.proc.proc.pid)
+        assert server.environ()["QDRANT__SERVICE__API_KEY"] == key  # the environment...
+        assert key not in " ".join(server.cmdline())  # ...never the command line
+        assert key not in endpoints.model_dump_json()  # endpoints only name the file
+        assert "api key set" in Path(endpoints.log_paths[0]).read_text()
+        assert all(key not in Path(p).read_text() for p in endpoints.log_paths)
+        client = adapter.client(settings, endpoints)
+        try:
+            assert client.qc.collection_exists("anything") is False  # sent with the key: answered
+        finally:
+            client.close()
+        anonymous = QdrantClient(url=str(node.extra["url"]), prefer_grpc=False, timeout=10, trust_env=False)
+        with pytest.raises(Exception, match="403"):
+            anonymous.collection_exists("anything")
+        anonymous.close()
+    finally:
+        deployment.stop()
+
+
+def test_peers_start_through_a_script_that_exports_the_key_from_their_run_directory() -> None:
+    from apps.vdb.cluster.config import DatabaseClusterConfig
+    from apps.vdb.qdrant.ranks import plan_ranks
+
+    cluster = DatabaseClusterConfig(workers=2)
+    plan = plan_ranks(QdrantSettings(mode="server"), cluster, "/images/qdrant.sif", "/data", None)
+    for rank in plan.ranks:
+        assert rank.argv[:4] == [
+            "/bin/sh",
+            "/opt/pes2o/run/start-qdrant.sh",
+            "/opt/pes2o/run",
+            "/qdrant/qdrant",
+        ]
+        assert ("${VDB_RANK_DIR}", "/opt/pes2o/run") in rank.binds
+        assert "QDRANT__SERVICE__API_KEY" not in rank.env  # env files are plain files: only the script has it
+        assert "export QDRANT__SERVICE__API_KEY" in rank.files["start-qdrant.sh"]
+        assert rank.client_files == {"api_key_file": "run/api-key"}

@@ -7,7 +7,7 @@ the message that says how to build it.
 from __future__ import annotations
 
 import base64
-import json
+import stat
 import urllib.error
 import urllib.request
 import uuid
@@ -22,6 +22,7 @@ from apps.vdb import database
 from apps.vdb.base import CollectionSpec, DatabaseError
 from apps.vdb.weaviate.client import WeaviateClient, class_name
 from apps.vdb.weaviate.deploy import WeaviateDeployment
+from apps.vdb.weaviate.rest import node_key, rest_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
 DATA = Path("/work/shared/data/ann/fmnist1k")
@@ -161,8 +162,7 @@ def test_ef_is_applied_on_the_server(client, single, fmnist):
     client.search(queries[:5], k=K, ef=123)
     endpoints = single[1]
     url = f"http://127.0.0.1:{endpoints.nodes[0].port}/v1/schema/Fm_ef"
-    with urllib.request.urlopen(url) as resp:
-        schema = json.load(resp)
+    schema = rest_json(url, node_key(endpoints.nodes[0]))
     assert schema["vectorConfig"]["default"]["vectorIndexConfig"]["ef"] == 123
 
 
@@ -358,3 +358,41 @@ def test_uncompressable_combinations_are_refused_before_creation(client):
         with pytest.raises(DatabaseError, match=message):
             client.create_collection(CollectionSpec(name="fm_refused", dim=784, **fields))
     assert not client._client.collections.exists("Fm_refused")
+
+
+def test_server_refuses_requests_without_the_api_key(single, client):
+    import weaviate
+
+    _, endpoints = single
+    node = endpoints.nodes[0]
+    key_file = Path(str(node.extra["api_key_file"]))
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = key_file.read_text().strip()
+    assert len(key) == 48 and key == node_key(node)
+    # Refused: REST without a key or with another one, and weaviate-client without credentials.
+    meta = f"http://127.0.0.1:{node.port}/v1/meta"
+    for wrong in (None, "not-the-key"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            rest_json(meta, wrong)
+        assert err.value.code == 401
+    with pytest.raises(Exception, match=r"401|nauthori"):
+        weaviate.connect_to_custom(
+            http_host=node.host,
+            http_port=node.port,
+            http_secure=False,
+            grpc_host=node.host,
+            grpc_port=node.grpc_port,
+            grpc_secure=False,
+        )
+    # Accepted with the key: REST, and the adapter's client over gRPC (it reads the key from the file).
+    assert rest_json(meta, key)["version"] == endpoints.server_version
+    client.create_collection(CollectionSpec(name="fm_key", dim=4, metric="l2"), recreate=True)
+    client.insert(np.arange(3), np.eye(3, 4, dtype=np.float32))
+    client.wait_searchable(3, timeout=30)
+    assert client.count() == 3
+    # The key is in the servers' environment only: not in their command line, logs or the endpoints.
+    assert key not in endpoints.model_dump_json()
+    servers = _servers_under(Path(endpoints.data_dir))
+    assert servers and all(key not in " ".join(p.cmdline()) for p in servers)
+    assert all(p.environ()["AUTHENTICATION_APIKEY_ALLOWED_KEYS"] == key for p in servers)
+    assert all(key not in Path(log).read_text(errors="replace") for log in endpoints.log_paths)

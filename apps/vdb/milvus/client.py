@@ -4,7 +4,9 @@
   indexing therefore uploads into a FLAT index (exhaustive search, as the study did) and
   ``build_index`` swaps it for the spec's index (release, drop, create, wait, load); the index types
   and their parameters are in :mod:`apps.vdb.milvus.indexes`;
-* ``upsert`` (delete + insert by primary key) keeps a retried batch from duplicating rows.
+* ``upsert`` (delete + insert by primary key) keeps a retried batch from duplicating rows;
+* a server this project started requires root's password, read from the file the endpoint names
+  (``extra["password_file"]``); a server given by ``uri`` gets the ``token`` setting.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pymilvus import DataType, MilvusClient, MilvusException
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
 from apps.vdb.milvus import DATABASE
+from apps.vdb.milvus.env import node_token
 from apps.vdb.milvus.indexes import build_params, index_search_params, milvus_index_type
 from apps.vdb.milvus.settings import NO_DISKANN, MilvusSettings
 from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
@@ -94,10 +97,11 @@ class MilvusVectorClient(Client):
         self._template: Any = None  # (collection, one-row InsertRequest) for packed inserts; False: off
         self._search_template: Any = None  # (key, SearchRequest, ...) for packed searches; False: off
         bypass_proxy([self.uri])
+        token = settings.token if settings.uri else node_token(node, settings.token)
         with _errors(f"connect to {self.uri}"):
             self.client = MilvusClient(
                 uri=self.uri,
-                token=settings.token,
+                token=token,
                 timeout=settings.request_timeout,
                 grpc_options=dict(GRPC_NO_PROXY),
             )

@@ -16,6 +16,14 @@ nine ports listen on ``::`` whatever ``ip`` says; 2.6's netutil.NewListener stil
 or variable of 2.3.5 changes that, so the fix short of a network namespace or a patched build is to expose
 less on them: the proxy's REST API (``proxy.http``, unauthenticated, served on the client port) is off,
 as the benchmark client speaks gRPC only.
+
+Authentication: authorization is on (``common.security.authorizationEnabled``, whatever
+``config_overrides`` say), and once the server answers, the root password is changed from Milvus's default
+(``Milvus``) to a random one kept in ``<workdir>/milvus/root-password`` (0600; clients connect as root with
+it, the endpoint names the file: ``extra["password_file"]``). 2.3.5 has no setting for the initial root
+password (``common.security.defaultRootPassword`` came with 2.4), so until that change, a second or so
+after the proxy opens, the default password works. The Milvus image on HPC sets it at start instead
+(:mod:`apps.vdb.milvus.ranks`).
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ import yaml
 from pymilvus import MilvusClient, MilvusException
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
-from apps.vdb.milvus.env import server_env
+from apps.vdb.milvus.env import AUTH_KEY, PASSWORD_FILE, ROOT, root_token, server_env
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import ServerProcess, free_ports, http_ok, port_in_use
+from apps.vdb.secret import new_secret, read_secret
 
+DEFAULT_PASSWORD = "Milvus"  # root's password in a new Milvus (2.3.5 has no setting for it)
 # Sections whose ``ip`` is the address a component advertises (default: the first non-loopback one); in
 # 2.3.5 it does not choose the listen address (see the module doc).
 IP_SECTIONS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
@@ -120,7 +130,45 @@ def server_overrides(settings: MilvusSettings, host: str) -> dict[str, Any]:
         "queryNode.enableDisk": True,  # load DISKANN indexes (2.3's default refuses them; 2.6 loads them)
         **{f"{section}.ip": host for section in IP_SECTIONS},
         **settings.config_overrides,
+        AUTH_KEY: True,  # after the user's: every server this project starts requires the root password
     }
+
+
+def secure_root(uri: str, password_file: Path, timeout: float) -> str:
+    """Change root's password from Milvus's default to the one in ``password_file`` (made when missing),
+    retried until the proxy answers; the token clients then use. A server whose root already has that
+    password (a restart on the same directory) is left as it is."""
+    if not password_file.is_file():
+        new_secret(password_file)
+    token = root_token(read_secret(password_file, "milvus: the root password file"))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client = MilvusClient(uri=uri, token=root_token(DEFAULT_PASSWORD), timeout=min(10.0, timeout))
+            try:
+                client.update_password(ROOT, DEFAULT_PASSWORD, token.split(":", 1)[1])
+            finally:
+                client.close()
+            return token
+        except Exception as exc:  # MilvusException, or gRPC's own error for a refused password
+            if _answers(uri, token):  # the default is refused because root has our password already
+                return token
+            if time.monotonic() > deadline:
+                raise DatabaseError(f"milvus at {uri}: cannot set the root password: {exc}") from None
+            time.sleep(0.5)
+
+
+def _answers(uri: str, token: str) -> bool:
+    """True when the server answers a request sent with ``token``."""
+    try:
+        client = MilvusClient(uri=uri, token=token, timeout=5.0)
+        try:
+            client.get_server_version()
+        finally:
+            client.close()
+        return True
+    except Exception:  # MilvusException, or gRPC's own error for a refused password
+        return False
 
 
 def _server_version(uri: str, token: str, timeout: float) -> str:
@@ -184,7 +232,8 @@ class MilvusDeployment(Deployment):
                 health = f"http://127.0.0.1:{ports['metrics_port']}/healthz"
                 self.proc.wait_healthy(lambda url=health: http_ok(url), max(1.0, deadline - time.monotonic()))
                 uri = f"http://{s.host}:{ports['proxy_port']}"
-                version = _server_version(uri, "", max(1.0, deadline - time.monotonic()))
+                token = secure_root(uri, base / PASSWORD_FILE, max(1.0, deadline - time.monotonic()))
+                version = _server_version(uri, token, max(1.0, deadline - time.monotonic()))
             except OSError as exc:  # an unusable workdir (a file, no permission, disk full)
                 self.stop()
                 raise DatabaseError(f"milvus: cannot set up {base}: {exc}") from exc
@@ -197,7 +246,10 @@ class MilvusDeployment(Deployment):
                 if retry and attempt + 1 < s.start_attempts and time.monotonic() < deadline:
                     continue
                 raise
-            extra = {"metrics_port": ports["metrics_port"]}
+            extra: dict[str, str | int] = {
+                "metrics_port": ports["metrics_port"],
+                "password_file": str(base / PASSWORD_FILE),  # root's; the password itself stays out
+            }
             return Endpoints(
                 database="milvus",
                 nodes=[Endpoint(host=s.host, port=ports["proxy_port"], extra=extra)],

@@ -1,8 +1,35 @@
-"""Milvus's server environment, written once: the local standalone server and every HPC rank start from it."""
+"""Milvus's server environment, written once: the local standalone server and every HPC rank start from it.
+
+Every server requires root's password (authorization on, :data:`AUTH_KEY`); the password is never in this
+environment (HPC ranks write it to their env files): see :mod:`apps.vdb.milvus.deploy` for the local
+server and :mod:`apps.vdb.milvus.ranks` for the image's, which reads :data:`ROOT_PASSWORD_VAR` at start.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from apps.vdb.base import Endpoint
+from apps.vdb.secret import endpoint_secret
+
+AUTH_KEY = "common.security.authorizationEnabled"  # milvus.yaml: every request needs a user's password
+AUTH_VAR = "COMMON_SECURITY_AUTHORIZATIONENABLED"  # the same key as Milvus reads it from the environment
+# Root's password when root is first created (2.4 and later; the HPC image), from the environment.
+ROOT_PASSWORD_VAR = "COMMON_SECURITY_DEFAULTROOTPASSWORD"
+ROOT = "root"
+PASSWORD_FILE = "root-password"  # root's password in the deployment's (an HPC rank's: run) directory
+
+
+def root_token(password: str) -> str:
+    """The token pymilvus sends for root with ``password``."""
+    return f"{ROOT}:{password}"
+
+
+def node_token(node: Endpoint | None, fallback: str = "") -> str:
+    """The token for a server this project started (root with the password in the file ``node`` names,
+    ``extra["password_file"]``), else ``fallback`` (the ``token`` setting of a server given by ``uri``)."""
+    password = endpoint_secret(node, "password_file", "milvus: the root password file")
+    return fallback if password is None else root_token(password)
 
 
 def server_env(

@@ -5,6 +5,13 @@ Listen addresses: etcd (embedded or its own rank) listens on loopback and, where
 rank's interface address only. Milvus's own gRPC and metrics listeners cannot be placed: every version up to
 2.6 opens them with ``net.Listen("tcp", ":<port>")`` (``<section>.ip`` is only the address advertised in
 etcd), so they listen on every interface of the compute node; see :mod:`apps.vdb.milvus.deploy`.
+
+Authentication: every Milvus rank has authorization on (``common.security.authorizationEnabled``, in its
+environment and user.yaml), and the rank that creates root (standalone, or mixcoord's root coordinator)
+starts from a start script (:func:`apps.vdb.secret.start_script`) that makes a random password once in its
+run directory (0600) and exports it as ``common.security.defaultRootPassword`` (2.4 and later), so root
+never has Milvus's default password and the password is in no rendered file. The clients read that file
+(``client_files``; a proxy's names mixcoord's). Runtime native (2.3.5): :mod:`apps.vdb.milvus.native`.
 """
 
 from __future__ import annotations
@@ -16,7 +23,24 @@ from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.config import DatabaseClusterConfig
 from apps.vdb.cluster.layout import absolute, common_env, in_memory, rank_ports
 from apps.vdb.cluster.spec import RankPlan, RankSpec
-from apps.vdb.milvus.env import server_env
+from apps.vdb.milvus.env import AUTH_VAR, PASSWORD_FILE, ROOT_PASSWORD_VAR, server_env
+from apps.vdb.secret import start_script
+
+RUN = "/opt/pes2o/run"  # the rank's run directory (start script, root's password) inside the container
+START = "start-milvus.sh"
+
+
+def _auth() -> dict[str, Any]:
+    """user.yaml's authorization switch, merged after the user's overrides: always on (a fresh dict per
+    rank, so no YAML file shares nodes with another)."""
+    return {"common": {"security": {"authorizationEnabled": True}}}
+
+
+def _root_start(command: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv that runs ``command`` through the start script making root's password, and its file."""
+    return ["/bin/sh", f"{RUN}/{START}", RUN, *command], {
+        START: start_script("milvus", ROOT_PASSWORD_VAR, PASSWORD_FILE)
+    }
 
 
 def _yaml(data: dict[str, Any]) -> str:
@@ -39,6 +63,7 @@ def _milvus_standalone(
         "woodpecker": {"storage": {"type": "local", "rootPath": "/var/lib/milvus/woodpecker"}},
     }
     _merge(user, _overrides(settings))
+    _merge(user, _auth())
     embed_etcd = {
         "listen-client-urls": f"http://127.0.0.1:{ports['etcd']}",  # only the server in this rank uses it
         "advertise-client-urls": f"http://127.0.0.1:{ports['etcd']}",
@@ -54,8 +79,10 @@ def _milvus_standalone(
         "ETCD_DATA_DIR": "/var/lib/etcd",  # bound to tmpfs below, whatever the medium
         "ETCD_CONFIG_PATH": "/milvus/configs/embedEtcd.yaml",
         "COMMON_STORAGETYPE": "local",
+        AUTH_VAR: "true",
     }
     env = {**common_env(cluster), **server_env(settings, "STANDALONE", etcd, ports["metrics"])}
+    argv, start = _root_start(["milvus", "run", "standalone"])
     return [
         RankSpec(
             rank=0,
@@ -63,18 +90,20 @@ def _milvus_standalone(
             ports=ports,
             client_port="proxy",
             image=image,
-            argv=["milvus", "run", "standalone"],
+            argv=argv,
             env=env,
             binds=[
                 (rank_dir, "/var/lib/milvus"),
                 (in_memory(cluster, f"{rank_dir}/etcd"), "/var/lib/etcd"),
                 ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
                 ("${VDB_RANK_DIR}/embedEtcd.yaml", "/milvus/configs/embedEtcd.yaml"),
+                ("${VDB_RANK_DIR}", RUN),  # its run directory: start script and root's password
             ],
             data_dir=rank_dir,
             ready_url=f"http://127.0.0.1:{ports['metrics']}/healthz",
-            files={"user.yaml": _yaml(user), "embedEtcd.yaml": _yaml(embed_etcd)},
+            files={"user.yaml": _yaml(user), "embedEtcd.yaml": _yaml(embed_etcd), **start},
             apptainer_flags=["--pwd", "/milvus"],
+            client_files={"password_file": f"run/{PASSWORD_FILE}"},
         )
     ]
 
@@ -122,6 +151,8 @@ def _milvus_distributed(
         + ["datanode"] * m.data_nodes
     )
     etcd_ports = rank_ports(cluster, 0, ["client", "peer", "metrics"])
+    # The proxies' clients read root's password where mixcoord made it (its run directory, shared FS).
+    password = f"../{roles.index('mixcoord'):03d}/run/{PASSWORD_FILE}"
     ranks: list[RankSpec] = []
     for r, role in enumerate(roles):
         rank_dir = f"{data}/rank-{r:03d}"
@@ -174,8 +205,19 @@ def _milvus_distributed(
             if role == "proxy":
                 user[section]["internalPort"] = p["internal"]
         _merge(user, _overrides(settings))
-        storage = {"COMMON_STORAGETYPE": "local"}
+        _merge(user, _auth())
+        storage = {"COMMON_STORAGETYPE": "local", AUTH_VAR: "true"}
         env = {**common_env(cluster), **server_env(settings, "CLUSTER", storage, p["metrics"])}
+        argv, files = ["milvus", "run", command], {"user.yaml": _yaml(user)}
+        binds = [
+            (rank_dir, "/var/lib/milvus"),
+            (shared, "/var/lib/milvus/shared"),
+            ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
+        ]
+        if role == "mixcoord":  # its root coordinator creates root: with the password of the start script
+            argv, start = _root_start(argv)
+            files.update(start)
+            binds.append(("${VDB_RANK_DIR}", RUN))
         ranks.append(
             RankSpec(
                 rank=r,
@@ -183,18 +225,15 @@ def _milvus_distributed(
                 ports=p,
                 client_port="grpc",
                 image=image,
-                argv=["milvus", "run", command],
+                argv=argv,
                 env=env,
-                binds=[
-                    (rank_dir, "/var/lib/milvus"),
-                    (shared, "/var/lib/milvus/shared"),
-                    ("${VDB_RANK_DIR}/user.yaml", "/milvus/configs/user.yaml"),
-                ],
+                binds=binds,
                 data_dir=rank_dir,
                 ready_url=f"http://127.0.0.1:{p['metrics']}/healthz",
                 waits_for_rank0=True,
-                files={"user.yaml": _yaml(user)},
+                files=files,
                 apptainer_flags=["--pwd", "/milvus"],
+                client_files={"password_file": password} if role == "proxy" else {},
             )
         )
     return ranks

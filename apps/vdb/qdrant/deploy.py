@@ -3,6 +3,11 @@
 * ``mode: edge``: the embedded engine runs in the client's process; the deployment only owns the data dir.
 * ``mode: server``: ``url`` (an existing server), ``url: ":memory:"`` / ``local_path`` (qdrant-client's
   local mode, see :mod:`apps.vdb.qdrant.server`), or a ``qdrant`` binary started on free loopback ports.
+
+A started binary requires a random API key (``QDRANT__SERVICE__API_KEY`` in its environment), kept in a
+0600 file beside its storage whose path the endpoint carries (``extra["api_key_file"]``) for the clients.
+Neither edge nor local mode listens on a network, so neither has a key; an existing server's key comes
+from the environment variable named by ``api_key_env``.
 """
 
 from __future__ import annotations
@@ -11,15 +16,20 @@ import importlib.metadata
 import json
 import os
 import shutil
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.noproxy import urlopen
-from apps.vdb.process import ServerProcess, free_ports, http_ok
-from apps.vdb.qdrant.env import server_env
+from apps.vdb.process import ServerProcess, free_ports
+from apps.vdb.qdrant.env import API_KEY_FILE, API_KEY_VAR, server_env
 from apps.vdb.qdrant.handles import EDGE, LOCAL
 from apps.vdb.qdrant.settings import QdrantSettings
+from apps.vdb.secret import new_secret, read_secret
+
+KEY_FILE_ERROR = "qdrant: the API key file"
 
 
 class QdrantDeployment(Deployment):
@@ -66,7 +76,9 @@ class QdrantDeployment(Deployment):
                 grpc_port=s.grpc_port,
                 extra={"url": s.url},
             )
-            return Endpoints(database="qdrant", nodes=[node], data_dir="", server_version=_version(s.url))
+            key = os.environ.get(s.api_key_env) if s.api_key_env else None
+            version = _version(s.url, key)
+            return Endpoints(database="qdrant", nodes=[node], data_dir="", server_version=version)
         binary = shutil.which(s.binary)
         if binary is None:
             raise DatabaseError(
@@ -80,10 +92,13 @@ class QdrantDeployment(Deployment):
     def _start_binary(self, binary: str, workdir: Path, timeout: float) -> Endpoints:
         self.data_dir = workdir / "qdrant" / "storage"
         log = workdir / "logs" / "qdrant.log"
+        key_file = new_secret(workdir / "qdrant" / API_KEY_FILE)
+        key = read_secret(key_file, KEY_FILE_ERROR)
         for attempt in range(2):  # a port taken between picking and binding: pick again once
             http, grpc = free_ports(2)
             snapshots = str(workdir / "qdrant" / "snapshots")
             env = {**os.environ, **server_env("127.0.0.1", http, grpc, str(self.data_dir), snapshots)}
+            env[API_KEY_VAR] = key  # the environment, never the command line (ps shows that to anyone)
             if self.settings.edge_search_threads:  # set for a core count (apps.vdb.binding)
                 threads = str(self.settings.edge_search_threads)
                 env["QDRANT__STORAGE__PERFORMANCE__MAX_SEARCH_THREADS"] = threads
@@ -92,19 +107,20 @@ class QdrantDeployment(Deployment):
             self.data_dir.mkdir(parents=True, exist_ok=True)
             try:
                 self.proc.start()
-                self.proc.wait_healthy(lambda p=http: http_ok(f"http://127.0.0.1:{p}/readyz"), timeout)
+                self.proc.wait_healthy(lambda p=http: _ready(f"http://127.0.0.1:{p}", key), timeout)
             except DatabaseError as exc:
                 self.proc.stop()
                 if attempt == 0 and "address already in use" in str(exc).lower():
                     continue
                 raise
             url = f"http://127.0.0.1:{http}"
-            node = Endpoint(host="127.0.0.1", port=http, grpc_port=grpc, extra={"url": url})
+            extra: dict[str, str | int] = {"url": url, "api_key_file": str(key_file)}
+            node = Endpoint(host="127.0.0.1", port=http, grpc_port=grpc, extra=extra)
             return Endpoints(
                 database="qdrant",
                 nodes=[node],
                 data_dir=str(self.data_dir),
-                server_version=_version(url),
+                server_version=_version(url, key),
                 log_paths=[str(log)],
             )
         raise AssertionError("unreachable")
@@ -125,10 +141,24 @@ class QdrantDeployment(Deployment):
                     EDGE.release(key, force=True)
 
 
-def _version(url: str) -> str:
-    """The server's version from ``GET /`` (provenance)."""
+def _request(url: str, key: str | None) -> urllib.request.Request:
+    """GET ``url`` with the API key header when there is a key."""
+    return urllib.request.Request(url, headers={"api-key": key} if key else {})
+
+
+def _ready(url: str, key: str) -> bool:
+    """True when ``/readyz`` answers 2xx (sent with the key: harmless where the server does not ask)."""
     try:
-        with urlopen(url.rstrip("/") + "/", timeout=5) as resp:
+        with urlopen(_request(url + "/readyz", key), timeout=2.0) as resp:
+            return 200 <= resp.status < 300
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+def _version(url: str, key: str | None = None) -> str:
+    """The server's version from ``GET /`` (provenance), asked with the API key when there is one."""
+    try:
+        with urlopen(_request(url.rstrip("/") + "/", key), timeout=5) as resp:
             return "qdrant " + str(json.load(resp).get("version", "?"))
     except (OSError, ValueError):
         return "qdrant (version unknown)"

@@ -1,6 +1,15 @@
-"""Qdrant's server environment, written once: the local binary and the HPC peers both start from it."""
+"""Qdrant's server environment, written once: the local binary and the HPC peers both start from it.
+
+A server requires its deployment's API key (:data:`API_KEY_VAR`, set by the caller: the local deployment
+puts it in the process's environment, an HPC peer's start script exports it from its file), so it is never
+in this environment, which HPC ranks write to their env files. The in-process engine (``mode: edge``) has
+no network listener, so no key applies there.
+"""
 
 from __future__ import annotations
+
+API_KEY_VAR = "QDRANT__SERVICE__API_KEY"  # REST and gRPC refuse requests without it (not /readyz)
+API_KEY_FILE = "api-key"  # the key's file in the deployment's (an HPC rank's: run) directory
 
 
 def server_env(

@@ -3,6 +3,10 @@
 ``url: ":memory:"`` or ``local_path`` selects local mode, which runs the same client calls but is a
 pure-Python exact search: it ignores HNSW and optimizer settings and never has pending optimizations, so it
 checks the code path, not the engine.
+
+Against a server the client sends the API key: the one in the file the deployment made
+(``extra["api_key_file"]``: a started binary or HPC peer), else the one in the environment variable named
+by ``api_key_env`` (an existing server). Local mode has no network listener and no key.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from apps.vdb.qdrant.client import DISTANCE, QdrantClientBase, knob
 from apps.vdb.qdrant.handles import LOCAL
 from apps.vdb.qdrant.settings import QdrantSettings
 from apps.vdb.qdrant.storage import client_quantization, client_search_params, plan
+from apps.vdb.secret import endpoint_secret
 
 
 class ServerClient(QdrantClientBase):
@@ -42,9 +47,15 @@ class ServerClient(QdrantClientBase):
                 loc, lambda: QdrantClient(location=loc) if loc == ":memory:" else QdrantClient(path=loc)
             )
         elif node is not None:
-            api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+            api_key = endpoint_secret(node, "api_key_file", "qdrant: the API key file")
+            if api_key is None and settings.api_key_env:
+                api_key = os.environ.get(settings.api_key_env)
             url = str(node.extra.get("url", f"http://{node.host}:{node.port}"))
             bypass_proxy([url])
+            # The key travels in clear over http: the servers listen on loopback or the job's own network.
+            warnings.filterwarnings(
+                "ignore", message="Api key is used with an insecure", category=UserWarning
+            )
             self.qc = QdrantClient(
                 url=url,
                 grpc_port=node.grpc_port or settings.grpc_port,

@@ -7,6 +7,8 @@ Quirks kept here:
   API's per-shard object counts only include flushed memtables; exact counts come from aggregate.
 * There is no multi-vector search call: a batch runs as parallel single gRPC queries.
 * A row id is the object UUID (``UUID(int=row_id)``): a retried batch overwrites, never duplicates.
+* Every request carries the deployment's API key (``Auth.api_key``; REST: ``Authorization: Bearer``), read
+  from the file each endpoint names (``extra["api_key_file"]``); a server attached by ``url`` is anonymous.
 * A config update (ef) makes a shard READONLY while it is applied ("store is read-only due to:
   UpdateVectorIndexConfigs"), and under load it may stay so: before and after an update every shard must
   be READY, and one left READONLY is set back to READY (shard status API) or reported as DatabaseError.
@@ -18,7 +20,6 @@ import contextlib
 import json
 import logging
 import time
-import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,9 +37,10 @@ from apps.vdb.base import (
     SearchResult,
     StorageStats,
 )
-from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy, urlopen
-from apps.vdb.process import directory_bytes, get_json
+from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
+from apps.vdb.process import directory_bytes
 from apps.vdb.weaviate.indexes import compression_training_limit, server_index, vector_index
+from apps.vdb.weaviate.rest import node_key, rest_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ class WeaviateClient(Client):
 
     def __init__(self, settings: WeaviateSettings, endpoints: Endpoints, client_index: int = 0) -> None:
         import weaviate
-        from weaviate.classes.init import AdditionalConfig, GrpcConfig, Timeout
+        from weaviate.classes.init import AdditionalConfig, Auth, GrpcConfig, Timeout
 
         self.settings = settings
         self.endpoints = endpoints
@@ -65,6 +67,9 @@ class WeaviateClient(Client):
         node = endpoints.entry(client_index)
         self.rank = node.rank
         bypass_proxy(n.host for n in endpoints.nodes)  # the REST calls below reach every node
+        # Each node's key from the file its endpoint names (one file locally, one per rank on HPC).
+        self._keys = {n.rank: node_key(n) for n in endpoints.nodes}
+        key = self._keys.get(node.rank)
         timeout = Timeout(
             init=min(30.0, settings.request_timeout),
             query=settings.request_timeout,
@@ -78,6 +83,7 @@ class WeaviateClient(Client):
                 grpc_host=node.host,
                 grpc_port=node.grpc_port or settings.grpc_port,
                 grpc_secure=False,
+                auth_credentials=Auth.api_key(key) if key else None,
                 additional_config=AdditionalConfig(
                     timeout=timeout,
                     trust_env=False,  # httpx: no proxy from the environment
@@ -305,12 +311,7 @@ class WeaviateClient(Client):
     def _rest(self, node: Endpoint, path: str, body: Any = None) -> Any:
         """GET (or PUT ``body``) a REST path of one node, bounded by the request timeout."""
         url = f"http://{node.host}:{node.port}/v1/schema/{class_name(self._spec.name)}{path}"
-        if body is None:
-            return get_json(url, timeout=self.request_timeout)
-        data = json.dumps(body).encode()
-        request = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="PUT")
-        with urlopen(request, timeout=self.request_timeout) as resp:
-            return json.load(resp)
+        return rest_json(url, self._keys.get(node.rank), self.request_timeout, body)
 
     def _node_efs(self) -> list[int | None]:
         """The ef every node's schema holds."""

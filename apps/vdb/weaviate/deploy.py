@@ -9,8 +9,13 @@
   adapters/handlers/rest/clusterapi/serve.go ``NewServer``, i.e. on every interface): ``make weaviate``
   builds the server with scripts/weaviate/listen-host.patch, which adds them. A server built without the
   patch ignores them and listens on every interface; the cluster API is closed to strangers all the same
-  (and to other local users) with a per-deployment basic-auth secret (``CLUSTER_BASIC_AUTH_*``); the gRPC
-  port stays anonymous like the REST port (its clients would need an API key).
+  (and to other local users) with a per-deployment basic-auth secret (``CLUSTER_BASIC_AUTH_*``).
+* REST and gRPC require an API key (anonymous access off, :mod:`apps.vdb.weaviate.env`): one random key for
+  every node of the deployment, in ``<workdir>/api-key`` (0600), given to the servers in their environment
+  and read by the clients from the file the endpoints name (``extra["api_key_file"]``). Readiness
+  (``/v1/.well-known/ready``) is open; ``/v1/meta`` and ``/v1/nodes`` are asked with the key. The nodes'
+  own traffic does not use it: gossip and raft have no authentication in Weaviate, and the cluster API
+  has its basic-auth secret above.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from urllib.parse import urlparse
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.process import ServerProcess, free_port_block, get_json, http_ok, port_in_use
-from apps.vdb.weaviate.env import server_env
+from apps.vdb.secret import new_secret, read_secret
+from apps.vdb.weaviate.env import API_KEY_FILE, API_KEY_VAR, server_env
+from apps.vdb.weaviate.rest import KEY_FILE_ERROR, rest_json
 from apps.vdb.weaviate.settings import WeaviateSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -70,6 +77,7 @@ class WeaviateDeployment(Deployment):
         self.settings = settings
         self.procs: list[ServerProcess] = []
         self.cluster_auth: tuple[str, str] | None = None  # (user, password) of the internal cluster API
+        self.api_key: str | None = None  # the key clients send (also in <workdir>/api-key)
 
     def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
         """Start the nodes, wait until every one is ready and (N > 1) sees the whole cluster."""
@@ -89,6 +97,8 @@ class WeaviateDeployment(Deployment):
             "CLUSTER_BASIC_AUTH_USERNAME": self.cluster_auth[0],
             "CLUSTER_BASIC_AUTH_PASSWORD": self.cluster_auth[1],
         }
+        key_file = new_secret(workdir / API_KEY_FILE)
+        self.api_key = key = read_secret(key_file, KEY_FILE_ERROR)
 
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
@@ -110,6 +120,7 @@ class WeaviateDeployment(Deployment):
                         bind="127.0.0.1",
                     ),
                     **cluster_auth,
+                    API_KEY_VAR: key,  # the environment, never the command line (ps shows that to anyone)
                 }
                 if i > 0:
                     env["CLUSTER_JOIN"] = f"127.0.0.1:{ports[0]['gossip']}"
@@ -126,8 +137,8 @@ class WeaviateDeployment(Deployment):
                 base = f"http://127.0.0.1:{p['http']}/v1"
                 proc.wait_healthy(lambda b=base: http_ok(f"{b}/.well-known/ready"), left())
             if n > 1:
-                self.procs[0].wait_healthy(lambda: self._cluster_formed(ports[0]["http"], n), left())
-            meta = get_json(f"http://127.0.0.1:{ports[0]['http']}/v1/meta")
+                self.procs[0].wait_healthy(lambda: self._cluster_formed(ports[0]["http"], n, key), left())
+            meta = rest_json(f"http://127.0.0.1:{ports[0]['http']}/v1/meta", key)
         except BaseException:
             self.stop()
             raise
@@ -137,7 +148,12 @@ class WeaviateDeployment(Deployment):
                 host="127.0.0.1",
                 port=p["http"],
                 grpc_port=p["grpc"],
-                extra={"name": f"node{i}", "data_dir": str(workdir / f"node{i}"), "data_port": p["data"]},
+                extra={
+                    "name": f"node{i}",
+                    "data_dir": str(workdir / f"node{i}"),
+                    "data_port": p["data"],
+                    "api_key_file": str(key_file),
+                },
             )
             for i, p in enumerate(ports)
         ]
@@ -150,9 +166,9 @@ class WeaviateDeployment(Deployment):
         )
 
     @staticmethod
-    def _cluster_formed(http_port: int, n: int) -> bool:
+    def _cluster_formed(http_port: int, n: int, key: str) -> bool:
         try:
-            nodes = get_json(f"http://127.0.0.1:{http_port}/v1/nodes")["nodes"]
+            nodes = rest_json(f"http://127.0.0.1:{http_port}/v1/nodes", key)["nodes"]
         except (OSError, ValueError, KeyError):
             return False
         return len(nodes) == n and all(node.get("status") == "HEALTHY" for node in nodes)

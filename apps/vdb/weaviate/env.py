@@ -1,8 +1,18 @@
-"""Weaviate's server environment, written once: the local nodes and the HPC ranks both start from it."""
+"""Weaviate's server environment, written once: the local nodes and the HPC ranks both start from it.
+
+Every node requires an API key on REST and gRPC (anonymous access off); the key itself (:data:`API_KEY_VAR`)
+is set by the caller, never here, because HPC ranks write this environment to their env files: the local
+deployment puts it in the processes' environment, an HPC rank's start script exports it from its file.
+Without an authorization module every authenticated user may read and write, which the clients need.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+API_KEY_VAR = "AUTHENTICATION_APIKEY_ALLOWED_KEYS"  # the one key every node accepts
+API_KEY_USER = "pes2o-vdb"  # the user that key authenticates as (AUTHENTICATION_APIKEY_USERS)
+API_KEY_FILE = "api-key"  # the key's file in the deployment's (an HPC rank's: run) directory
 
 
 def server_env(
@@ -26,7 +36,9 @@ def server_env(
     patched build reads (scripts/weaviate/listen-host.patch; see :mod:`apps.vdb.weaviate.deploy`).
     """
     env = {
-        "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "true",
+        "AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED": "false",
+        "AUTHENTICATION_APIKEY_ENABLED": "true",
+        "AUTHENTICATION_APIKEY_USERS": API_KEY_USER,
         "PERSISTENCE_DATA_PATH": data_path,
         "DEFAULT_VECTORIZER_MODULE": "none",
         "CLUSTER_HOSTNAME": node,
