@@ -54,16 +54,23 @@ def _check_affinity(value: str) -> str:
 
 Walltime = Annotated[str, AfterValidator(_check_walltime)]
 CpuAffinity = Annotated[str, AfterValidator(_check_affinity)]
+QueuesAsOf = Annotated[str, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
 StorageMedium = Literal["memory", "ssd", "lustre", "daos"]
 CheckpointMode = Literal["task_exit", "periodic", "dfk_exit", "manual"]
 
 # Parsl launches one worker per entry; Aurora exposes 6 GPUs x 2 tiles as '<gpu>.<tile>'.
 AURORA_TILES = [f"{gpu}.{tile}" for gpu in range(6) for tile in range(2)]
 # ALCF's documented affinity for 12 tile workers: 8 cores (+ hyper-threads) each, skipping reserved 0 and 52.
+# Source: argonne-lcf/user-guides docs/aurora/workflows/parsl.md (cpu_affinity of the single-tile config).
 AURORA_TILE_AFFINITY = (
     "list:1-8,105-112:9-16,113-120:17-24,121-128:25-32,129-136:33-40,137-144:41-48,145-152"
     ":53-60,157-164:61-68,165-172:69-76,173-180:77-84,181-188:85-92,189-196:93-100,197-204"
 )
+# The cores nearest each Polaris GPU, GPU 0 first: GPU 0 <-> cores 24-31 (+ hyper-threads 56-63), GPU 3 <->
+# cores 0-7. Source: argonne-lcf/user-guides docs/polaris/workflows/parsl.md ("This give optimal binding of
+# threads to GPUs on a Polaris node"), the reverse order of docs/polaris/running-jobs/using-gpus.md
+# (set_affinity_gpu_polaris.sh: "need to assign GPUs in reverse order due to topology").
+POLARIS_GPU_AFFINITY = "list:24-31,56-63:16-23,48-55:8-15,40-47:0-7,32-39"
 
 
 def walltime_seconds(value: str) -> int:
@@ -89,6 +96,35 @@ class NodeShape(Strict):
         default_factory=list,
         description="Physical cores the site reserves for the OS (Aurora: 0 and 52); never bound.",
     )
+    gpu_cores: list[list[int]] = Field(
+        default_factory=list,
+        description="The physical cores nearest each GPU, GPU 0 first (Polaris: GPU 0 <-> 24-31); GPU "
+        "workers and GPU-indexing database ranks are placed by it. Empty: GPU i is nearest the i-th share.",
+    )
+    apptainer_fakeroot: bool = Field(
+        False,
+        description="Apptainer on the compute nodes needs --fakeroot (Polaris and Aurora: ALCF's "
+        "container pages); vdb.cluster.fakeroot overrides it.",
+    )
+
+    @model_validator(mode="after")
+    def _gpu_cores_on_the_node(self) -> Self:
+        if self.gpu_cores and len(self.gpu_cores) != self.gpus:
+            raise ValueError(f"gpu_cores lists {len(self.gpu_cores)} GPUs, the node has gpus: {self.gpus}")
+        outside = sorted({c for cores in self.gpu_cores for c in cores if not 0 <= c < self.cores})
+        if outside:
+            raise ValueError(
+                f"gpu_cores names cores {outside} outside the node's {self.cores} physical cores"
+            )
+        return self
+
+    def nearest_gpu(self, cores: list[int], local_index: int) -> int:
+        """The GPU whose cores overlap ``cores`` most (ties: the lower index); without ``gpu_cores``, or
+        for a rank without cores, ``local_index`` modulo the GPUs."""
+        if not self.gpu_cores or not cores:
+            return local_index % self.gpus
+        overlap = [len(set(cores) & set(near)) for near in self.gpu_cores]
+        return overlap.index(max(overlap))
 
     @property
     def cores(self) -> int:
@@ -96,7 +132,30 @@ class NodeShape(Strict):
         return self.sockets * self.cores_per_socket
 
 
-class QueueRoute(Strict):
+class _PerUserLimits(Strict):
+    """Per-user limits of one execution queue (PBS max_run / max_queued / max_run_res.nodect)."""
+
+    max_running_per_user: int | None = Field(
+        None,
+        ge=1,
+        description="Most jobs of one user running at once (PBS max_run [u:PBS_GENERIC=n], Slurm QOS "
+        "MaxJobsPU); None: no per-user limit known. Checked against the jobs a run needs at once.",
+    )
+    max_queued_per_user: int | None = Field(
+        None,
+        ge=1,
+        description="Most jobs of one user queued or running in the queue (PBS max_queued, Slurm QOS "
+        "MaxSubmitPU); qsub refuses more. None: no per-user limit known.",
+    )
+    max_running_nodes_per_user: int | None = Field(
+        None,
+        ge=1,
+        description="Most nodes of one user's running jobs together (PBS max_run_res.nodect "
+        "[u:PBS_GENERIC=n]); None: no such limit known.",
+    )
+
+
+class QueueRoute(_PerUserLimits):
     """An execution queue that a routing queue sends jobs of some sizes to (PBS routing queues)."""
 
     queue: str = Field(min_length=1, description="Name of the execution queue (e.g. Polaris's small).")
@@ -105,22 +164,32 @@ class QueueRoute(Strict):
     max_walltime: Walltime = Field(description="Longest walltime this execution queue grants (HH:MM:SS).")
 
 
-class QueueLimits(Strict):
-    """What one queue accepts (from the site's documentation); checked at plan time."""
+class QueueLimits(_PerUserLimits):
+    """What one queue accepts (the site's documentation, or read live: executors/queues.py); checked at
+    plan time."""
 
     min_nodes: int = Field(1, ge=1, description="Smallest job (nodes) the queue accepts.")
-    max_nodes: int = Field(ge=1, description="Largest job (nodes) the queue accepts.")
+    max_nodes: int | None = Field(
+        None, ge=1, description="Largest job (nodes) the queue accepts; None: no node limit known."
+    )
+    min_walltime: Walltime | None = Field(
+        None, description="Shortest walltime the queue accepts (HH:MM:SS; ALCF: 00:05:00)."
+    )
     max_walltime: Walltime | None = Field(None, description="Longest walltime the queue accepts (HH:MM:SS).")
     routes: list[QueueRoute] = Field(
         default_factory=list,
         description="A routing queue (Polaris's and Aurora's prod): the execution queue each job size goes "
-        "to, with its own walltime limit; a job no route takes, or asking more than its route grants, fails "
-        "at plan time.",
+        "to, with its own walltime and per-user limits; a job no route takes, or asking more than its route "
+        "grants, fails at plan time.",
     )
 
     def route(self, nodes: int) -> QueueRoute | None:
         """The execution queue a job of ``nodes`` nodes is routed to (None: no route takes it)."""
         return next((r for r in self.routes if r.min_nodes <= nodes <= r.max_nodes), None)
+
+    def accepts_nodes(self, nodes: int) -> bool:
+        """Whether a job of ``nodes`` nodes is within the queue's own node range."""
+        return self.min_nodes <= nodes and (self.max_nodes is None or nodes <= self.max_nodes)
 
 
 # --- Parsl blocks ------------------------------------------------------------------------------------------
@@ -142,8 +211,8 @@ class GpuWorkers(Strict):
     cores_per_worker: float = Field(8, gt=0, description="CPU hardware threads per worker.")
     cpu_affinity: CpuAffinity = Field(
         "block-reverse",
-        description="Parsl worker CPU pinning: block, block-reverse (Polaris: GPU 0 is near the last "
-        "cores), alternating, or an explicit list:<cores>:<cores>... per worker. On a node with "
+        description="Parsl worker CPU pinning: block, block-reverse, alternating, or an explicit "
+        "list:<cores>:<cores>... per worker (Polaris: ALCF's list, GPU 0 <-> cores 24-31). On a node with "
         "reserved_cores a strategy becomes the explicit list that skips them and their hyper-threads.",
     )
     prefetch_capacity: int = Field(
@@ -190,7 +259,20 @@ class CpuWorkers(Strict):
 
 
 def _polaris_gpu() -> GpuWorkers:
-    return GpuWorkers(accelerators=4, cores_per_worker=8, cpu_affinity="block-reverse")
+    return GpuWorkers(accelerators=4, cores_per_worker=8, cpu_affinity=POLARIS_GPU_AFFINITY)
+
+
+def _polaris_node() -> NodeShape:
+    # 1 x AMD EPYC Milan, 32 cores x 2 threads, 4 x A100: argonne-lcf/user-guides
+    # docs/polaris/index.md. --fakeroot: docs/polaris/containers/containers.md
+    # ("Always use the --fakeroot flag on Polaris compute nodes").
+    return NodeShape(
+        sockets=1,
+        cores_per_socket=32,
+        gpus=4,
+        gpu_cores=[[c for c in share if c < 32] for share in parse_list(POLARIS_GPU_AFFINITY)],
+        apptainer_fakeroot=True,
+    )
 
 
 def _aurora_gpu() -> GpuWorkers:
@@ -245,13 +327,36 @@ class _HpcExecutorBase(Strict):
     node: NodeShape = Field(default_factory=NodeShape, description="Cores, sockets and GPUs of a node.")
     queues: dict[str, QueueLimits] = Field(
         default_factory=dict,
-        description="Queue name -> limits; a job whose node count or walltime a queue rejects fails at "
-        "plan time instead of in the scheduler.",
+        description="Queue name -> limits; a job whose node count or walltime a queue rejects, or a run "
+        "needing more jobs at once than a queue runs per user, fails at plan time instead of in the "
+        "scheduler. validate/plan read the limits live (qstat -Qf, scontrol show partition) where the "
+        "command answers, and use this table otherwise (--queue-limits).",
+    )
+    queues_as_of: QueuesAsOf | None = Field(
+        None,
+        description="When the queues table was last checked against the site's documentation, YYYY-MM "
+        "(e.g. 2026-08); plan says the table of this date was used when the limits cannot be read live.",
     )
     storage_media: list[StorageMedium] = Field(
         default_factory=lambda: ["memory", "ssd", "lustre"],
         description="Storage media the platform offers to database workers.",
     )
+    allocation: Literal["separate", "one"] = Field(
+        "separate",
+        description="separate: each Parsl block and each database is its own batch job (the driver on a "
+        "login node); one: the whole run in one batch job whose script (plan: job-allocation.sh) runs the "
+        "driver on its first node, the nodes split among the GPU block, the CPU block and the databases, "
+        "for queues whose per-user limits cannot hold the separate jobs at once (executors/allocation.py).",
+    )
+
+    @model_validator(mode="after")
+    def _one_block_each_in_one_allocation(self) -> Self:
+        if self.allocation == "one":
+            for name in ("gpu", "cpu"):
+                block = getattr(self, name)
+                if block is not None and block.max_blocks != 1:
+                    raise ValueError(f"allocation one holds one {name} block: {name}.max_blocks must be 1")
+        return self
 
     @model_validator(mode="after")
     def _pin_off_reserved_cores(self) -> Self:
@@ -297,6 +402,12 @@ class _PbsExecutorBase(_HpcExecutorBase):
         default_factory=list, description="Further #PBS directive lines, verbatim (each starts with #PBS)."
     )
     cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement.")
+    preemptable_queues: list[SchedulerName] = Field(
+        default_factory=lambda: ["preemptable"],
+        description="Queues whose jobs may be killed for others; their jobs are submitted rerunnable "
+        "(#PBS -r y) and database data directories do not name the job (a rerun finds its data). ALCF: "
+        "argonne-lcf/user-guides docs/polaris/running-jobs/index.md (preemptable queue, #PBS -r y).",
+    )
 
 
 class PolarisExecutorConfig(_PbsExecutorBase):
@@ -314,7 +425,7 @@ class PolarisExecutorConfig(_PbsExecutorBase):
     )
     gpu: GpuWorkers = Field(default_factory=_polaris_gpu, description="The GPU worker block.")
     node: NodeShape = Field(
-        default_factory=lambda: NodeShape(sockets=1, cores_per_socket=32, gpus=4),
+        default_factory=_polaris_node,
         description="Cores, sockets and GPUs of a node.",
     )
 
@@ -328,9 +439,17 @@ class AuroraExecutorConfig(_PbsExecutorBase):
         description="File systems the jobs need (#PBS -l filesystems=a:b).",
     )
     cpus_per_node: int = Field(208, ge=1, description="ncpus of the PBS select statement (hw threads).")
+    interface: Interface | None = Field(
+        "hsn0",
+        description="Login-node interface the workers reach: the Slingshot network, as ALCF's Aurora Parsl "
+        "page binds it (argonne-lcf/user-guides docs/aurora/workflows/parsl.md, address_by_interface).",
+    )
     gpu: GpuWorkers = Field(default_factory=_aurora_gpu, description="The GPU (tile) worker block.")
     node: NodeShape = Field(
-        default_factory=lambda: NodeShape(sockets=2, cores_per_socket=52, gpus=6, reserved_cores=[0, 52]),
+        # --fakeroot: argonne-lcf/user-guides docs/aurora/containers/containers.md (every apptainer command)
+        default_factory=lambda: NodeShape(
+            sockets=2, cores_per_socket=52, gpus=6, reserved_cores=[0, 52], apptainer_fakeroot=True
+        ),
         description="Cores, sockets and GPUs of a node.",
     )
     storage_media: list[StorageMedium] = Field(

@@ -119,6 +119,21 @@ def driver_executor(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(label=DRIVER, max_threads=threads)
 
 
+def block_environment(platform: str, block: GpuWorkers | CpuWorkers) -> list[str]:
+    """Lines the sites' documentation asks of a block, run after the site's own ``worker_init``."""
+    lines = []
+    if platform in ("polaris", "aurora") and block.nodes_per_block == 1:
+        # Parsl's AF_UNIX socket path under a one-node job's TMPDIR is too long for the kernel; ALCF's
+        # fix: argonne-lcf/user-guides docs/polaris/workflows/parsl.md and docs/aurora/workflows/parsl.md.
+        lines.append("export TMPDIR=/tmp")
+    if isinstance(block, GpuWorkers) and any("." in a for a in block.accelerator_ids):
+        # Accelerators named as tiles ('0.0' .. '5.1', Parsl's ZE_AFFINITY_MASK) need the composite
+        # hierarchy; Aurora's frameworks module sets FLAT (tiles as devices 0..11), under which '5.1'
+        # names no device: argonne-lcf/user-guides docs/aurora/data-science/frameworks/pytorch.md.
+        lines.append("export ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE")
+    return lines
+
+
 def resolve_address(interface: str | None, address: str | None = None) -> str | None:
     """The login node's address on ``interface`` (None: let Parsl try every address).
 
@@ -147,9 +162,9 @@ def hpc_config(
     # Parsl starts interchange.py from the driver's PATH: this interpreter's environment first.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     address = resolve_address(executor.interface, address)
-    init = worker_init(executor.worker_init)
 
     def htex_args(block: GpuWorkers | CpuWorkers, gpus: bool) -> dict[str, Any]:
+        init = worker_init([*executor.worker_init, *block_environment(executor.platform, block)])
         request = JobRequest(
             nodes=block.nodes_per_block,
             worker_init=init,

@@ -9,7 +9,7 @@ site facts (cores, GPUs, file systems, interfaces) are the defaults of each plat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,10 @@ from parsl.launchers import MpiExecLauncher, SrunLauncher
 from parsl.launchers.base import Launcher
 
 from executors import hpc
+from executors.allocation import NodeSplit, restrict_to
 from executors.config import CpuWorkers, ExecutorConfig, GpuWorkers
 from executors.labels import CPU, WORKERS
-from executors.providers import JobRequest, pbs_provider, slurm_provider
+from executors.providers import JobRequest, local_provider, pbs_provider, slurm_provider
 
 
 def monitoring_hub(run_dir: Path) -> Any:
@@ -76,9 +77,14 @@ PLATFORMS: dict[str, Platform] = {
 
 
 def parsl_config_for(
-    executor: ExecutorConfig, run_dir: Path, monitoring: bool = False, address: str | None = None
+    executor: ExecutorConfig,
+    run_dir: Path,
+    monitoring: bool = False,
+    address: str | None = None,
+    split: NodeSplit | None = None,
 ) -> Config:
-    """The Parsl ``Config`` for ``executor.platform``; ``address`` overrides the login node's (HPC)."""
+    """The Parsl ``Config`` for ``executor.platform``; ``address`` overrides the login node's (HPC);
+    ``split``: the job's nodes by role under ``executor.allocation: one``."""
     hub = monitoring_hub(run_dir) if monitoring else None
     if executor.platform == "local":
         from executors.local import local_config
@@ -87,5 +93,30 @@ def parsl_config_for(
     platform = PLATFORMS.get(executor.platform)
     if platform is None:
         raise ValueError(f"no Parsl configuration for platform {executor.platform!r}")
+    if executor.allocation == "one":
+        if split is None:
+            raise ValueError("allocation one needs the job's nodes (executors.allocation.current_split)")
+        return _in_one_allocation(executor, run_dir, hub, address, platform, split)
     provider = partial(platform.provider, executor)
     return hpc.hpc_config(executor, run_dir, hub, address, provider, platform.launcher)
+
+
+def _in_one_allocation(
+    executor: Any, run_dir: Path, hub: Any, address: str | None, platform: Platform, split: NodeSplit
+) -> Config:
+    """Blocks started inside the job by a LocalProvider, each launcher kept on its role's nodes."""
+    roles = {"gpu": split.gpu, "cpu": split.cpu}
+
+    def launcher(block: GpuWorkers | CpuWorkers) -> Launcher:
+        role = "gpu" if block is executor.gpu else "cpu"
+        _, options = restrict_to(executor.platform, role, roles[role], run_dir)
+        overrides = " ".join(o for o in (options, block.launcher_overrides) if o)
+        return platform.launcher(block.model_copy(update={"launcher_overrides": overrides}))
+
+    def provider(request: JobRequest) -> Any:
+        role = "gpu" if request.gpus else "cpu"
+        init, _ = restrict_to(executor.platform, role, roles[role], run_dir)
+        lines = [request.worker_init, init] if init else [request.worker_init]
+        return local_provider(replace(request, nodes=len(roles[role]), worker_init="\n".join(lines)))
+
+    return hpc.hpc_config(executor, run_dir, hub, address, provider, launcher)

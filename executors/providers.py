@@ -74,17 +74,26 @@ def pbs_scheduler_options(filesystems: list[str], place: str | None, extra: list
     return "\n".join([*lines, *extra])
 
 
+def rerunnable(executor: Any, queue: str | None) -> bool:
+    """True when jobs in ``queue`` (None: the platform's) may be preempted, so they are submitted
+    rerunnable (``#PBS -r y``) and keep their data where a rerun finds it."""
+    queue = queue or getattr(executor, "queue", None)
+    return queue in getattr(executor, "preemptable_queues", ())
+
+
 def pbs_provider(executor: PbsConfig, request: JobRequest) -> PBSProProvider:
     """A PBSProProvider: the platform's account, queue, select, file systems, walltime (unless overridden)."""
     select = request.select_options
+    queue = request.queue or executor.queue
+    rerun = ["#PBS -r y"] if rerunnable(executor, queue) else []
     return PBSProProvider(
         account=executor.account,
-        queue=request.queue or executor.queue,
+        queue=queue,
         select_options=select if select is not None else executor.select_options,
         scheduler_options=pbs_scheduler_options(
             [*executor.filesystems, *request.filesystems],
             executor.place,
-            [*executor.scheduler_options, *request.scheduler_options],
+            [*executor.scheduler_options, *rerun, *request.scheduler_options],
         ),
         worker_init=request.worker_init,
         nodes_per_block=request.nodes,
@@ -118,6 +127,7 @@ def slurm_provider(executor: SlurmExecutorConfig, request: JobRequest) -> SlurmP
 def local_provider(request: JobRequest) -> LocalProvider:
     """A LocalProvider: the job runs on this machine (one node; the scheduler fields do not apply)."""
     return LocalProvider(
+        nodes_per_block=request.nodes,  # inside one allocation a block spans its share of the job's nodes
         **request.scaling,
         worker_init=request.worker_init,
         launcher=request.launcher,

@@ -403,7 +403,12 @@ def record_interchanges(dfk: Any) -> None:
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
     preflight(plan)
-    parsl_config = parsl_config_for(plan.config.executor, provenance.run_dir, plan.config.monitoring)
+    executor, split = plan.config.executor, None
+    if getattr(executor, "allocation", "separate") == "one":  # the run is its own batch job
+        from executors.allocation import current_split
+
+        split = current_split(executor, plan.config.vdb)
+    parsl_config = parsl_config_for(executor, provenance.run_dir, plan.config.monitoring, split=split)
     dfk = parsl.load(parsl_config)
     record_interchanges(dfk)
     try:

@@ -66,11 +66,31 @@ def _run_dir(loaded: LoadedConfig) -> Path:
     return Path(loaded.config.workdir).expanduser().resolve() / "runs" / RUN_ID
 
 
+def placeholder_split(loaded: LoadedConfig) -> Any:
+    """The nodes of a one-allocation job by role, as placeholders (``<gpu-node-1>``, ...)."""
+    from executors.allocation import NodeSplit, nodes_needed
+
+    gpu, cpu, databases = nodes_needed(loaded.config.executor, loaded.config.vdb)
+    return NodeSplit(
+        *(
+            [f"<{role}-node-{i + 1}>" for i in range(n)]
+            for role, n in (("gpu", gpu), ("cpu", cpu), ("db", databases))
+        )
+    )
+
+
+def one_allocation(loaded: LoadedConfig) -> bool:
+    """True when the run is one batch job (``executor.allocation: one``)."""
+    return getattr(loaded.config.executor, "allocation", "separate") == "one"
+
+
 def parsl_config(loaded: LoadedConfig, run_dir: Path | None = None, address: str = ADDRESS) -> Any:
-    """The Parsl Config the run would load, with a placeholder login-node address."""
+    """The Parsl Config the run would load, with a placeholder login-node address (and, in one
+    allocation, placeholder nodes)."""
     from executors.platforms import parsl_config_for
 
-    return parsl_config_for(loaded.config.executor, run_dir or _run_dir(loaded), address=address)
+    split = placeholder_split(loaded) if one_allocation(loaded) else None
+    return parsl_config_for(loaded.config.executor, run_dir or _run_dir(loaded), address=address, split=split)
 
 
 def submit_script(provider: Any, command: str, job_name: str, script_dir: str) -> tuple[str, str]:
@@ -113,13 +133,22 @@ def _htex_command(executor: Any, parsl_run_dir: str) -> str:
 
 
 def _executor_scripts(config: Any, run_dir: Path) -> dict[str, str]:
-    """The job script of every provider-backed executor (its block 0), headed by its submit command."""
+    """The job script of every provider-backed executor (its block 0), headed by its submit command; in
+    one allocation, the script its LocalProvider runs inside the job (never started here)."""
+    from parsl.providers import LocalProvider
+
     parsl_run_dir = str(run_dir / "parsl" / "000")  # the DFK's first run directory
     out: dict[str, str] = {}
     for ex in config.executors:
         if not hasattr(ex, "provider"):
             continue
         command = _htex_command(ex, parsl_run_dir)
+        if isinstance(ex.provider, LocalProvider):
+            p = ex.provider
+            launch = p.launcher(command, 1, p.nodes_per_block, f"{parsl_run_dir}/submit_scripts")
+            script = f"{p.worker_init}\n{launch}"
+            out[f"block-{ex.label}.sh"] = f"# started inside the allocation on its first node\n{script}"
+            continue
         script, submit = submit_script(
             ex.provider, command, f"parsl.{ex.label}.block-0", f"{parsl_run_dir}/submit_scripts"
         )
@@ -156,6 +185,7 @@ def _cluster_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None
     from apps.vdb.cluster.layout import node_shape, plan_cluster
     from apps.vdb.cluster.provider import cluster_provider
     from apps.vdb.cluster.render import LAUNCH_SH, LIB_SH, describe_ranks, launcher_command, render_files
+    from executors.providers import rerunnable
     from pipeline.sweep import POINTS_DIR, slug
 
     cfg = loaded.config
@@ -166,14 +196,21 @@ def _cluster_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None
         settings = point.settings
         cluster = point.config.cluster.for_database(settings.name)
         point_dir = (directories or {}).get(number) or store / POINTS_DIR / f"<{slug(point.label)}-key>"
-        layout = plan_cluster(settings, cluster, node, point_dir / "server", loaded.base_dir)
-        command = launcher_command(layout, cluster, node)
-        provider = cluster_provider(cfg.executor, cluster)
-        script, submit = submit_script(
-            provider, command, f"pes2o-vdb.{layout.cluster_id}", str(layout.directory / "jobs")
-        )
+        rerun = rerunnable(cfg.executor, cluster.queue)
+        layout = plan_cluster(settings, cluster, node, point_dir / "server", loaded.base_dir, rerun)
         db = slug(point.label)
-        out[f"{db}/job.sh"] = f"# submit: {submit}\n{script}"
+        if one_allocation(loaded):  # started inside the run's job, on the database nodes
+            hosts = placeholder_split(loaded).databases
+            provider = cluster_provider(cfg.executor, cluster, hosts, layout.directory)
+            command = launcher_command(layout, cluster, node, hosts)
+            out[f"{db}/job.sh"] = f"# started inside the allocation\n{provider.worker_init}\n{command}\n"
+        else:
+            command = launcher_command(layout, cluster, node)
+            provider = cluster_provider(cfg.executor, cluster)
+            script, submit = submit_script(
+                provider, command, f"pes2o-vdb.{layout.cluster_id}", str(layout.directory / "jobs")
+            )
+            out[f"{db}/job.sh"] = f"# submit: {submit}\n{script}"
         # Every rank in brief (environment and command), the first two scripts in full.
         out[f"{db}/servers.txt"] = describe_ranks(layout, cluster)
         files = render_files(layout, cluster)
@@ -196,6 +233,14 @@ def render_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None =
     run_dir = _run_dir(loaded)
     config = parsl_config(loaded, run_dir)
     out = {"parsl-config.txt": _normalise(repr(config)) + "\n"}
+    if one_allocation(loaded):  # the script submit_and_wait hands to the scheduler
+        from pipeline import allocation_job
+
+        provider, command = allocation_job.allocation_job(loaded)
+        script, submit = submit_script(
+            provider, command, allocation_job.JOB_NAME, str(allocation_job.job_directory(loaded))
+        )
+        out["job-allocation.sh"] = f"# submit: {submit}\n{script}"
     out.update(_executor_scripts(config, run_dir))
     if cfg.vdb and cfg.vdb.cluster:
         out.update(_cluster_artifacts(loaded, directories))

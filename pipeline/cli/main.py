@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,6 +31,24 @@ app = typer.Typer(
 )
 app.add_typer(dataset_app, name="dataset")
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
+QueueLimitsOpt = Annotated[
+    str,
+    typer.Option(
+        "--queue-limits",
+        envvar="PES2O_QUEUE_LIMITS",
+        help="Queue limits to check the jobs against: live (qstat -Qf / scontrol show partition, which must "
+        "answer), table (the config's executor.queues) or auto (live where the command answers in a few "
+        "seconds, else the table).",
+    ),
+]
+QueueListingOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--queue-listing",
+        hidden=True,  # for tests and for checking a config against another site's saved output
+        help="A saved qstat -Qf (PBS) or scontrol show partition (Slurm) output read instead of the command.",
+    ),
+]
 
 
 def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
@@ -42,20 +62,53 @@ def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
         _fail(exc)
 
 
+@contextmanager
+def _queue_limits(mode: str, listing: Path | None) -> Iterator[None]:
+    """Checks inside use the queue limits ``mode`` picks (executors/queues.py); a bad choice ends the
+    command with its message."""
+    from executors.queues import use_queue_limits
+
+    try:
+        with use_queue_limits(mode, listing):  # type: ignore[arg-type]  # checked there
+            yield
+    except PipelineError as exc:
+        _fail(exc)
+
+
+def _queue_limits_line(loaded: LoadedConfig) -> None:
+    """Say which queue limits the checks used (HPC platforms only)."""
+    from executors.queues import used_tables
+
+    table = used_tables().get(loaded.config.executor.platform)
+    if table is not None:
+        out.print(f"queue limits: {table.source}", markup=False, highlight=False, soft_wrap=True)
+
+
 @app.command()
-def validate(config: ConfigArg) -> None:
+def validate(
+    config: ConfigArg, queue_limits: QueueLimitsOpt = "auto", queue_listing: QueueListingOpt = None
+) -> None:
     """Check a configuration: syntax, fields, and that every path it names exists."""
-    loaded, plan = _load_plan(config)
-    out.print(
-        f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
-        f"{len(plan.corpus_files)} corpus file(s), "
-        f"model {plan.model_dir}, dimension {plan.dimension}"
-    )
+    with _queue_limits(queue_limits, queue_listing):
+        loaded, plan = _load_plan(config)
+        out.print(
+            f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
+            f"{len(plan.corpus_files)} corpus file(s), "
+            f"model {plan.model_dir}, dimension {plan.dimension}"
+        )
+        _queue_limits_line(loaded)
 
 
 @app.command()
-def plan(config: ConfigArg) -> None:
+def plan(
+    config: ConfigArg, queue_limits: QueueLimitsOpt = "auto", queue_listing: QueueListingOpt = None
+) -> None:
     """Dry run: stages, content keys, shards, resources. Nothing is executed."""
+    with _queue_limits(queue_limits, queue_listing):  # the same limits for both checks (plan, render)
+        _plan(config)
+
+
+def _plan(config: Path) -> None:
     loaded, the_plan = _load_plan(config)
     cfg = loaded.config
     total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
@@ -75,6 +128,7 @@ def plan(config: ConfigArg) -> None:
         out.print(f"executor: local, {cfg.executor.workers} worker processes on {cfg.executor.address}")
     else:
         out.print(f"executor: {cfg.executor.platform} (Parsl config and job scripts below)")
+        _queue_limits_line(loaded)
     table = Table("stage", "content key", "status", "shards", "directory")
     for name, stage in the_plan.stages.items():
         status, shards = _stage_status(stage.directory)
@@ -118,6 +172,12 @@ def run(config: ConfigArg) -> None:
 
     try:
         loaded = load_config(config)
+        if getattr(loaded.config.executor, "allocation", "separate") == "one":
+            from pipeline import allocation_job
+
+            if not allocation_job.inside_a_job():  # submit the run as one job; inside it, run below
+                allocation_job.submit_and_wait(loaded, console)
+                return
         run_dir = workflow.run(loaded, console)
     except PipelineError as exc:
         _fail(exc)

@@ -1,6 +1,7 @@
 """Cross-field checks of a run config that need several sections at once.
 
-A queue's node and walltime limits, image files, storage media a platform offers, and the database
+A queue's node, walltime and per-user job limits (the scheduler's, read live inside validate/plan, else
+the config's table: executors/queues.py), image files, storage media a platform offers, and the database
 cluster's shape are reported by :func:`check_platform` as ``(field path, message)`` pairs. Rules that concern
 one database live in its folder (``apps/vdb/<name>/checks.py``), reached through the registry.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,19 @@ from apps.vdb.base import DatabaseError
 from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from apps.vdb.cluster.layout import absolute, node_shape, plan_cluster
+from executors import queues
+from executors.allocation import nodes_needed
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
+from executors.queues import QueueTable
 
 
 def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tuple]]:
     """(nodes path, queue, nodes, walltime, walltime path) of every batch job the run submits."""
     queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
+    if getattr(executor, "allocation", "separate") == "one":  # one job holding every role's nodes
+        nodes, walltime = sum(nodes_needed(executor, vdb)), executor.walltime
+        yield (("executor", "allocation"), queue, nodes, walltime, ("executor", "walltime"))
+        return
     for label in ("gpu", "cpu"):
         block = getattr(executor, label)
         if block is not None:
@@ -46,30 +55,30 @@ def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tup
             )
 
 
-def _queue_problems(executor: Any, vdb: Any) -> list[Problem]:
+def _queue_problems(executor: Any, vdb: Any, table: QueueTable | None = None) -> list[Problem]:
+    """Each job against its queue's node and walltime limits (``table``: by default :func:`queues.current`,
+    the scheduler's live limits inside validate/plan, else the config's table)."""
     problems: list[Problem] = []
-    table: dict[str, QueueLimits] = executor.queues
-    if not table:
+    table = table or queues.current(executor)
+    if not table.limits and not table.live:
         return problems
     for loc, queue, nodes, walltime, wloc in _blocks(executor, vdb):
-        limits = table.get(queue)
+        limits = table.limits.get(queue)
         if limits is None:
-            own = getattr(executor, "queue", None)
-            where = ("executor", "queue") if queue == own else (*loc[:-1], "queue")
-            known = ", ".join(sorted(table))
-            problems.append((where, f"queue {queue!r} is not in executor.queues ({known})"))
+            own = getattr(executor, "queue", None) or getattr(executor, "partition", None)
+            where = ("executor", "queue" if hasattr(executor, "queue") else "partition")
+            problems.append((where if queue == own else (*loc[:-1], "queue"), table.missing(queue)))
             continue
-        if not limits.min_nodes <= nodes <= limits.max_nodes:
+        if not limits.accepts_nodes(nodes):
+            most = limits.max_nodes if limits.max_nodes is not None else "any"
             problems.append(
-                (
-                    loc,
-                    f"queue {queue!r} accepts {limits.min_nodes}-{limits.max_nodes} nodes per job, "
-                    f"not {nodes}",
-                )
+                (loc, f"queue {queue!r} accepts {limits.min_nodes}-{most} nodes per job, not {nodes}")
             )
         if limits.max_walltime and walltime_seconds(walltime) > walltime_seconds(limits.max_walltime):
             problems.append((wloc, f"queue {queue!r} allows at most {limits.max_walltime}, not {walltime}"))
-        if limits.routes and limits.min_nodes <= nodes <= limits.max_nodes:
+        if limits.min_walltime and walltime_seconds(walltime) < walltime_seconds(limits.min_walltime):
+            problems.append((wloc, f"queue {queue!r} needs at least {limits.min_walltime}, not {walltime}"))
+        if limits.routes and limits.accepts_nodes(nodes):
             route = limits.route(nodes)
             if route is None:
                 spans = ", ".join(f"{r.queue} {r.min_nodes}-{r.max_nodes}" for r in limits.routes)
@@ -84,6 +93,145 @@ def _queue_problems(executor: Any, vdb: Any) -> list[Problem]:
                     )
                 )
     return list(dict.fromkeys(problems))  # a shared block is reported once
+
+
+# --- per-user limits: the jobs a run needs at once ---------------------------------------------------------
+
+ONE_ALLOCATION_HINT = "use one allocation (executor.allocation: one)"
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """Batch jobs of one kind that a run has in a queue at the same time.
+
+    ``running``: how many must run together for the run to progress; ``queued``: how many it may have
+    submitted (queued or running) at once.
+    """
+
+    name: str  # e.g. "executor.cpu", "vdb milvus pilot"
+    loc: tuple  # field path of the queue the jobs go to
+    queue: str
+    nodes: int
+    running: int
+    queued: int
+
+
+def jobs_held_at_once(executor: Any, vdb: Any) -> list[list[HeldJob]]:
+    """The sets of batch jobs a run holds at the same time: one set per database pilot job.
+
+    A database point runs only while its pilot job and the client block run together (the pilot waits
+    for the client block: pipeline/vdb_stages.py), and points run one after another, so each set is the
+    client block (``executor.cpu``, else ``executor.gpu``), one database's pilot, and the blocks Parsl
+    keeps although idle (``min_blocks``); Parsl releases the other idle blocks. ``queued`` counts every
+    block Parsl may submit (``max_blocks``). Without pilot jobs nothing must run together: no set.
+    """
+    cluster = getattr(vdb, "cluster", None) if vdb else None
+    if cluster is None or not executor.platform or not hasattr(executor, "gpu"):
+        return []
+    if executor.allocation == "one":  # a single job: no per-user limit is below one
+        return []
+    queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
+    own = ("executor", "queue" if hasattr(executor, "queue") else "partition")
+    client = "cpu" if executor.cpu is not None else "gpu"
+    blocks: list[HeldJob] = []
+    for label in ("gpu", "cpu"):
+        block = getattr(executor, label)
+        if block is None:
+            continue
+        running = max(1, block.min_blocks) if label == client else block.min_blocks
+        blocks.append(
+            HeldJob(
+                f"executor.{label}",
+                ("executor", label, "queue") if block.queue else own,
+                block.queue or queue,
+                block.nodes_per_block,
+                running,
+                block.max_blocks,
+            )
+        )
+    sets = []
+    for name in (db.name for db in vdb.pilot_databases()):
+        c = cluster.for_database(name)
+        pilot = HeldJob(
+            f"vdb {name} pilot",
+            cluster.field_path(name, "queue") if c.queue else own,
+            c.queue or queue,
+            c.nodes,
+            1,
+            1,
+        )
+        sets.append([*blocks, pilot])
+    return sets
+
+
+def _execution_queue(limits: QueueLimits, nodes: int) -> tuple[str | None, Any]:
+    """(name of the execution queue a job lands in or None for the queue itself, its per-user limits)."""
+    route = limits.route(nodes) if limits.routes else None
+    return (route.queue, route) if route is not None else (None, limits)
+
+
+def per_user_limit_problems(executor: Any, vdb: Any, table: QueueTable | None = None) -> list[Problem]:
+    """Problems where the jobs a run holds at once (:func:`jobs_held_at_once`) exceed a queue's per-user
+    limits: more must run together than the queue runs per user (the run would wait for itself until the
+    pilot's start-up times out), more than it queues per user (qsub refuses the rest), or more nodes than
+    it runs per user. Routed jobs count against the execution queue they are routed to."""
+    table = table or queues.current(executor)
+    problems: list[Problem] = []
+    for held in jobs_held_at_once(executor, vdb):
+        groups: dict[tuple[str, str | None], list[HeldJob]] = {}
+        limits_of: dict[tuple[str, str | None], Any] = {}
+        for job in held:
+            limits = table.limits.get(job.queue)
+            if limits is None or not limits.accepts_nodes(job.nodes):
+                continue  # reported by _queue_problems
+            target, per_user = _execution_queue(limits, job.nodes)
+            groups.setdefault((job.queue, target), []).append(job)
+            limits_of[(job.queue, target)] = per_user
+        for (queue, target), jobs in groups.items():
+            per_user = limits_of[(queue, target)]
+            named = f"queue {queue!r}" + (f" (routed to {target!r})" if target else "")
+            running = [j for j in jobs if j.running]
+            loc = next((j.loc for j in reversed(jobs) if j.name.startswith("vdb ")), jobs[0].loc)
+            count = sum(j.running for j in running)
+            most = per_user.max_running_per_user
+            if most is not None and count > most:
+                problems.append(
+                    (
+                        loc,
+                        f"{named} runs at most {most} job{'s' if most > 1 else ''} per user; this run holds "
+                        f"{count} at once ({_names(running)}): {ONE_ALLOCATION_HINT}",
+                    )
+                )
+            submitted = sum(j.queued for j in jobs)
+            most = per_user.max_queued_per_user
+            if most is not None and submitted > most:
+                problems.append(
+                    (
+                        loc,
+                        f"{named} queues at most {most} job{'s' if most > 1 else ''} per user; this run may "
+                        f"submit {submitted} at once ({_names(jobs, queued=True)}): lower max_blocks or "
+                        f"{ONE_ALLOCATION_HINT}",
+                    )
+                )
+            nodes = sum(j.nodes * j.running for j in running)
+            most = per_user.max_running_nodes_per_user
+            if most is not None and nodes > most:
+                problems.append(
+                    (
+                        loc,
+                        f"{named} runs at most {most} nodes per user; this run holds {nodes} at once "
+                        f"({_names(running)})",
+                    )
+                )
+    return list(dict.fromkeys(problems))
+
+
+def _names(jobs: list[HeldJob], queued: bool = False) -> str:
+    parts = []
+    for job in jobs:
+        count = job.queued if queued else job.running
+        parts.append(job.name if count == 1 else f"{job.name} x{count}")
+    return ", ".join(parts)
 
 
 def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> list[Problem]:
@@ -230,7 +378,8 @@ def check_platform(run_config: Any, base_dir: Path | None = None) -> list[Proble
         account = getattr(executor, "account", None)
         if executor.platform != "slurm" and not (account or "").strip():
             problems.append((("executor", "account"), "an account (project) is required"))
-        problems += _queue_problems(executor, None if vdb and vdb.swept else vdb)  # sweeps: per point
+        unswept = None if vdb and vdb.swept else vdb  # sweeps: per point
+        problems += _queue_problems(executor, unswept) + per_user_limit_problems(executor, unswept)
         gpu = executor.gpu
         if len(gpu.accelerator_ids) > executor.node.gpus * 2:  # tiles count twice at most
             problems.append((("executor", "gpu", "accelerators"), f"a node has {executor.node.gpus} GPUs"))
@@ -261,7 +410,9 @@ def _point_problems(run_config: Any, base_dir: Path | None) -> list[Problem]:
             }
         )
         config = run_config.model_copy(update={"vdb": point.config.model_copy(update={"cluster": own})})
-        found = _queue_problems(run_config.executor, config.vdb) if config.executor.queues else []
+        executor, found = config.executor, []
+        if executor.platform in HPC_PLATFORMS:
+            found = _queue_problems(executor, config.vdb) + per_user_limit_problems(executor, config.vdb)
         for loc, message in found + _cluster_problems(config, base_dir):
             if loc[:1] == ("vdb",):
                 loc = ("vdb", *vdb.written_loc(point, tuple(loc[1:])))

@@ -433,13 +433,15 @@ def test_parsl_config_for_each_platform(
     assert config.memoizer.checkpoint_mode == "task_exit"
     assert config.run_dir == str(hpc_env / "runs" / "r1" / "parsl")
     if platform == "polaris":
-        assert gpu.address == "10.1.2.3" and gpu.cpu_affinity == "block-reverse"
+        assert gpu.address == "10.1.2.3"
+        assert gpu.cpu_affinity == "list:24-31,56-63:16-23,48-55:8-15,40-47:0-7,32-39"  # ALCF's Parsl page
         assert gpu.provider.account == "MyProject" and gpu.provider.queue == "prod"
         assert gpu.provider.select_options == "ngpus=4"
         assert "#PBS -l filesystems=home:eagle" in gpu.provider.scheduler_options
         assert gpu.provider.launcher.overrides == "--depth=64 --ppn 1"
     if platform == "aurora":
         assert gpu.available_accelerators[:2] == ["0.0", "0.1"] and gpu.cpu_affinity.startswith("list:1-8")
+        assert gpu.address == "10.1.2.3"  # bound to hsn0, as ALCF's Aurora Parsl page does
         assert "#PBS -l filesystems=home:flare" in gpu.provider.scheduler_options
     if platform == "slurm":
         assert "--partition=gpu" in gpu.provider.scheduler_options
@@ -533,3 +535,23 @@ def test_a_slurm_job_ending_past_its_time_limit_is_described_as_timeout(
     monkeypatch.setattr(subprocess, "run", scontrol("COMPLETING", "None"))
     assert describe_job(provider, "16") == "COMPLETING"
     assert job_ended("TIMEOUT, reason TimeLimit") and job_ended("COMPLETING")
+
+
+def test_the_gpu_nearest_a_rank_follows_the_node_topology() -> None:
+    """Polaris: GPU 0 sits next to cores 24-31 (ALCF); a node without that fact counts GPUs in order."""
+    from executors.config import NodeShape, PolarisExecutorConfig
+
+    polaris = PolarisExecutorConfig(account="a", queue="debug", walltime="01:00:00").node
+    assert [polaris.nearest_gpu(list(range(c, c + 8)), i) for i, c in enumerate((0, 8, 16, 24))] == [
+        3,
+        2,
+        1,
+        0,
+    ]
+    assert polaris.nearest_gpu([], 1) == 1  # no position known: round robin
+    plain = NodeShape(sockets=1, cores_per_socket=32, gpus=4)
+    assert plain.nearest_gpu([0, 1], 2) == 2
+    with pytest.raises(ValueError, match="gpu_cores lists 2 GPUs, the node has gpus: 4"):
+        NodeShape(gpus=4, gpu_cores=[[0], [1]])
+    with pytest.raises(ValueError, match=r"cores \[40\] outside"):
+        NodeShape(cores_per_socket=32, gpus=1, gpu_cores=[[40]])

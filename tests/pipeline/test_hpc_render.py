@@ -89,7 +89,7 @@ def test_golden_artifacts(fixed_env: None, platform: str) -> None:
         assert text == stored[name], f"{platform}/{name} differs from its golden file (UPDATE_GOLDEN=1)"
 
 
-@pytest.mark.parametrize(("platform", "shapes"), [("polaris", 21), ("aurora", 42)])
+@pytest.mark.parametrize(("platform", "shapes"), [("polaris", 21), ("aurora", 38)])
 def test_study_sweeps_render_a_job_per_shape(fixed_env: None, platform: str, shapes: int) -> None:
     """configs/<platform>.yaml holds the study's sweeps (000 §V): one database job per deployment shape."""
     from pipeline.hpc_plan import pilot_shapes
@@ -105,8 +105,8 @@ def test_study_sweeps_render_a_job_per_shape(fixed_env: None, platform: str, sha
     assert nodes[
         "fig4-workers-qdrant[shards=32,workers=32,nodes=8]"
         if platform == "polaris"
-        else "fig7-nodes-weaviate[shards=256,nodes=64,workers=256]"
-    ] == (8 if platform == "polaris" else 64)
+        else "fig7-nodes-weaviate[shards=64,nodes=16,workers=64]"  # capacity's largest (16 nodes)
+    ] == (8 if platform == "polaris" else 16)
     assert all(n >= 1 for n in nodes.values())
 
 
@@ -117,15 +117,73 @@ def test_job_scripts_come_from_the_parsl_templates(fixed_env: None) -> None:
     assert "#PBS -l select=16:ncpus=64:ngpus=4" in gpu and "#PBS -l walltime=03:00:00" in gpu
     assert "#PBS -l filesystems=home:eagle" in gpu and "#PBS -l place=scatter" in gpu
     assert "mpiexec --cpu-bind none --depth=64 --ppn 1 -n $WORKERCOUNT" in gpu
-    assert "--available-accelerators 0 1 2 3" in gpu and "--cpu-affinity block-reverse" in gpu
+    assert "--available-accelerators 0 1 2 3" in gpu
+    # ALCF's Parsl page: GPU 0's worker on cores 24-31 (+ 56-63), GPU 3's on 0-7
+    assert "--cpu-affinity list:24-31,56-63:16-23,48-55:8-15,40-47:0-7,32-39" in gpu
     assert "source /projects/MyProject/venv/bin/activate" in gpu
+    assert "TMPDIR" not in gpu  # a 16-node block; only one-node blocks need ALCF's TMPDIR=/tmp
     aurora = artifacts("aurora")
     tiles = aurora["job-workers.sh"]
     assert "--available-accelerators 0.0 0.1 1.0 1.1 2.0 2.1 3.0 3.1 4.0 4.1 5.0 5.1" in tiles
+    # tile ids need the composite hierarchy, set after the frameworks module that sets FLAT
+    init = tiles[tiles.index("module load frameworks") :]
+    assert "export ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE" in init
+    assert "ZE_FLAT_DEVICE_HIERARCHY" not in aurora["job-cpu.sh"]
     assert "#PBS -l filesystems=home:flare" in tiles and "--ppn 1" in tiles
     milvus = aurora["milvus/job.sh"]  # Milvus on DAOS: the DAOS file system and the dfuse mount
     assert "#PBS -l filesystems=home:flare:daos_user_fs" in milvus
     assert "launch-dfuse.sh MyPool:vdb" in milvus
+
+
+def test_one_node_blocks_get_tmpdir_and_preemptable_jobs_are_rerunnable(fixed_env: None) -> None:
+    """ALCF's Parsl pages: ``export TMPDIR=/tmp`` for one-node blocks (AF_UNIX path too long); the
+    Polaris queue page: ``#PBS -r y`` makes a preemptable job rerun, and its data directory must not
+    name the job (the rerun keeps its id only on PBS's say-so)."""
+    from apps.vdb.cluster.provider import cluster_provider
+    from executors.platforms import parsl_config_for
+    from pipeline.hpc_plan import submit_script
+
+    loaded = load_config(REPO / "configs" / "polaris.yaml")
+    cfg = loaded.config
+    one_node = cfg.executor.model_copy(
+        update={"gpu": cfg.executor.gpu.model_copy(update={"nodes_per_block": 1, "queue": "preemptable"})}
+    )
+    config = parsl_config_for(one_node, Path("/work/run"), address="127.0.0.1")
+    gpu = next(ex for ex in config.executors if ex.label == "workers")
+    assert "export TMPDIR=/tmp" in gpu.provider.worker_init
+    assert "#PBS -r y" in gpu.provider.scheduler_options
+    cpu = next(ex for ex in config.executors if ex.label == "cpu")  # 10 nodes in prod
+    assert "TMPDIR" not in cpu.provider.worker_init and "-r y" not in cpu.provider.scheduler_options
+
+    cluster = cfg.vdb.cluster.model_copy(update={"queue": "preemptable", "nodes": 1, "workers": 4})
+    script, _ = submit_script(cluster_provider(cfg.executor, cluster), "true", "db", "/work/jobs")
+    assert "#PBS -r y" in script
+    qdrant = next(s for s in cfg.vdb.databases if s.name == "qdrant")
+    node = node_shape(cfg.executor)
+    kept = plan_cluster(qdrant, cluster, node, Path("/work/vdb"), loaded.base_dir, rerunnable=True)
+    per_job = plan_cluster(qdrant, cluster, node, Path("/work/vdb"), loaded.base_dir)
+    assert all("VDB_JOB" not in r.data_dir and "/rerunnable/" in r.data_dir for r in kept.ranks)
+    assert all("job-${VDB_JOB}" in r.data_dir for r in per_job.ranks)
+
+
+def test_containers_run_with_fakeroot_where_the_site_needs_it(fixed_env: None) -> None:
+    """ALCF's container pages: --fakeroot on Polaris and Aurora compute nodes; a config may turn it off."""
+    for platform in ("polaris", "aurora"):
+        loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+        cfg = loaded.config
+        qdrant = next(s for s in cfg.vdb.databases if s.name == "qdrant")
+        node = node_shape(cfg.executor)
+        layout = plan_cluster(qdrant, cfg.vdb.cluster, node, Path("/work/vdb"), loaded.base_dir)
+        scripts = render_files(layout, cfg.vdb.cluster)
+        assert "apptainer exec --cleanenv \\\n  --fakeroot" in scripts["ranks/rank-000.sh"], platform
+        off = cfg.vdb.cluster.model_copy(update={"fakeroot": False})
+        layout = plan_cluster(qdrant, off, node, Path("/work/vdb"), loaded.base_dir)
+        assert "--fakeroot" not in render_files(layout, off)["ranks/rank-000.sh"]
+    slurm = load_config(REPO / "configs" / "slurm.yaml")  # a generic site: no default
+    qdrant = next(s for s in slurm.config.vdb.databases if s.name == "qdrant")
+    node = node_shape(slurm.config.executor)
+    layout = plan_cluster(qdrant, slurm.config.vdb.cluster, node, Path("/work/vdb"), slurm.base_dir)
+    assert "--fakeroot" not in render_files(layout, slurm.config.vdb.cluster)["ranks/rank-000.sh"]
 
 
 def test_plan_text_has_every_section(fixed_env: None) -> None:
@@ -249,8 +307,15 @@ def test_each_gpu_indexing_rank_gets_its_own_gpu(fixed_env: None) -> None:
     for slot in {r.node_slot for r in layout.ranks}:
         gpus = [r.env["CUDA_VISIBLE_DEVICES"] for r in layout.ranks if r.node_slot == slot]
         assert len(gpus) == len(set(gpus)) and all(int(g) < cfg.executor.node.gpus for g in gpus)
+    # ALCF's topology: rank 0 on cores 0-7 is nearest GPU 3, rank 3 on cores 24-31 nearest GPU 0
+    # (docs/polaris/running-jobs/using-gpus.md: gpu = num_gpus - 1 - local_rank % num_gpus)
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in layout.ranks[:4]] == ["3", "2", "1", "0"]
     env_file = render_files(layout, cluster)["ranks/001/server.env"]
-    assert 'CUDA_VISIBLE_DEVICES="1"' in env_file  # reaches the server through --env-file (--cleanenv)
+    assert 'CUDA_VISIBLE_DEVICES="2"' in env_file  # reaches the server through --env-file (--cleanenv)
+    # an unbound rank still gets the GPU nearest the cores its position would have
+    unbound = cluster.model_copy(update={"bind": "none"})
+    layout = plan_cluster(qdrant, unbound, node_shape(cfg.executor), Path("/work/vdb"), loaded.base_dir)
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in layout.ranks[:4]] == ["3", "2", "1", "0"]
 
 
 def test_launcher_lines(fixed_env: None) -> None:
@@ -419,7 +484,9 @@ def test_native_ranks_run_the_executable_with_host_paths(fixed_env: None) -> Non
     layout = plan_cluster(weaviate, cfg.vdb.cluster, node, Path("/work/vdb"), loaded.base_dir)
     files = render_files(layout, cfg.vdb.cluster)
     for r in layout.ranks:
-        assert r.argv[0] == str((REPO / ".build" / "bin" / "weaviate-server").resolve())
+        # the start script reads the deployment's API key from the rank's 0600 file, then execs the server
+        assert r.argv[:3] == ["/bin/sh", "${VDB_RANK_DIR}/run/start-weaviate.sh", "${VDB_RANK_DIR}/run"]
+        assert r.argv[3] == str((REPO / ".build" / "bin" / "weaviate-server").resolve())
         assert r.env["PERSISTENCE_DATA_PATH"] == r.data_dir  # the bind became a path rename
         assert not r.binds and r.data_dir.startswith("/dev/shm/pes2o-vdb/")
         script = files[f"ranks/rank-{r.rank:03d}.sh"]

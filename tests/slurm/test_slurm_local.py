@@ -374,6 +374,43 @@ def test_a_cancelled_database_job_fails_the_stage_with_its_name(
     testbed.assert_queue_drains()
 
 
+def test_one_allocation_runs_drivers_clients_and_databases_inside_one_job(
+    testbed: SlurmTestbed,
+    workdir: Path,
+    shm_root: Path,
+    tmp_path: Path,
+) -> None:
+    """executor.allocation: one (a queue that runs one job per user): `run` submits one 4-node job whose
+    first node runs the driver; the GPU block, the client block and the 2-node Weaviate pilot each start
+    inside it on their own nodes, and nothing else reaches the queue."""
+    shm = shm_root / "one-allocation"
+    shm.mkdir()
+
+    def change(data: dict) -> None:
+        weaviate_only(shm, ef=[40])(data)  # a new point: the dataset stages are the module's
+        data["executor"]["allocation"] = "one"
+
+    before = set(vdb_dirs(workdir, "weaviate"))
+    watcher = JobWatcher(testbed)
+    run = Run(testbed, write_config(tmp_path, "one", workdir, change), tmp_path / "run.log")
+    code = run.wait()
+    jobs = watcher.stop()
+    out = run.output()
+    assert code == 0, out[-4000:]
+    assert "submitted the run as one job" in out and "ended (COMPLETED)" in out, out[-3000:]
+    assert len(jobs) == 1 and next(iter(jobs))[1].startswith("pes2o-run."), jobs  # no other job submitted
+    (job_nodes,) = (sorted(expand(nodes)) for nodes in jobs.values())
+    assert len(job_nodes) == 4
+    (db_dir,) = (d for d in vdb_dirs(workdir, "weaviate") if d not in before)
+    assert (db_dir / "manifest.json").is_file()
+    registry = db_dir / "server" / "cluster" / "registry"
+    ranks = [yaml.safe_load(p.read_text()) for p in sorted(registry.glob("rank-*.json"))]
+    # the job's nodes in order: GPU block, client block, then the databases'
+    assert sorted(r["node"] for r in ranks) == job_nodes[2:], (ranks, job_nodes)
+    testbed.assert_queue_drains()
+    assert not server_processes(str(shm)), server_processes(str(shm))
+
+
 def ranks_in(workdir: Path, state: str, skip: frozenset[Path] = frozenset()) -> list[dict]:
     """Registry entries of the Weaviate pilots under ``workdir`` (but those in ``skip``) in ``state``."""
     entries = []

@@ -68,7 +68,7 @@ def test_the_config_takes_cores_per_worker_and_bind() -> None:
         VdbConfig.model_validate({"databases": [{"name": "weaviate"}], "cores_per_worker": 0})
 
 
-def test_hpc_bind_none_renders_no_cpu_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hpc_bind_none_says_cpu_bind_none(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.pipeline.test_hpc_render import FIXED_ENV
 
     for key, value in FIXED_ENV.items():
@@ -82,7 +82,10 @@ def test_hpc_bind_none_renders_no_cpu_binding(monkeypatch: pytest.MonkeyPatch) -
     unbound_cluster = cfg.vdb.cluster.model_copy(update={"bind": "none"})
     unbound = plan_cluster(qdrant, unbound_cluster, node, Path("/work/vdb"), loaded.base_dir)
     assert all(r.cores == [] for r in unbound.ranks)
-    assert "--cpu-bind" not in launcher_command(unbound, unbound_cluster, cfg.executor.node)
+    # explicit: PALS's mpiexec would otherwise apply its default binding
+    assert " --cpu-bind none " in launcher_command(unbound, unbound_cluster, cfg.executor.node)
+    srun_cluster = unbound_cluster.model_copy(update={"launcher": "srun"})
+    assert " --cpu-bind=none " in launcher_command(unbound, srun_cluster, cfg.executor.node)
 
 
 # --- a real server --------------------------------------------------------------------------------------

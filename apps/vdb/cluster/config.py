@@ -173,6 +173,11 @@ class DatabaseClusterConfig(Strict):
         "mpiexec", description="How ranks start on the job's nodes; local: one node, no MPI (tests)."
     )
     apptainer: SafePath = Field("apptainer", description="Apptainer executable on the compute nodes.")
+    fakeroot: bool | None = Field(
+        None,
+        description="apptainer exec --fakeroot; None: the platform's default (executor.node."
+        "apptainer_fakeroot: on at ALCF, whose compute nodes need it).",
+    )
     apptainer_args: list[PlainText] = Field(
         default_factory=list,
         description="Extra apptainer exec arguments (e.g. --bind /lus); each is one word, quoted in the "

@@ -104,8 +104,13 @@ def plan_cluster(
     node: NodeShape,
     workdir: Path,
     base_dir: Path | None = None,
+    rerunnable: bool = False,
 ) -> ClusterLayout:
-    """Lay out every rank of ``settings.name`` on the cluster block (no side effects)."""
+    """Lay out every rank of ``settings.name`` on the cluster block (no side effects).
+
+    ``rerunnable``: the job may be preempted and rerun (``executors.providers.rerunnable``), so its data
+    directory does not name the job and the rerun finds the data the killed run left.
+    """
     database = settings.name
     cluster = cluster.for_database(database)
     cid = cluster_id_for(database, workdir)
@@ -114,8 +119,10 @@ def plan_cluster(
         raise DatabaseError(
             f"vdb.cluster.storage: medium {cluster.storage.medium} has no directory configured"
         )
-    # One data directory per scheduler job (lib.sh sets VDB_JOB): a retry never sees stale state.
-    data = f"{storage_base.rstrip('/')}/pes2o-vdb/{cid}/job-${{VDB_JOB}}"
+    # One data directory per scheduler job (lib.sh sets VDB_JOB): a retry never sees stale state; a
+    # preempted job's rerun keeps the one directory instead.
+    job = "rerunnable" if rerunnable else "job-${VDB_JOB}"
+    data = f"{storage_base.rstrip('/')}/pes2o-vdb/{cid}/{job}"
     directory = Path(workdir) / CLUSTER_DIR
     native = cluster.runtime == "native"
     if native:
@@ -135,16 +142,22 @@ def plan_cluster(
             )
         ranks = [native_spec(spec, image, directory) for spec in ranks]
     bound = cluster.bind == "cores"
-    cores = (bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) if bound else None) or []
+    # Where each node-local rank sits; an unbound rank is not pinned there, but its GPU is still the one
+    # nearest those cores (ALCF's per-rank GPU choice on Polaris is by position, not binding).
+    places = bind_lists(node, cluster.workers_per_node, cluster.cores_per_worker) or []
+    fakeroot = node.apptainer_fakeroot if cluster.fakeroot is None else cluster.fakeroot
     for spec in ranks:
         spec.node_slot, spec.local_index = divmod(spec.rank, cluster.workers_per_node)
-        spec.cores = cores[spec.local_index] if spec.local_index < len(cores) else []
+        place = places[spec.local_index] if spec.local_index < len(places) else []
+        spec.cores = place if bound else []
+        if fakeroot and cluster.runtime == "apptainer":
+            spec.apptainer_flags.insert(0, "--fakeroot")
         if "GOMAXPROCS" in spec.env:  # Go ignores CPU affinity: as many threads as it is bound to
             threads = len(hw_threads(spec.cores, node)) or cluster.cores_per_worker * node.threads_per_core
             spec.env["GOMAXPROCS"] = str(threads)
         if cluster.gpu_indexing and node.gpus:
             # One GPU per rank; the env file reaches the server through apptainer --cleanenv.
-            spec.env["CUDA_VISIBLE_DEVICES"] = str(spec.local_index % node.gpus)
+            spec.env["CUDA_VISIBLE_DEVICES"] = str(node.nearest_gpu(place, spec.local_index))
     return ClusterLayout(database, cid, directory, data, ranks, planned.entry_ranks, planned.shared_data)
 
 

@@ -22,7 +22,7 @@ from apps.vdb.cluster.provider import cluster_provider
 from apps.vdb.cluster.render import launcher_command, write_files
 from apps.vdb.process import tail
 from core.lifetime import record_job
-from executors.providers import cancel_command, describe_job, job_ended
+from executors.providers import cancel_command, describe_job, job_ended, rerunnable
 
 
 def read_registry(registry: Path) -> dict[int, dict[str, Any]]:
@@ -119,8 +119,9 @@ class ClusterDeployment(Deployment):
 
     def plan(self, workdir: Path) -> ClusterLayout:
         """The layout this deployment would start under ``workdir`` (no side effects)."""
+        rerun = rerunnable(self.executor, self.cluster.queue)
         return plan_cluster(
-            self.settings, self.cluster, node_shape(self.executor), Path(workdir), self.base_dir
+            self.settings, self.cluster, node_shape(self.executor), Path(workdir), self.base_dir, rerun
         )
 
     def start(self, workdir: Path, timeout: float = 120.0) -> Endpoints:
@@ -131,11 +132,12 @@ class ClusterDeployment(Deployment):
         workdir = Path(workdir).resolve()
         self.layout = layout = self.plan(workdir)
         write_files(layout, self.cluster)
-        provider = self.provider or cluster_provider(self.executor, self.cluster)
+        hosts = self._allocation_hosts()
+        provider = self.provider or cluster_provider(self.executor, self.cluster, hosts, layout.directory)
         self.provider = provider
         provider.script_dir = str(layout.directory / "jobs")
         Path(provider.script_dir).mkdir(parents=True, exist_ok=True)
-        command = launcher_command(layout, self.cluster, node_shape(self.executor))
+        command = launcher_command(layout, self.cluster, node_shape(self.executor), hosts)
         self._lease = DriverLease(layout.registry / LEASE_FILE, self.cluster.driver_lease_s)
         self.job_id = provider.submit(command, 1, f"pes2o-vdb.{layout.cluster_id}")
         if not self.job_id:
@@ -187,6 +189,20 @@ class ClusterDeployment(Deployment):
         except BaseException:
             self.stop()
             raise
+
+    def _allocation_hosts(self) -> list[str] | None:
+        """The database nodes of the run's own job under ``executor.allocation: one``, else None."""
+        if getattr(self.executor, "allocation", "separate") != "one":
+            return None
+        from executors.allocation import current_split
+
+        hosts = current_split(self.executor, None).databases
+        if len(hosts) < self.cluster.nodes:
+            raise DatabaseError(
+                f"{self.name}: the allocation leaves {len(hosts)} node(s) for the databases, "
+                f"vdb.cluster.nodes asks {self.cluster.nodes}"
+            )
+        return hosts
 
     def lost(self, settle_s: float = 30.0) -> str | None:
         """Why the running cluster is gone (its job ended, a rank stopped), or None while it serves.

@@ -7,16 +7,23 @@ because the job's command starts the ranks itself (``mpiexec``, ``srun`` or a lo
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from parsl.launchers import SimpleLauncher
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from executors.providers import JobRequest, provider_for
+from executors.allocation import restrict_to
+from executors.providers import JobRequest, local_provider, provider_for
 
 
-def cluster_provider(executor: Any, cluster: DatabaseClusterConfig) -> Any:
-    """The Parsl provider that submits the database job for ``executor.platform``'s scheduler."""
+def cluster_provider(
+    executor: Any, cluster: DatabaseClusterConfig, hosts: list[str] | None = None, run_dir: Path | None = None
+) -> Any:
+    """The Parsl provider that submits the database job for ``executor.platform``'s scheduler; under
+    ``executor.allocation: one``, a LocalProvider that starts it inside the run's own job, on ``hosts``
+    (the database nodes of :mod:`executors.allocation`; its PBS node file goes under ``run_dir``)."""
     init = list(cluster.worker_init)
     daos = cluster.storage.daos if cluster.storage.medium == "daos" else None
     if daos is not None:
@@ -35,4 +42,11 @@ def cluster_provider(executor: Any, cluster: DatabaseClusterConfig) -> Any:
         # turns these into --cpus-per-task and --mem for one task (a worker manager) per node.
         cores_and_memory=False,
     )
+    if getattr(executor, "allocation", "separate") == "one":
+        if hosts is None or run_dir is None:
+            raise ValueError("allocation one: the database job needs its nodes and a directory")
+        line, _ = restrict_to(executor.platform, "databases", hosts, run_dir)
+        return local_provider(
+            replace(request, nodes=1, worker_init="\n".join([*init, line] if line else init))
+        )
     return provider_for(executor, request)

@@ -23,19 +23,30 @@ LAUNCH_SH = (Path(__file__).parent / "launch.sh").read_text()
 _PLACEHOLDER = re.compile(r"\$\{VDB_[A-Z0-9_]+\}")
 
 
-def launcher_command(layout: ClusterLayout, cluster: DatabaseClusterConfig, node: NodeShape) -> str:
-    """The job's command: start every rank on the job's nodes, bound to its cores, then wait."""
+def launcher_command(
+    layout: ClusterLayout, cluster: DatabaseClusterConfig, node: NodeShape, hosts: list[str] | None = None
+) -> str:
+    """The job's command: start every rank on the job's nodes (``hosts``: only these nodes of a shared
+    allocation, ``executor.allocation: one``), bound to its cores, then wait."""
     launch = shlex.quote(str(layout.directory / "launch.sh"))
+    if hosts is not None:
+        hosts = hosts[: cluster.nodes]
+    on = f" --hosts {','.join(hosts)}" if hosts else ""
     n, ppn = len(layout.ranks), min(cluster.workers_per_node, len(layout.ranks))
     local = [r for r in layout.ranks if r.node_slot == 0]
     if cluster.launcher == "mpiexec":
+        # Unbound is said explicitly: PALS's mpiexec binds ranks by default (ALCF's example job scripts,
+        # argonne-lcf/user-guides docs/running-jobs/example-job-scripts.md, always pass --cpu-bind).
         binding = ":".join(core_ranges(hw_threads(r.cores, node)) for r in local)
-        bind = f" --cpu-bind list:{binding}" if all(r.cores for r in local) else ""
-        return f"mpiexec -n {n} --ppn {ppn}{bind} /bin/bash {launch}"
+        bind = f" --cpu-bind list:{binding}" if all(r.cores for r in local) else " --cpu-bind none"
+        return f"mpiexec{on} -n {n} --ppn {ppn}{bind} /bin/bash {launch}"
     if cluster.launcher == "srun":
         masks = ",".join(hex(sum(1 << c for c in hw_threads(r.cores, node))) for r in local)
-        bind = f" --cpu-bind=mask_cpu:{masks}" if all(r.cores for r in local) else ""
-        return f"srun --nodes={cluster.nodes} --ntasks={n} --ntasks-per-node={ppn}{bind} /bin/bash {launch}"
+        bind = f" --cpu-bind=mask_cpu:{masks}" if all(r.cores for r in local) else " --cpu-bind=none"
+        on = f" --nodelist={','.join(hosts)}" if hosts else ""
+        return (
+            f"srun --nodes={cluster.nodes}{on} --ntasks={n} --ntasks-per-node={ppn}{bind} /bin/bash {launch}"
+        )
     return f"for r in $(seq 0 {n - 1}); do VDB_RANK=$r /bin/bash {launch} & done; wait"
 
 

@@ -1,4 +1,4 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.cpu.block-0
+# submit: qsub  -q capacity -A MyProject /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.cpu.block-0
 #!/bin/bash
 
 #PBS -S /bin/bash

@@ -1,4 +1,4 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.workers.block-0
+# submit: qsub  -q capacity -A MyProject /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/submit_scripts/parsl.workers.block-0
 #!/bin/bash
 
 #PBS -S /bin/bash
@@ -13,6 +13,7 @@
 
 module load frameworks
 source /projects/MyProject/venv/bin/activate
+export ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE
 export PATH="<venv>/bin:$PATH"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 

@@ -35,7 +35,7 @@ else
 fi
 
 cat << MPIEXEC_EOF > ${SCRIPT_DIR:+$SCRIPT_DIR/}cmd_$JOBNAME.sh
-process_worker_pool.py  --max_workers_per_node=4 -a <login-node-address> -p 0 -c 8.0 -m None --poll 10 --port=<interchange-worker-port> --cert_dir /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/workers/certificates --logdir=/projects/MyProject/pes2o-ve/runs/<run-id>/parsl/workers --logconf=None --block_id=0 --hb_period=30  --hb_threshold=120 --drain_period=9900 --cpu-affinity block-reverse  --mpi-launcher=mpiexec --available-accelerators 0 1 2 3
+process_worker_pool.py  --max_workers_per_node=4 -a <login-node-address> -p 0 -c 8.0 -m None --poll 10 --port=<interchange-worker-port> --cert_dir /projects/MyProject/pes2o-ve/runs/<run-id>/parsl/000/workers/certificates --logdir=/projects/MyProject/pes2o-ve/runs/<run-id>/parsl/workers --logconf=None --block_id=0 --hb_period=30  --hb_threshold=120 --drain_period=9900 --cpu-affinity list:24-31,56-63:16-23,48-55:8-15,40-47:0-7,32-39  --mpi-launcher=mpiexec --available-accelerators 0 1 2 3
 MPIEXEC_EOF
 chmod u+x ${SCRIPT_DIR:+$SCRIPT_DIR/}cmd_$JOBNAME.sh
 

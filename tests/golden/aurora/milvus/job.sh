@@ -1,4 +1,4 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/jobs/pes2o-vdb.milvus-da7b3d8e
+# submit: qsub  -q capacity -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<milvus-key>/server/cluster/jobs/pes2o-vdb.milvus-da7b3d8e
 #!/bin/bash
 
 #PBS -S /bin/bash

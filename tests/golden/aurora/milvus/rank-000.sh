@@ -20,6 +20,7 @@ mkdir -p "/dev/shm/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/rank-000" "$VDB_RANK
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_serve \
   apptainer exec --cleanenv \
+  --fakeroot \
   --bind "/dev/shm/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/rank-000:/etcd-data" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/etcd_v3.5.18.sif \

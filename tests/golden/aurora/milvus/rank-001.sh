@@ -20,12 +20,15 @@ vdb_wait_rank0
 mkdir -p "/tmp/MyPool/vdb/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/rank-001" "/tmp/MyPool/vdb/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/shared" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
 vdb_render "$VDB_RANK_DIR/user.yaml" "$VDB_RANK_DIR/run/user.yaml"
+vdb_render "$VDB_RANK_DIR/start-milvus.sh" "$VDB_RANK_DIR/run/start-milvus.sh"
 vdb_serve \
   apptainer exec --cleanenv \
+  --fakeroot \
   --pwd /milvus \
   --bind "/tmp/MyPool/vdb/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/rank-001:/var/lib/milvus" \
   --bind "/tmp/MyPool/vdb/pes2o-vdb/milvus-da7b3d8e/job-${VDB_JOB}/shared:/var/lib/milvus/shared" \
   --bind "${VDB_RANK_DIR}/run/user.yaml:/milvus/configs/user.yaml" \
+  --bind "${VDB_RANK_DIR}/run:/opt/pes2o/run" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/milvus_v2.6.6.sif \
-  milvus run mixcoord
+  /bin/sh /opt/pes2o/run/start-milvus.sh /opt/pes2o/run milvus run mixcoord

@@ -1,4 +1,4 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<qdrant-key>/server/cluster/jobs/pes2o-vdb.qdrant-dad1f3b7
+# submit: qsub  -q capacity -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<qdrant-key>/server/cluster/jobs/pes2o-vdb.qdrant-dad1f3b7
 #!/bin/bash
 
 #PBS -S /bin/bash

@@ -1,4 +1,4 @@
-# submit: qsub  -q prod -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a
+# submit: qsub  -q capacity -A MyProject /projects/MyProject/pes2o-ve/store/vdb-points/<weaviate-key>/server/cluster/jobs/pes2o-vdb.weaviate-05e0693a
 #!/bin/bash
 
 #PBS -S /bin/bash

@@ -19,12 +19,15 @@ VDB_READY_URL="http://${VDB_ADDR}:20010/v1/.well-known/ready"
 vdb_wait_rank0
 mkdir -p "/dev/shm/pes2o-vdb/weaviate-05e0693a/job-${VDB_JOB}/rank-001" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
+vdb_render "$VDB_RANK_DIR/start-weaviate.sh" "$VDB_RANK_DIR/run/start-weaviate.sh"
 vdb_serve \
   apptainer exec --cleanenv \
+  --fakeroot \
   --bind "/dev/shm/pes2o-vdb/weaviate-05e0693a/job-${VDB_JOB}/rank-001:/var/lib/weaviate" \
+  --bind "${VDB_RANK_DIR}/run:/opt/pes2o/run" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/weaviate_1.36.0.sif \
-  /bin/weaviate \
+  /bin/sh /opt/pes2o/run/start-weaviate.sh /opt/pes2o/run /bin/weaviate \
   --host "${VDB_ADDR}" \
   --port 20010 \
   --scheme http

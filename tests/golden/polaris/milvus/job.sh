@@ -12,7 +12,7 @@
 #PBS -l place=scatter
 
 module use /soft/modulefiles
-module load spack-pe-base/0.6.2
+module load spack-pe-base
 module load apptainer
 
 export JOBNAME="pes2o-vdb.milvus-da7b3d8e"

@@ -18,14 +18,17 @@ VDB_ADDR=$(vdb_addr hsn0)
 VDB_READY_URL="http://${VDB_ADDR}:20000/readyz"
 mkdir -p "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000" "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/snapshots" "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/storage" "$VDB_RANK_DIR/run"
 vdb_render "$VDB_RANK_DIR/server.env" "$VDB_RANK_DIR/run/server.env"
+vdb_render "$VDB_RANK_DIR/start-qdrant.sh" "$VDB_RANK_DIR/run/start-qdrant.sh"
 vdb_serve \
   apptainer exec --cleanenv \
+  --fakeroot \
   --writable-tmpfs \
   --pwd /qdrant \
   --nv \
   --bind "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/storage:/qdrant/storage" \
   --bind "/dev/shm/pes2o-vdb/qdrant-dad1f3b7/job-${VDB_JOB}/rank-000/snapshots:/qdrant/snapshots" \
+  --bind "${VDB_RANK_DIR}/run:/opt/pes2o/run" \
   --env-file "${VDB_RANK_DIR}/run/server.env" \
   /projects/MyProject/images/qdrant_v1.16.2-gpu-nvidia.sif \
-  /qdrant/qdrant \
+  /bin/sh /opt/pes2o/run/start-qdrant.sh /opt/pes2o/run /qdrant/qdrant \
   --uri "http://${VDB_ADDR}:20002"
