@@ -234,7 +234,7 @@ def test_the_password_file_is_read_only_as_a_plain_file(tmp_path: Path) -> None:
     # the server's user owns the directory: a link it swapped in (to a root-only file) is never read
     (tmp_path / "secret").write_text("root only\n")
     (tmp_path / "link").symlink_to(tmp_path / "secret")
-    with pytest.raises(DatabaseError, match="cannot read the server's password file"):
+    with pytest.raises(DatabaseError, match=r"the server's password file .* cannot be read"):
         read_password(str(tmp_path / "link"))
     os.link(tmp_path / "secret", tmp_path / "hard")
     with pytest.raises(DatabaseError, match="not a plain file"):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 from apps.vdb.base import DatabaseError, Endpoint
 from apps.vdb.pgvector.env import EXTENSIONS
+from apps.vdb.secret import read_secret
 
 
 def endpoint_from_url(url: str) -> Endpoint:
@@ -24,20 +24,10 @@ def endpoint_from_url(url: str) -> Endpoint:
 
 
 def read_password(path: str) -> str:
-    """The password in ``path``: a regular file with one link, opened without following a symbolic link.
-
-    The file's directory belongs to the server's user; a root client must not read whatever file that user
-    could swap in (a link to a root-only file would be sent as the password).
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise DatabaseError(f"pgvector: cannot read the server's password file {path}: {exc}") from None
-    with os.fdopen(fd) as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            raise DatabaseError(f"pgvector: the server's password file {path} is not a plain file; remove it")
-        return handle.read().strip()
+    """The password in ``path`` (:func:`apps.vdb.secret.read_secret`: a plain file with one link, opened
+    without following a symbolic link). The file's directory belongs to the server's user; a root client
+    must not read whatever file that user could swap in (a link to a root-only file would be sent)."""
+    return read_secret(path, "pgvector: the server's password file")
 
 
 def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit: bool = True) -> Any:
