@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,3 +111,30 @@ def restrict_to(platform: str, role: str, hosts: list[str], run_dir: Path) -> tu
     path = shlex.quote(str(run_dir / "allocation" / f"{role}.nodes"))
     names = " ".join(shlex.quote(h) for h in hosts)
     return f"mkdir -p $(dirname {path}) && printf '%s\\n' {names} > {path} && export PBS_NODEFILE={path}", ""
+
+
+def end_steps(env: Mapping[str, str] | None = None, wait_s: float = 60.0) -> None:
+    """Inside a Slurm job: SIGTERM every step of the run's own job but its batch script (the driver), and
+    wait for them to end, before Parsl cancels its blocks.
+
+    Parsl cancels a block by signalling its ``srun``, which kills the step outright: the multiprocessing
+    resource trackers of its workers die with them and their semaphores stay in /dev/shm. A SIGTERM lets
+    the workers end and their trackers (which ignore it) clean up, as when a separate block job ends.
+    """
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return
+    try:
+        subprocess.run(["scancel", "--signal=TERM", job], capture_output=True, timeout=30, check=False)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            listed = subprocess.run(
+                ["squeue", "-h", "-s", "-j", job, "-o", "%i"], capture_output=True, text=True, timeout=30
+            )
+            steps = [s for s in listed.stdout.split() if not s.endswith((".batch", ".extern"))]
+            if listed.returncode != 0 or not steps:
+                return
+            time.sleep(1.0)
+    except (OSError, subprocess.SubprocessError):
+        return  # the scheduler's own teardown still ends them with the job

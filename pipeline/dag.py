@@ -417,4 +417,8 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
     except PropagatedException as exc:
         raise root_cause(exc) from None
     finally:
+        if split is not None:  # one allocation: the blocks end as a job's steps do, cleaning up after them
+            from executors.allocation import end_steps
+
+            end_steps()
         dfk.cleanup()
