@@ -38,14 +38,18 @@ class NodeSplit:
     databases: list[str]
 
 
+def in_one_allocation(executor: Any) -> bool:
+    """True when the run is one batch job (``executor.allocation: one``; the local platform never is)."""
+    return getattr(executor, "allocation", "separate") == "one"
+
+
 def nodes_needed(executor: Any, vdb: Any) -> tuple[int, int, int]:
     """(GPU block, CPU block, database) nodes of one allocation: the largest database job of any point."""
     cpu = executor.cpu.nodes_per_block if executor.cpu is not None else 0
     databases = 0
     cluster = getattr(vdb, "cluster", None) if vdb else None
     if cluster is not None:
-        points = [p for p in vdb.points] if vdb.points else []
-        clusters = [p.config.cluster.for_database(p.database) for p in points if p.config.cluster]
+        clusters = [p.config.cluster.for_database(p.database) for p in vdb.points if p.config.cluster]
         clusters += [cluster.for_database(db.name) for db in vdb.pilot_databases()]
         databases = max((c.nodes for c in clusters), default=0)
     return executor.gpu.nodes_per_block, cpu, databases

@@ -19,7 +19,7 @@ from parsl.launchers import MpiExecLauncher, SrunLauncher
 from parsl.launchers.base import Launcher
 
 from executors import hpc
-from executors.allocation import NodeSplit, restrict_to
+from executors.allocation import NodeSplit, in_one_allocation, restrict_to
 from executors.config import CpuWorkers, ExecutorConfig, GpuWorkers
 from executors.labels import CPU, WORKERS
 from executors.providers import JobRequest, local_provider, pbs_provider, slurm_provider
@@ -93,7 +93,7 @@ def parsl_config_for(
     platform = PLATFORMS.get(executor.platform)
     if platform is None:
         raise ValueError(f"no Parsl configuration for platform {executor.platform!r}")
-    if executor.allocation == "one":
+    if in_one_allocation(executor):
         if split is None:
             raise ValueError("allocation one needs the job's nodes (executors.allocation.current_split)")
         return _in_one_allocation(executor, run_dir, hub, address, platform, split)

@@ -404,9 +404,9 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
     preflight(plan)
     executor, split = plan.config.executor, None
-    if getattr(executor, "allocation", "separate") == "one":  # the run is its own batch job
-        from executors.allocation import current_split
+    from executors.allocation import current_split, in_one_allocation
 
+    if in_one_allocation(executor):  # the run is its own batch job
         split = current_split(executor, plan.config.vdb)
     parsl_config = parsl_config_for(executor, provenance.run_dir, plan.config.monitoring, split=split)
     dfk = parsl.load(parsl_config)

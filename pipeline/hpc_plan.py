@@ -81,7 +81,9 @@ def placeholder_split(loaded: LoadedConfig) -> Any:
 
 def one_allocation(loaded: LoadedConfig) -> bool:
     """True when the run is one batch job (``executor.allocation: one``)."""
-    return getattr(loaded.config.executor, "allocation", "separate") == "one"
+    from executors.allocation import in_one_allocation
+
+    return in_one_allocation(loaded.config.executor)
 
 
 def parsl_config(loaded: LoadedConfig, run_dir: Path | None = None, address: str = ADDRESS) -> Any:

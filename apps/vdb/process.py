@@ -103,8 +103,9 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
-def http_ok(url: str, timeout: float = 2.0) -> bool:
-    """True when GET ``url`` answers 2xx (never through an HTTP proxy: the server is ours)."""
+def http_ok(url: str | urllib.request.Request, timeout: float = 2.0) -> bool:
+    """True when GET ``url`` (or a prepared request, e.g. with an API key header) answers 2xx (never
+    through an HTTP proxy: the server is ours)."""
     try:
         with urlopen(url, timeout=timeout) as resp:
             return 200 <= resp.status < 300

@@ -20,14 +20,17 @@ from apps.vdb.base import DatabaseError, Endpoint
 SECRET_BYTES = 24  # 48 hex characters: within Milvus's 6..72 password length, any API key is fine
 
 
-def new_secret(path: Path) -> Path:
-    """A fresh random secret in ``path`` (mode 0600, replacing an older one); the path.
+def new_secret(path: Path, owner: tuple[int, int] | None = None) -> Path:
+    """A fresh random secret in ``path`` (mode 0600, replacing an older one, owned by ``owner``'s (uid,
+    gid) when given, e.g. the server's user who reads it); the path.
 
-    ``O_EXCL | O_NOFOLLOW``: never written through a link planted where the file goes.
+    ``O_EXCL | O_NOFOLLOW`` and ``fchown``: never written through a link planted where the file goes.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    if owner is not None:
+        os.fchown(fd, *owner)
     with os.fdopen(fd, "w") as out:
         out.write(secrets.token_hex(SECRET_BYTES) + "\n")
     return path

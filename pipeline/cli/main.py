@@ -172,7 +172,9 @@ def run(config: ConfigArg) -> None:
 
     try:
         loaded = load_config(config)
-        if getattr(loaded.config.executor, "allocation", "separate") == "one":
+        from executors.allocation import in_one_allocation
+
+        if in_one_allocation(loaded.config.executor):
             from pipeline import allocation_job
 
             if not allocation_job.inside_a_job():  # submit the run as one job; inside it, run below

@@ -20,7 +20,7 @@ from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from apps.vdb.cluster.layout import absolute, node_shape, plan_cluster
 from executors import queues
-from executors.allocation import nodes_needed
+from executors.allocation import in_one_allocation, nodes_needed
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
 from executors.queues import QueueTable
 
@@ -28,7 +28,7 @@ from executors.queues import QueueTable
 def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tuple]]:
     """(nodes path, queue, nodes, walltime, walltime path) of every batch job the run submits."""
     queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
-    if getattr(executor, "allocation", "separate") == "one":  # one job holding every role's nodes
+    if in_one_allocation(executor):  # one job holding every role's nodes
         nodes, walltime = sum(nodes_needed(executor, vdb)), executor.walltime
         yield (("executor", "allocation"), queue, nodes, walltime, ("executor", "walltime"))
         return
@@ -128,7 +128,7 @@ def jobs_held_at_once(executor: Any, vdb: Any) -> list[list[HeldJob]]:
     cluster = getattr(vdb, "cluster", None) if vdb else None
     if cluster is None or not executor.platform or not hasattr(executor, "gpu"):
         return []
-    if executor.allocation == "one":  # a single job: no per-user limit is below one
+    if in_one_allocation(executor):  # a single job: no per-user limit is below one
         return []
     queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
     own = ("executor", "queue" if hasattr(executor, "queue") else "partition")
@@ -178,51 +178,48 @@ def per_user_limit_problems(executor: Any, vdb: Any, table: QueueTable | None = 
     table = table or queues.current(executor)
     problems: list[Problem] = []
     for held in jobs_held_at_once(executor, vdb):
-        groups: dict[tuple[str, str | None], list[HeldJob]] = {}
-        limits_of: dict[tuple[str, str | None], Any] = {}
+        # (queue, execution queue it routes to) -> (its per-user limits, the jobs that land there)
+        groups: dict[tuple[str, str | None], tuple[Any, list[HeldJob]]] = {}
         for job in held:
             limits = table.limits.get(job.queue)
             if limits is None or not limits.accepts_nodes(job.nodes):
                 continue  # reported by _queue_problems
             target, per_user = _execution_queue(limits, job.nodes)
-            groups.setdefault((job.queue, target), []).append(job)
-            limits_of[(job.queue, target)] = per_user
-        for (queue, target), jobs in groups.items():
-            per_user = limits_of[(queue, target)]
+            groups.setdefault((job.queue, target), (per_user, []))[1].append(job)
+        for (queue, target), (per_user, jobs) in groups.items():
             named = f"queue {queue!r}" + (f" (routed to {target!r})" if target else "")
             running = [j for j in jobs if j.running]
             loc = next((j.loc for j in reversed(jobs) if j.name.startswith("vdb ")), jobs[0].loc)
-            count = sum(j.running for j in running)
-            most = per_user.max_running_per_user
-            if most is not None and count > most:
-                problems.append(
-                    (
-                        loc,
-                        f"{named} runs at most {most} job{'s' if most > 1 else ''} per user; this run holds "
-                        f"{count} at once ({_names(running)}): {ONE_ALLOCATION_HINT}",
-                    )
-                )
-            submitted = sum(j.queued for j in jobs)
-            most = per_user.max_queued_per_user
-            if most is not None and submitted > most:
-                problems.append(
-                    (
-                        loc,
-                        f"{named} queues at most {most} job{'s' if most > 1 else ''} per user; this run may "
-                        f"submit {submitted} at once ({_names(jobs, queued=True)}): lower max_blocks or "
-                        f"{ONE_ALLOCATION_HINT}",
-                    )
-                )
+            count, submitted = sum(j.running for j in running), sum(j.queued for j in jobs)
             nodes = sum(j.nodes * j.running for j in running)
-            most = per_user.max_running_nodes_per_user
-            if most is not None and nodes > most:
-                problems.append(
-                    (
-                        loc,
-                        f"{named} runs at most {most} nodes per user; this run holds {nodes} at once "
-                        f"({_names(running)})",
-                    )
-                )
+            # (the limit, what the run needs of it, the verb, the unit (one, several), what the run does)
+            for most, need, verb, unit, this_run in (
+                (
+                    per_user.max_running_per_user,
+                    count,
+                    "runs",
+                    ("job", "jobs"),
+                    f"this run holds {count} at once ({_names(running)}): {ONE_ALLOCATION_HINT}",
+                ),
+                (
+                    per_user.max_queued_per_user,
+                    submitted,
+                    "queues",
+                    ("job", "jobs"),
+                    f"this run may submit {submitted} at once ({_names(jobs, queued=True)}): lower "
+                    f"max_blocks or {ONE_ALLOCATION_HINT}",
+                ),
+                (
+                    per_user.max_running_nodes_per_user,
+                    nodes,
+                    "runs",
+                    ("nodes", "nodes"),
+                    f"this run holds {nodes} at once ({_names(running)})",
+                ),
+            ):
+                if most is not None and need > most:
+                    amount = f"{most} {unit[0] if most == 1 else unit[1]}"
+                    problems.append((loc, f"{named} {verb} at most {amount} per user; {this_run}"))
     return list(dict.fromkeys(problems))
 
 

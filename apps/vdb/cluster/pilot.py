@@ -192,9 +192,10 @@ class ClusterDeployment(Deployment):
 
     def _allocation_hosts(self) -> list[str] | None:
         """The database nodes of the run's own job under ``executor.allocation: one``, else None."""
-        if getattr(self.executor, "allocation", "separate") != "one":
+        from executors.allocation import current_split, in_one_allocation
+
+        if not in_one_allocation(self.executor):
             return None
-        from executors.allocation import current_split
 
         hosts = current_split(self.executor, None).databases
         if len(hosts) < self.cluster.nodes:

@@ -14,7 +14,7 @@ from typing import Any
 from parsl.launchers import SimpleLauncher
 
 from apps.vdb.cluster.config import DatabaseClusterConfig
-from executors.allocation import restrict_to
+from executors.allocation import in_one_allocation, restrict_to
 from executors.providers import JobRequest, local_provider, provider_for
 
 
@@ -42,7 +42,7 @@ def cluster_provider(
         # turns these into --cpus-per-task and --mem for one task (a worker manager) per node.
         cores_and_memory=False,
     )
-    if getattr(executor, "allocation", "separate") == "one":
+    if in_one_allocation(executor):
         if hosts is None or run_dir is None:
             raise ValueError("allocation one: the database job needs its nodes and a directory")
         line, _ = restrict_to(executor.platform, "databases", hosts, run_dir)

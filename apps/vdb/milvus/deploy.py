@@ -140,13 +140,14 @@ def secure_root(uri: str, password_file: Path, timeout: float) -> str:
     password (a restart on the same directory) is left as it is."""
     if not password_file.is_file():
         new_secret(password_file)
-    token = root_token(read_secret(password_file, "milvus: the root password file"))
+    password = read_secret(password_file, "milvus: the root password file")
+    token = root_token(password)
     deadline = time.monotonic() + timeout
     while True:
         try:
             client = MilvusClient(uri=uri, token=root_token(DEFAULT_PASSWORD), timeout=min(10.0, timeout))
             try:
-                client.update_password(ROOT, DEFAULT_PASSWORD, token.split(":", 1)[1])
+                client.update_password(ROOT, DEFAULT_PASSWORD, password)
             finally:
                 client.close()
             return token

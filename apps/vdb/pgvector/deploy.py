@@ -16,7 +16,6 @@ import contextlib
 import importlib.util
 import os
 import pwd
-import secrets
 import shutil
 import signal
 import stat
@@ -28,6 +27,7 @@ from apps.vdb.pgvector.conn import connect, endpoint_from_url, ensure_extension,
 from apps.vdb.pgvector.env import PASSWORD_FILE, initdb_argv, postgres_argv, server_gucs
 from apps.vdb.pgvector.settings import PgvectorSettings
 from apps.vdb.process import ServerProcess, free_port, tail
+from apps.vdb.secret import new_secret
 
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; the socket file is <dir>/.s.PGSQL.<port>
 
@@ -157,16 +157,8 @@ class PgvectorDeployment(Deployment):
     def _new_password(self, root: Path, user: pwd.struct_passwd | None) -> Path:
         """A fresh random superuser password in ``root/password`` (0600, owned by the server's user, who
         reads it in initdb; this process reads it as that user or as root)."""
-        root.mkdir(parents=True, exist_ok=True)
-        path = root / PASSWORD_FILE
-        path.unlink(missing_ok=True)
-        # O_EXCL | O_NOFOLLOW and fchown: root never follows a link the server's user could plant here
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        if user is not None:
-            os.fchown(fd, user.pw_uid, user.pw_gid)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(24) + "\n")
-        return path
+        # root never follows a link the server's user could plant here (new_secret's O_NOFOLLOW, fchown)
+        return new_secret(root / PASSWORD_FILE, (user.pw_uid, user.pw_gid) if user is not None else None)
 
     def _initdb(
         self, bin_dir: Path, data: Path, password: Path, log: Path, user: pwd.struct_passwd | None

@@ -16,14 +16,13 @@ import importlib.metadata
 import json
 import os
 import shutil
-import urllib.error
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
 from apps.vdb.noproxy import urlopen
-from apps.vdb.process import ServerProcess, free_ports
+from apps.vdb.process import ServerProcess, free_ports, http_ok
 from apps.vdb.qdrant.env import API_KEY_FILE, API_KEY_VAR, server_env
 from apps.vdb.qdrant.handles import EDGE, LOCAL
 from apps.vdb.qdrant.settings import QdrantSettings
@@ -107,7 +106,10 @@ class QdrantDeployment(Deployment):
             self.data_dir.mkdir(parents=True, exist_ok=True)
             try:
                 self.proc.start()
-                self.proc.wait_healthy(lambda p=http: _ready(f"http://127.0.0.1:{p}", key), timeout)
+                ready = _request(
+                    f"http://127.0.0.1:{http}/readyz", key
+                )  # the key is harmless where not asked
+                self.proc.wait_healthy(lambda r=ready: http_ok(r), timeout)
             except DatabaseError as exc:
                 self.proc.stop()
                 if attempt == 0 and "address already in use" in str(exc).lower():
@@ -144,15 +146,6 @@ class QdrantDeployment(Deployment):
 def _request(url: str, key: str | None) -> urllib.request.Request:
     """GET ``url`` with the API key header when there is a key."""
     return urllib.request.Request(url, headers={"api-key": key} if key else {})
-
-
-def _ready(url: str, key: str) -> bool:
-    """True when ``/readyz`` answers 2xx (sent with the key: harmless where the server does not ask)."""
-    try:
-        with urlopen(_request(url + "/readyz", key), timeout=2.0) as resp:
-            return 200 <= resp.status < 300
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-        return False
 
 
 def _version(url: str, key: str | None = None) -> str:
