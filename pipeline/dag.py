@@ -27,13 +27,14 @@ from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.queries import QueriesConfig
+from apps.interchange import published
 from core.errors import ArtifactError, PipelineError
 from core.lifetime import record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
 from executors.jobs import BlockJobRecorder
 from executors.labels import DRIVER, WORKERS
 from executors.platforms import cpu_label, parsl_config_for
-from pipeline.plan import Plan
+from pipeline.plan_model import Plan, StagePlan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
 
@@ -109,6 +110,33 @@ def groundtruth_after_dataset(
     return gt_stage.compute_groundtruth(out_dir, dataset_dir, queries_file, groundtruth)
 
 
+def import_given(
+    fmt: str,
+    paths: list[str],
+    name: str,
+    store: str,
+    metric: str,
+    rows_per_part: int,
+    row_group_rows: int,
+    memory_budget_mb: int,
+    planned_dir: str,
+) -> dict[str, Any]:
+    """The import stage (``dataset.imported``): the files into the planned dataset folder; its manifest.
+
+    The folder is named by the files' content: landing elsewhere means they changed after the plan."""
+    from apps.interchange.importer import import_dataset
+
+    result = import_dataset(
+        fmt, paths, name, Path(store), metric, rows_per_part, row_group_rows, memory_budget_mb
+    )
+    if str(result.directory) != planned_dir:
+        raise ArtifactError(
+            f"the files of dataset.imported changed after the plan: imported into {result.directory}, "
+            f"planned {planned_dir}; run again"
+        )
+    return {**result.manifest, "cached": result.cached}
+
+
 def chunk_label(config: Any) -> str:
     """The executor chunking runs on.
 
@@ -139,6 +167,8 @@ class DagRunner:
             "geometry": python_app(geometry_stage.compute_geometry, executors=[cpu]),
             "finalize_chunks": python_app(finalize_chunks, executors=[DRIVER]),
             "finalize_dataset": python_app(finalize_dataset, executors=[DRIVER]),
+            "import": python_app(import_given, executors=[cpu]),
+            "given_groundtruth": python_app(published.run_groundtruth, executors=[WORKERS]),
         }
 
     def _track(
@@ -170,145 +200,11 @@ class DagRunner:
     def run(self) -> dict[str, str]:
         """Execute every incomplete stage; return the output directories by stage."""
         plan, cfg = self.plan, self.plan.config
-        docs, chunks, embed = plan.stage("shard"), plan.stage("chunk"), plan.stage("embed")
-
         with StageProgress(self.console) as progress:
-            # 1. shard: one sequential streaming pass (deterministic shard plan).
-            if self._start("shard"):
-                docs_manifest = read_manifest(docs.directory)
+            if cfg.generates_dataset:
+                self._generate(progress)
             else:
-                progress.add_stage("shard", 1)
-                future = self.apps["shard"](
-                    [str(p) for p in plan.corpus_files],
-                    cfg.corpus,
-                    cfg.sharding,
-                    str(docs.directory),
-                )
-                self._track("shard", future, progress, "documents")
-                docs_manifest = future.result()
-            self.provenance.stage_finished("shard", docs_manifest)
-            doc_files = [str(docs.directory / f["file"]) for f in docs_manifest["files"]]
-            chunk_files = [str(chunks.directory / f"chunks-{i:05d}.parquet") for i in range(len(doc_files))]
-
-            # 2. chunk i -> embed i, per shard, linked by futures.
-            chunk_cached = self._start("chunk")
-            embed_cached = self._start("embed")
-            if not chunk_cached:
-                progress.add_stage("chunk", len(doc_files))
-            if not embed_cached:
-                progress.add_stage("embed", len(doc_files))
-                if self.embedding.backend == "openvino":  # the first shard waits for the export: say so
-                    self._say(embed_stage.export_notice(self.embedding))
-            chunk_futures: list[Future] = []
-            embed_futures: list[Future] = []
-            for index, doc_file in enumerate(doc_files):
-                if chunk_cached:
-                    chunk_future: Future = Future()
-                    chunk_future.set_result(read_manifest(chunks.directory)["files"][index])
-                else:
-                    chunk_future = self._track(
-                        "chunk",
-                        self.apps["chunk"](
-                            doc_file,
-                            str(chunks.directory),
-                            index,
-                            cfg.chunking,
-                            str(plan.tokenizer_dir),
-                            self.embedding,
-                        ),
-                        progress,
-                    )
-                chunk_futures.append(chunk_future)
-                if not embed_cached:
-                    embed_futures.append(
-                        self._track(
-                            "embed",
-                            self.apps["embed"](
-                                chunk_future,
-                                str(chunks.directory),
-                                str(embed.directory),
-                                self.embedding,
-                                plan.file_metadata,
-                                cfg.dataset.holdout_fraction,
-                                cfg.dataset.row_group_rows,
-                            ),
-                            progress,
-                        )
-                    )
-            chunks_done = (
-                self.apps["finalize_chunks"](
-                    str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures
-                )
-                if not chunk_cached
-                else None
-            )
-            if embed_cached:
-                dataset_future: Future = Future()
-                dataset_future.set_result(read_manifest(embed.directory))
-            else:
-                dataset_future = self.apps["finalize_dataset"](
-                    str(embed.directory),
-                    embed.key,
-                    plan.file_metadata,
-                    {"chunks_key": chunks.key, "upstream_keys": embed.upstream},
-                    *embed_futures,
-                )
-
-            # 3. queries (after the dataset: they share its precision) and ground truth (after both).
-            queries_future = gt_future = None
-            if cfg.queries:
-                queries, gt = plan.stage("queries"), plan.stage("groundtruth")
-                if not self._start("queries"):
-                    progress.add_stage("queries", 1)
-                    waits = chunk_futures if cfg.queries.source == "holdout" else []
-                    queries_future = self._track(
-                        "queries",
-                        self.apps["queries"](
-                            str(queries.directory),
-                            cfg.queries,
-                            self.embedding,
-                            str(plan.terms_file) if plan.terms_file else None,
-                            chunk_files,
-                            cfg.dataset.holdout_fraction,
-                            dataset_future,  # the dataset's precision
-                            *waits,
-                        ),
-                        progress,
-                        "count",
-                    )
-                else:
-                    queries_future = Future()
-                    queries_future.set_result(read_manifest(queries.directory))
-                if not self._start("groundtruth"):
-                    progress.add_stage("groundtruth", 1)
-                    gt_future = self._track(
-                        "groundtruth",
-                        self.apps["groundtruth"](
-                            str(gt.directory),
-                            str(embed.directory),
-                            str(queries.directory / "queries.parquet"),
-                            cfg.groundtruth,
-                            dataset_future,
-                            queries_future,
-                        ),
-                        progress,
-                        "queries",
-                    )
-
-            # Wait in dependency order so the first failure is the one reported.
-            if chunks_done is not None:
-                self.provenance.stage_finished("chunk", chunks_done.result())
-            else:
-                self.provenance.stage_finished("chunk", read_manifest(chunks.directory))
-            self.provenance.stage_finished("embed", dataset_future.result())
-            if queries_future is not None:
-                self.provenance.stage_finished("queries", queries_future.result())
-            if gt_future is not None:
-                self.provenance.stage_finished("groundtruth", gt_future.result())
-            elif cfg.queries:
-                self.provenance.stage_finished(
-                    "groundtruth", read_manifest(plan.stage("groundtruth").directory)
-                )
+                self._take_dataset(progress)
 
             if "geometry" in plan.stages:  # after the dataset, queries and ground truth: the report shows it
                 self._geometry(progress)
@@ -322,6 +218,182 @@ class DagRunner:
             elif cfg.vdb:
                 self.provenance.stage_finished("vdb", read_manifest(plan.stage("vdb").directory))
         return {name: str(stage.directory) for name, stage in plan.stages.items()}
+
+    def _generate(self, progress: StageProgress) -> None:
+        """Shard, chunk, embed -> the dataset; then its queries and ground truth."""
+        plan, cfg = self.plan, self.plan.config
+        docs, chunks, embed = plan.stage("shard"), plan.stage("chunk"), plan.stage("embed")
+        # 1. shard: one sequential streaming pass (deterministic shard plan).
+        if self._start("shard"):
+            docs_manifest = read_manifest(docs.directory)
+        else:
+            progress.add_stage("shard", 1)
+            future = self.apps["shard"](
+                [str(p) for p in plan.corpus_files],
+                cfg.corpus,
+                cfg.sharding,
+                str(docs.directory),
+            )
+            self._track("shard", future, progress, "documents")
+            docs_manifest = future.result()
+        self.provenance.stage_finished("shard", docs_manifest)
+        doc_files = [str(docs.directory / f["file"]) for f in docs_manifest["files"]]
+        chunk_files = [str(chunks.directory / f"chunks-{i:05d}.parquet") for i in range(len(doc_files))]
+
+        # 2. chunk i -> embed i, per shard, linked by futures.
+        chunk_cached = self._start("chunk")
+        embed_cached = self._start("embed")
+        if not chunk_cached:
+            progress.add_stage("chunk", len(doc_files))
+        if not embed_cached:
+            progress.add_stage("embed", len(doc_files))
+            if self.embedding.backend == "openvino":  # the first shard waits for the export: say so
+                self._say(embed_stage.export_notice(self.embedding))
+        chunk_futures: list[Future] = []
+        embed_futures: list[Future] = []
+        for index, doc_file in enumerate(doc_files):
+            if chunk_cached:
+                chunk_future: Future = Future()
+                chunk_future.set_result(read_manifest(chunks.directory)["files"][index])
+            else:
+                chunk_future = self._track(
+                    "chunk",
+                    self.apps["chunk"](
+                        doc_file,
+                        str(chunks.directory),
+                        index,
+                        cfg.chunking,
+                        str(plan.tokenizer_dir),
+                        self.embedding,
+                    ),
+                    progress,
+                )
+            chunk_futures.append(chunk_future)
+            if not embed_cached:
+                embed_futures.append(
+                    self._track(
+                        "embed",
+                        self.apps["embed"](
+                            chunk_future,
+                            str(chunks.directory),
+                            str(embed.directory),
+                            self.embedding,
+                            plan.file_metadata,
+                            cfg.dataset.holdout_fraction,
+                            cfg.dataset.row_group_rows,
+                        ),
+                        progress,
+                    )
+                )
+        chunks_done = (
+            self.apps["finalize_chunks"](str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures)
+            if not chunk_cached
+            else None
+        )
+        if embed_cached:
+            dataset_future: Future = Future()
+            dataset_future.set_result(read_manifest(embed.directory))
+        else:
+            dataset_future = self.apps["finalize_dataset"](
+                str(embed.directory),
+                embed.key,
+                plan.file_metadata,
+                {"chunks_key": chunks.key, "upstream_keys": embed.upstream},
+                *embed_futures,
+            )
+
+        # 3. queries (after the dataset: they share its precision) and ground truth (after both).
+        queries_future = gt_future = None
+        if cfg.queries:
+            queries, gt = plan.stage("queries"), plan.stage("groundtruth")
+            if not self._start("queries"):
+                progress.add_stage("queries", 1)
+                waits = chunk_futures if cfg.queries.source == "holdout" else []
+                queries_future = self._track(
+                    "queries",
+                    self.apps["queries"](
+                        str(queries.directory),
+                        cfg.queries,
+                        self.embedding,
+                        str(plan.terms_file) if plan.terms_file else None,
+                        chunk_files,
+                        cfg.dataset.holdout_fraction,
+                        dataset_future,  # the dataset's precision
+                        *waits,
+                    ),
+                    progress,
+                    "count",
+                )
+            else:
+                queries_future = Future()
+                queries_future.set_result(read_manifest(queries.directory))
+            if not self._start("groundtruth"):
+                progress.add_stage("groundtruth", 1)
+                gt_future = self._track(
+                    "groundtruth",
+                    self.apps["groundtruth"](
+                        str(gt.directory),
+                        str(embed.directory),
+                        str(queries.directory / "queries.parquet"),
+                        cfg.groundtruth,
+                        dataset_future,
+                        queries_future,
+                    ),
+                    progress,
+                    "queries",
+                )
+
+        # Wait in dependency order so the first failure is the one reported.
+        if chunks_done is not None:
+            self.provenance.stage_finished("chunk", chunks_done.result())
+        else:
+            self.provenance.stage_finished("chunk", read_manifest(chunks.directory))
+        self.provenance.stage_finished("embed", dataset_future.result())
+        if queries_future is not None:
+            self.provenance.stage_finished("queries", queries_future.result())
+        if gt_future is not None:
+            self.provenance.stage_finished("groundtruth", gt_future.result())
+        elif cfg.queries:
+            self.provenance.stage_finished("groundtruth", read_manifest(plan.stage("groundtruth").directory))
+
+    def _take_dataset(self, progress: StageProgress) -> None:
+        """A given dataset: import it (``dataset.imported``) or take it as stored; then the ground truth."""
+        plan, cfg = self.plan, self.plan.config
+        dataset, gt = plan.stage("embed"), plan.stage("groundtruth")
+        if self._start("embed"):
+            manifest = read_manifest(dataset.directory)
+        else:  # only an import is ever incomplete: a stored dataset is refused at plan unless complete
+            spec = cfg.dataset.imported
+            progress.add_stage("embed", 1)
+            future = self.apps["import"](
+                spec.format,
+                [str(cfg.resolve_path(p, plan.loaded.base_dir)) for p in spec.paths],
+                cfg.dataset.name,
+                str(plan.store),
+                cfg.groundtruth.metric,
+                spec.rows_per_part,
+                cfg.dataset.row_group_rows,
+                cfg.groundtruth.memory_budget_mb,
+                str(dataset.directory),
+            )
+            manifest = self._track("embed", future, progress).result()
+        self.provenance.stage_finished("embed", manifest)
+        self._start("queries")  # the dataset's own: complete with it
+        self.provenance.stage_finished("queries", manifest["queries"])
+        if self._start("groundtruth"):
+            truth = read_manifest(gt.directory)
+        else:
+            progress.add_stage("groundtruth", 1)
+            future = self.apps["given_groundtruth"](
+                str(gt.directory),
+                str(dataset.directory),
+                str(plan.stage("queries").directory / "queries.parquet"),
+                cfg.groundtruth,
+            )
+            truth = self._track("groundtruth", future, progress, "queries").result()
+            if truth.get("published_unused"):
+                self._say(f"ground truth computed by exact search: {truth['published_unused']}")
+        self.provenance.stage_finished("groundtruth", truth)
 
     def _geometry(self, progress: StageProgress) -> None:
         """The geometry stage on the CPU block (see apps/dataset/geometry/stage.py), unless complete."""
@@ -353,11 +425,14 @@ def preflight(plan: Plan) -> None:
     dependency errors; here it is one ConfigError naming the config line to change.
     """
     embed = plan.stage("embed")
-    # Even when "complete": a manifest.json of someone else's without a key would pass for ours.
-    dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
+    if plan.config.generates_dataset:
+        # Even when "complete": a manifest.json of someone else's without a key would pass for ours.
+        dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
     for name, stage in plan.stages.items():
         if stage.complete:
             continue
+        if name in ("embed", "queries") and not plan.config.generates_dataset:
+            stage = StagePlan(name, stage.key, stage.directory.parent, {})  # the import renames into it
         field = ("dataset", "dir") if name == "embed" and plan.config.dataset.dir else ("workdir",)
         try:
             ensure_writable_dir(stage.directory)

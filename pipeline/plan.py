@@ -1,5 +1,8 @@
 """The plan of a run: every stage's content key, directory and whether it is already complete.
 
+The records (:class:`Plan`, :class:`StagePlan`) live in :mod:`pipeline.plan_model`; this module
+plans a generated dataset, and hands a given one to :mod:`pipeline.given_dataset`.
+
 Keys depend only on the configuration, the input files' identity and upstream keys, never on outputs,
 so the whole plan is known before anything runs: ``plan`` prints it, ``run`` skips what is complete.
 Changing only the model changes the keys of embed, queries and ground truth but not of shard and chunk.
@@ -10,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +28,22 @@ from apps.dataset.embedding.loading import (
     resolve_model_path,
     tokenizer_fingerprint,
 )
-from apps.dataset.embedding.model import TRANSFORMERS_RECIPE, EmbeddingConfig
+from apps.dataset.embedding.model import TRANSFORMERS_RECIPE
 from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
 from core.store import complete_manifest, content_key, sha256_file
 from pipeline.config.loader import LoadedConfig
-from pipeline.sweep import PointPlan, plan_points
+from pipeline.plan_model import (
+    Plan,
+    StagePlan,
+    add_evaluation_stages,
+    check_rows,
+    geometry_params,
+)
+from pipeline.sweep import PointPlan
 
-BENCHMARK_VERSION = "1"
+__all__ = ["Plan", "StagePlan", "build_plan", "model_slug", "native_dimension"]
 
 # Embedding fields that change the vectors. Batching knobs change them too in reduced precision (bf16
 # kernels round differently per batch shape: up to ~1e-3 in cosine), not in float32 (below 1e-6).
@@ -49,55 +58,6 @@ VECTOR_FIELDS = (
     "attn_implementation",
     "output_dtype",
 )
-
-
-@dataclass
-class StagePlan:
-    """One stage: its key, its output directory and whether a verified manifest is already there."""
-
-    name: str
-    key: str
-    directory: Path
-    params: dict[str, Any]
-    upstream: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        """True when the directory holds this stage's output (same key) and every listed file verifies.
-
-        The key check matters for user-chosen directories (``dataset.dir``), which are not named by key.
-        """
-        manifest = complete_manifest(self.directory)
-        return manifest is not None and manifest.get("key", self.key) == self.key
-
-
-@dataclass
-class Plan:
-    """Everything ``run`` needs, computed without executing a stage."""
-
-    loaded: LoadedConfig
-    store: Path
-    corpus_files: list[Path]
-    model_dir: Path
-    tokenizer_dir: Path
-    dimension: int
-    stages: dict[str, StagePlan]
-    file_metadata: dict[str, Any]
-    terms_file: Path | None
-    embedding: EmbeddingConfig  # the config's embedding with ``model`` resolved once, to an absolute path
-    points: list[PointPlan] = field(default_factory=list)  # the vdb stage's points (pipeline/sweep.py)
-
-    @property
-    def config(self):
-        return self.loaded.config
-
-    def stage(self, name: str) -> StagePlan:
-        return self.stages[name]
-
-    @property
-    def complete(self) -> bool:
-        """True when every stage is already complete (a re-run has nothing to do)."""
-        return all(stage.complete for stage in self.stages.values())
 
 
 def model_fingerprint(model_dir: Path) -> str:
@@ -169,6 +129,10 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     cfg = loaded.config
     base = loaded.base_dir
     store = Path(cfg.workdir).expanduser().resolve() / "store"
+    if not cfg.generates_dataset:
+        from pipeline.given_dataset import build_given_plan
+
+        return build_given_plan(loaded, store)
 
     try:
         files = corpus_stage.expand_paths(cfg.corpus.paths, base)
@@ -247,20 +211,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         )
     embed = add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
     if cfg.queries and embed.complete:  # the row count is known: a k above it would be cut silently
-        rows = (complete_manifest(dataset_dir) or {}).get("rows")
-        if isinstance(rows, int) and cfg.groundtruth.k > rows:
-            raise loaded.error_at(
-                ("groundtruth", "k"),
-                f"{cfg.groundtruth.k} neighbours asked of a dataset of {rows} rows ({dataset_dir})",
-            )
-        for point in cfg.vdb.points if cfg.vdb is not None and isinstance(rows, int) else []:
-            if (asked := point.config.insert.rows) is not None and asked > rows:  # vdb.insert.rows
-                raise loaded.error_at(
-                    ("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))),
-                    f"{asked} rows asked of a dataset of {rows} rows ({dataset_dir})",
-                )
+        check_rows(loaded, (complete_manifest(dataset_dir) or {}).get("rows"), dataset_dir)
 
-    geometry_params = {**cfg.geometry.model_dump(exclude={"enabled"}), "metric": cfg.groundtruth.metric}
     if cfg.queries:
         query_params: dict[str, Any] = {
             **cfg.queries.model_dump(exclude={"terms_file"}),
@@ -276,14 +228,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         queries = add("queries", queries_stage.STAGE_VERSION, query_params, upstream)
         gt_params = cfg.groundtruth.model_dump(include={"k", "metric"})
         gt = add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [dataset_key, queries.key])
-        if cfg.geometry.enabled:  # keyed by the dataset, queries and ground truth (its metric, distances)
-            add("geometry", geometry_stage.STAGE_VERSION, geometry_params, [dataset_key, queries.key, gt.key])
-        if cfg.vdb:
-            vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
-            add("vdb", BENCHMARK_VERSION, vdb_params, [dataset_key, queries.key, gt.key])
-            points = plan_points(cfg.vdb, store, [dataset_key, queries.key, gt.key], cfg.groundtruth.metric)
+        points = add_evaluation_stages(cfg, store, add, [dataset_key, queries.key, gt.key])
     elif cfg.geometry.enabled:
-        add("geometry", geometry_stage.STAGE_VERSION, geometry_params, [dataset_key])
+        add("geometry", geometry_stage.STAGE_VERSION, geometry_params(cfg), [dataset_key])
 
     file_metadata = {
         "dataset_name": cfg.dataset.name,

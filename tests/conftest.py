@@ -197,9 +197,11 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """``python -m pipeline ARGS`` in a subprocess, as a user runs it."""
-    env = {**os.environ, "COLUMNS": "200"}
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pipeline ARGS`` in a subprocess, as a user runs it (``env``: variables to add)."""
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "pipeline", *args],
         cwd=cwd or REPO,

@@ -74,10 +74,11 @@ def file_identity(path: Path) -> dict[str, Any]:
     return {"name": path.name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def _metric(source: Source, requested: str | None) -> str:
+def _metric(source: Source, requested: str | None, asked_by: str = "--metric") -> str:
     if requested and source.metric and requested != source.metric:
         raise InputDataError(
-            f"{source.files['base']}: the file declares metric {source.metric}, --metric asks for {requested}"
+            f"{source.files['base']}: the file declares metric {source.metric}, "
+            f"{asked_by} asks for {requested}"
         )
     return requested or source.metric or "l2"
 
@@ -280,6 +281,41 @@ def sweep_stale(final: Path, locked: bool, max_age: float = STALE_SECONDS) -> li
     return swept
 
 
+@dataclass
+class ImportTarget:
+    """Where an import of these files lands, known before any row is read: the opened source, the
+    resolved metric, the files' identity and the content key that names the folder."""
+
+    source: Source
+    fmt: str
+    metric: str
+    identity: dict[str, Any]
+    key: str
+    directory: Path
+
+
+def import_target(
+    fmt: str,
+    paths: list[str | Path],
+    name: str,
+    store: Path,
+    metric: str | None = None,
+    rows_per_part: int = 1_000_000,
+    asked_by: str = "--metric",
+) -> ImportTarget:
+    """Open ``paths`` in ``fmt`` and name the folder their import makes (``<store>/datasets/<name>-<key>``).
+
+    InputDataError when the files do not match the format or the metric differs from the file's own.
+    """
+    fmt = canonical_format(fmt)
+    source = open_source(fmt, paths)
+    metric = _metric(source, metric, asked_by)
+    identity = {role: file_identity(path) for role, path in source.files.items()}
+    params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}
+    key = content_key("import", STAGE_VERSION, params)
+    return ImportTarget(source, fmt, metric, identity, key, store / "datasets" / f"{name}-{key}")
+
+
 def import_dataset(
     fmt: str,
     paths: list[str | Path],
@@ -291,17 +327,23 @@ def import_dataset(
     memory_budget_mb: int = 512,
 ) -> Imported:
     """Import ``paths`` in ``fmt`` as dataset ``name`` under ``store``; see the module docstring."""
-    fmt = canonical_format(fmt)
-    source = open_source(fmt, paths)
-    metric = _metric(source, metric)
-    identity = {role: file_identity(path) for role, path in source.files.items()}
-    params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}
-    key = content_key("import", STAGE_VERSION, params)
-    final = store / "datasets" / f"{name}-{key}"
+    target = import_target(fmt, paths, name, store, metric, rows_per_part)
+    return run_import(target, name, rows_per_part, row_group_rows, memory_budget_mb)
+
+
+def run_import(
+    target: ImportTarget,
+    name: str,
+    rows_per_part: int = 1_000_000,
+    row_group_rows: int = 4096,
+    memory_budget_mb: int = 512,
+) -> Imported:
+    """Write ``target``'s folder (or find it written); one import of the same files at a time."""
+    final, key = target.directory, target.key
     if (done := _cached(final)) is not None:
         return Imported(final, done, cached=True)
     # One import of these files at a time: a second one waits, then finds the first's dataset.
-    with exclusive_lock(store / "locks" / "datasets" / f"{final.name}.lock") as locked:
+    with exclusive_lock(final.parent.parent / "locks" / "datasets" / f"{final.name}.lock") as locked:
         if (done := _cached(final)) is not None:
             return Imported(final, done, cached=True)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -309,8 +351,8 @@ def import_dataset(
         try:
             with staged_directory(final) as tmp:
                 manifest = _build(
-                    source, fmt, tmp, name, key, metric, identity, rows_per_part, row_group_rows,
-                    memory_budget_mb,
+                    target.source, target.fmt, tmp, name, key, target.metric, target.identity,
+                    rows_per_part, row_group_rows, memory_budget_mb,
                 )  # fmt: skip
         except OSError as exc:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := _cached(final)) is not None:

@@ -91,11 +91,7 @@ def validate(
     """Check a configuration: syntax, fields, and that every path it names exists."""
     with _queue_limits(queue_limits, queue_listing):
         loaded, plan = _load_plan(config)
-        out.print(
-            f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), "
-            f"{len(plan.corpus_files)} corpus file(s), "
-            f"model {plan.model_dir}, dimension {plan.dimension}"
-        )
+        out.print(f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), {_input_line(plan)}")
         _queue_limits_line(loaded)
 
 
@@ -111,19 +107,23 @@ def plan(
 def _plan(config: Path) -> None:
     loaded, the_plan = _load_plan(config)
     cfg = loaded.config
-    total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
     out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
-    out.print(
-        f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB ({cfg.corpus.format})"
-    )
-    if cfg.sharding.bytes_per_shard:
-        out.print(f"sharding: ~{cfg.sharding.bytes_per_shard:,} text bytes per shard")
+    if cfg.generates_dataset:
+        total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
+        out.print(
+            f"corpus: {len(the_plan.corpus_files)} file(s), {total_bytes / 2**20:,.1f} MiB "
+            f"({cfg.corpus.format})"
+        )
+        if cfg.sharding.bytes_per_shard:
+            out.print(f"sharding: ~{cfg.sharding.bytes_per_shard:,} text bytes per shard")
+        else:
+            out.print(f"sharding: {cfg.sharding.docs_per_shard:,} documents per shard")
+        out.print(
+            f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
+            f"{cfg.embedding.backend}, {cfg.embedding.dtype}"
+        )
     else:
-        out.print(f"sharding: {cfg.sharding.docs_per_shard:,} documents per shard")
-    out.print(
-        f"model: {cfg.embedding.model_id or cfg.embedding.model} -> dimension {the_plan.dimension}, "
-        f"{cfg.embedding.backend}, {cfg.embedding.dtype}"
-    )
+        out.print(_input_line(the_plan), highlight=False, soft_wrap=True)
     if cfg.executor.platform == "local":
         out.print(f"executor: local, {cfg.executor.workers} worker processes on {cfg.executor.address}")
     else:
@@ -132,7 +132,8 @@ def _plan(config: Path) -> None:
     table = Table("stage", "content key", "status", "shards", "directory")
     for name, stage in the_plan.stages.items():
         status, shards = _stage_status(stage.directory)
-        table.add_row(name, stage.key, status, shards, str(stage.directory))
+        shown = name if stage.name == name else f"{name} ({stage.name})"  # embed (import): the dataset's role
+        table.add_row(shown, stage.key, status, shards, str(stage.directory))
     out.print(table)
     if the_plan.points:
         from pipeline.sweep import describe
@@ -154,6 +155,17 @@ def _plan(config: Path) -> None:
     hpc = render_plan(loaded, directories)  # Parsl config, job scripts, server commands (HPC only)
     if hpc:
         out.print(hpc, markup=False, highlight=False)
+
+
+def _input_line(plan: Plan) -> str:
+    """What the run reads: its corpus and model, or the dataset it is given."""
+    cfg = plan.config
+    if cfg.generates_dataset:
+        return f"{len(plan.corpus_files)} corpus file(s), model {plan.model_dir}, dimension {plan.dimension}"
+    dataset = plan.stage("embed")
+    how = "imported by the run into" if dataset.name == "import" else "stored in"
+    rows = plan.file_metadata["rows"]
+    return f"dataset {cfg.dataset.name}: {rows:,} vectors x {plan.dimension}, {how} {dataset.directory}"
 
 
 def _stage_status(directory: Path) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from apps.dataset.geometry.estimates import GeometryConfig
 from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.layout import DatasetConfig
 from apps.dataset.queries import QueriesConfig
+from apps.interchange.spec import ImportSpec
 from apps.vdb.config import CollectionConfig, InsertConfig, QuerySweepConfig, VdbConfig
 from core.config import Strict
 from executors.config import ExecutorConfig, LocalExecutorConfig
@@ -31,6 +32,7 @@ __all__ = [
     "EmbeddingConfig",
     "GeometryConfig",
     "GroundTruthConfig",
+    "ImportSpec",
     "InsertConfig",
     "LocalExecutorConfig",
     "NoChunking",
@@ -38,11 +40,37 @@ __all__ = [
     "QuerySweepConfig",
     "RecursiveChunking",
     "RunConfig",
+    "RunDatasetConfig",
     "SemanticChunking",
     "ShardingConfig",
     "Strict",
     "VdbConfig",
 ]
+
+
+class RunDatasetConfig(DatasetConfig):
+    """The run's dataset: generated from ``corpus`` with ``embedding`` (the default), or taken as it is."""
+
+    stored: str | None = Field(
+        None,
+        description="Use a dataset already in the store, with its own queries and ground truth: its name "
+        "(a folder <workdir>/store/datasets/<name>-<key>/ made by `dataset import` or by a run's import) "
+        "or the path of its folder. corpus, chunking, embedding and queries are then absent.",
+    )
+    imported: ImportSpec | None = Field(
+        None,
+        description="Import these files as the run's first stage (as `dataset import` does), then use them "
+        "like `stored`. The metric is groundtruth.metric.",
+    )
+
+    @property
+    def given(self) -> bool:
+        """True when the run takes its dataset as it is instead of generating it."""
+        return self.stored is not None or self.imported is not None
+
+
+# Sections that only a generated dataset has; a run given its dataset must leave them out.
+GENERATING_SECTIONS = ("corpus", "sharding", "chunking", "embedding", "queries")
 
 
 class RunConfig(Strict):
@@ -53,12 +81,19 @@ class RunConfig(Strict):
         ".",
         description="Root for store/ (content-keyed artifacts) and runs/; relative to the current directory.",
     )
-    corpus: CorpusConfig
+    corpus: CorpusConfig | None = Field(
+        None, description="The corpus the dataset is made from; absent when dataset.stored or imported."
+    )
     sharding: ShardingConfig = Field(default_factory=ShardingConfig)
     chunking: ChunkingConfig = Field(default_factory=NoChunking)
-    embedding: EmbeddingConfig
-    dataset: DatasetConfig = Field(default_factory=DatasetConfig)
-    queries: QueriesConfig | None = Field(None, description="Omit to skip queries and ground truth.")
+    embedding: EmbeddingConfig | None = Field(
+        None, description="The model that embeds the corpus; absent when dataset.stored or imported."
+    )
+    dataset: RunDatasetConfig = Field(default_factory=RunDatasetConfig)
+    queries: QueriesConfig | None = Field(
+        None,
+        description="Omit to skip queries and ground truth (a stored or imported dataset brings its own).",
+    )
     groundtruth: GroundTruthConfig = Field(default_factory=GroundTruthConfig)
     geometry: GeometryConfig = Field(
         default_factory=GeometryConfig,
@@ -71,6 +106,34 @@ class RunConfig(Strict):
     )
 
     @model_validator(mode="after")
+    def _one_dataset_source(self) -> RunConfig:
+        given = self.dataset
+        if given.stored is not None and given.imported is not None:
+            raise ValueError("dataset.stored and dataset.imported both name the dataset: keep one")
+        if not given.given:
+            missing = [name for name in ("corpus", "embedding") if getattr(self, name) is None]
+            if missing:
+                raise ValueError(
+                    f"{' and '.join(missing)} missing: a run generates its dataset from corpus and "
+                    "embedding, unless dataset.stored or dataset.imported names one"
+                )
+            return self
+        source = "dataset.stored" if given.stored is not None else "dataset.imported"
+        extra = [name for name in GENERATING_SECTIONS if name in self.model_fields_set]
+        extra += [f"dataset.{name}" for name in ("dir", "holdout_fraction") if name in given.model_fields_set]
+        if extra:
+            raise ValueError(
+                f"{source} takes the dataset, its queries and ground truth as they are: remove "
+                f"{', '.join(extra)} (they describe a dataset the run generates)"
+            )
+        return self
+
+    @property
+    def generates_dataset(self) -> bool:
+        """True when the run makes its dataset (corpus -> chunks -> embeddings), False when it is given."""
+        return not self.dataset.given
+
+    @model_validator(mode="after")
     def _holdout_queries_need_holdout(self) -> RunConfig:
         if self.queries and self.queries.source == "holdout" and self.dataset.holdout_fraction <= 0:
             raise ValueError("queries.source 'holdout' needs dataset.holdout_fraction > 0")
@@ -80,7 +143,7 @@ class RunConfig(Strict):
     def _vdb_needs_queries(self) -> RunConfig:
         if self.vdb is None:
             return self
-        if self.queries is None:
+        if self.queries is None and not self.dataset.given:
             raise ValueError("vdb needs queries (and their ground truth) to measure recall")
         # every point's k: an entry may override vdb.query (apps/vdb/sweep.py)
         for point in self.vdb.points or [None]:

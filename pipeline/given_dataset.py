@@ -1,0 +1,142 @@
+"""The plan of a run given its dataset (``dataset.stored`` or ``dataset.imported``) instead of generating it.
+
+Such a dataset folder holds its base parts, ``queries.parquet`` and its published ``groundtruth.parquet``
+(:mod:`apps.interchange.importer`). The plan's stages keep the roles later stages read: ``embed`` is the
+dataset folder (made by the ``import`` task, or already there), ``queries`` is the same folder, and
+``groundtruth`` is the run's own folder, filled from the published lists when they serve and by exact
+search otherwise (:mod:`apps.interchange.published`). Geometry, vdb and the report follow as for a
+generated dataset, keyed by the dataset's content key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from apps.dataset.groundtruth import stage as gt_stage
+from apps.interchange.importer import import_target
+from core.errors import InputDataError
+from core.store import complete_manifest, content_key, verify_files
+from pipeline.config.loader import LoadedConfig
+from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_rows
+
+GROUNDTRUTH_FROM_DATASET = "given"  # in the ground-truth key: published-or-exact, not always exact
+
+
+def stored_candidates(store: Path, name: str) -> list[Path]:
+    """Complete dataset folders under ``store/datasets`` named ``name`` (``<name>-<key>`` or ``<name>``)."""
+    root = store / "datasets"
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        if folder.name != name and not folder.name.startswith(f"{name}-"):
+            continue
+        manifest = complete_manifest(folder)
+        if manifest and (folder.name == name or manifest.get("metadata", {}).get("dataset_name") == name):
+            found.append(folder)
+    return found
+
+
+def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
+    """The folder ``dataset.stored`` names: a path (relative to the config file) or a name in the store."""
+    value = loaded.config.dataset.stored
+    assert value is not None
+    where = ("dataset", "stored")
+    if "/" in value or value.startswith("."):
+        folder = loaded.config.resolve_path(value, loaded.base_dir)
+        if not folder.is_dir():
+            raise loaded.error_at(where, f"no dataset folder at {folder}")
+        return folder
+    found = stored_candidates(store, value)
+    if not found:
+        present = sorted({p.name.rsplit("-", 1)[0] for p in (store / "datasets").glob("*-*") if p.is_dir()})
+        known = f"datasets in it: {', '.join(present)}" if present else "it holds no dataset"
+        raise loaded.error_at(
+            where,
+            f"no dataset named {value!r} in {store / 'datasets'} ({known}); make one with `python -m "
+            "pipeline dataset import`, or name its folder's path",
+        )
+    if len(found) > 1:
+        raise loaded.error_at(
+            where,
+            f"{len(found)} datasets named {value!r}: {', '.join(p.name for p in found)}; "
+            "name one by its path",
+        )
+    return found[0]
+
+
+def _given_manifest(loaded: LoadedConfig, folder: Path) -> dict[str, Any]:
+    """The manifest of a stored dataset folder, refused unless complete with its queries and ground truth."""
+    where = ("dataset", "stored")
+    manifest = complete_manifest(folder)
+    if manifest is None:
+        raise loaded.error_at(
+            where, f"{folder} is not a complete dataset (no manifest.json, or parts missing)"
+        )
+    extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+    if len(extra) < 2:
+        raise loaded.error_at(
+            where,
+            f"{folder} holds no queries or ground truth of its own (a dataset a run generated keeps them "
+            "in store/queries and store/groundtruth): run the config that made it instead",
+        )
+    problems = verify_files(folder, extra)
+    if problems:
+        raise loaded.error_at(where, f"{folder} is damaged: {problems[0]}")
+    return manifest
+
+
+def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
+    """The plan of a run whose dataset is stored or imported; ConfigError naming the field otherwise."""
+    cfg = loaded.config
+    spec = cfg.dataset
+    if spec.imported is not None:
+        paths = [cfg.resolve_path(p, loaded.base_dir) for p in spec.imported.paths]
+        try:
+            target = import_target(
+                spec.imported.format,
+                paths,
+                spec.name,
+                store,
+                cfg.groundtruth.metric,
+                spec.imported.rows_per_part,
+                asked_by="groundtruth.metric",
+            )
+        except InputDataError as exc:
+            raise loaded.error_at(("dataset", "imported", "paths"), str(exc)) from None
+        folder, key, producer = target.directory, target.key, "import"
+        rows, dimension = target.source.rows, target.source.dim
+        params: dict[str, Any] = {"format": target.fmt, "files": target.identity, "metric": target.metric}
+    else:
+        folder = resolve_stored(loaded, store)
+        manifest = _given_manifest(loaded, folder)
+        key, producer = str(manifest["key"]), "stored"
+        rows, dimension = manifest["rows"], manifest["dimension"]
+        params = {"stored": str(folder)}
+        metric = manifest.get("metric") or manifest["groundtruth"].get("metric")
+        if metric != cfg.groundtruth.metric:
+            raise loaded.error_at(
+                ("groundtruth", "metric"),
+                f"{cfg.groundtruth.metric} differs from the dataset's metric {metric} ({folder})",
+            )
+    check_rows(loaded, rows, folder)
+
+    stages: dict[str, StagePlan] = {}
+
+    def add(name: str, version: str, params: dict[str, Any], upstream: list[str]) -> StagePlan:
+        stage_key = content_key(name, version, params, upstream)
+        stages[name] = StagePlan(name, stage_key, store / name / stage_key, params, upstream)
+        return stages[name]
+
+    # The folder's manifest carries ``key``: both roles are complete exactly when it is.
+    stages["embed"] = StagePlan(producer, key, folder, params, [])
+    stages["queries"] = StagePlan("queries", key, folder, {"from": "dataset"}, [key])
+    gt_params = {**cfg.groundtruth.model_dump(include={"k", "metric"}), "from": GROUNDTRUTH_FROM_DATASET}
+    gt = add("groundtruth", gt_stage.STAGE_VERSION, gt_params, [key, key])
+    points = add_evaluation_stages(cfg, store, add, [key, key, gt.key])
+    from pipeline.hpc_plan import check_or_raise
+
+    check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
+    metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
+    return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points)

@@ -1,0 +1,105 @@
+"""The plan's records: every stage's key, directory and completeness, and the helpers both ways of
+making a dataset share (:mod:`pipeline.plan` generates it, :mod:`pipeline.given_dataset` is given it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from apps.dataset.embedding.model import EmbeddingConfig
+from apps.dataset.geometry import stage as geometry_stage
+from core.store import complete_manifest
+from pipeline.config.loader import LoadedConfig
+from pipeline.sweep import PointPlan, plan_points
+
+BENCHMARK_VERSION = "1"
+
+
+@dataclass
+class StagePlan:
+    """One stage: its key, its output directory and whether a verified manifest is already there."""
+
+    name: str
+    key: str
+    directory: Path
+    params: dict[str, Any]
+    upstream: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when the directory holds this stage's output (same key) and every listed file verifies.
+
+        The key check matters for user-chosen directories (``dataset.dir``), which are not named by key.
+        """
+        manifest = complete_manifest(self.directory)
+        return manifest is not None and manifest.get("key", self.key) == self.key
+
+
+@dataclass
+class Plan:
+    """Everything ``run`` needs, computed without executing a stage."""
+
+    loaded: LoadedConfig
+    store: Path
+    corpus_files: list[Path]  # empty, and the model fields None, when the run is given its dataset
+    model_dir: Path | None
+    tokenizer_dir: Path | None
+    dimension: int
+    stages: dict[str, StagePlan]
+    file_metadata: dict[str, Any]
+    terms_file: Path | None
+    embedding: EmbeddingConfig | None  # the config's embedding, ``model`` resolved once to an absolute path
+    points: list[PointPlan] = field(default_factory=list)  # the vdb stage's points (pipeline/sweep.py)
+
+    @property
+    def config(self):
+        return self.loaded.config
+
+    def stage(self, name: str) -> StagePlan:
+        return self.stages[name]
+
+    @property
+    def complete(self) -> bool:
+        """True when every stage is already complete (a re-run has nothing to do)."""
+        return all(stage.complete for stage in self.stages.values())
+
+
+def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path) -> None:
+    """Refuse a ``groundtruth.k`` or an ``insert.rows`` beyond the dataset's ``rows`` (when known): the
+    ground truth would be cut to the rows without a word, the insert would load fewer than asked."""
+    cfg = loaded.config
+    if not isinstance(rows, int):
+        return
+    if cfg.groundtruth.k > rows:
+        raise loaded.error_at(
+            ("groundtruth", "k"),
+            f"{cfg.groundtruth.k} neighbours asked of a dataset of {rows} rows ({dataset_dir})",
+        )
+    for point in cfg.vdb.points if cfg.vdb is not None else []:
+        if (asked := point.config.insert.rows) is not None and asked > rows:  # vdb.insert.rows
+            raise loaded.error_at(
+                ("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))),
+                f"{asked} rows asked of a dataset of {rows} rows ({dataset_dir})",
+            )
+
+
+def geometry_params(cfg: Any) -> dict[str, Any]:
+    """The geometry stage's parameters: its settings and the run's metric."""
+    return {**cfg.geometry.model_dump(exclude={"enabled"}), "metric": cfg.groundtruth.metric}
+
+
+def add_evaluation_stages(
+    cfg: Any, store: Path, add: Callable[..., StagePlan], upstream: list[str]
+) -> list[PointPlan]:
+    """Add geometry and vdb after (dataset, queries, ground truth) = ``upstream``; return the vdb points.
+
+    ``add(name, version, params, upstream)`` records a stage (see :func:`build_plan`)."""
+    if cfg.geometry.enabled:  # keyed by the dataset, queries and ground truth (its metric, distances)
+        add("geometry", geometry_stage.STAGE_VERSION, geometry_params(cfg), upstream)
+    if not cfg.vdb:
+        return []
+    vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
+    add("vdb", BENCHMARK_VERSION, vdb_params, upstream)
+    return plan_points(cfg.vdb, store, upstream, cfg.groundtruth.metric)

@@ -1,0 +1,221 @@
+"""A run given its dataset (``dataset.imported`` / ``dataset.stored``) instead of generating it.
+
+``configs/local-ann.yaml`` as a user runs it, on both bundled ANN sets: imported as the run's first stage,
+its published ground truth used, Qdrant (edge), Milvus, Weaviate and FAISS loaded and queried; the report's
+recall must equal a recomputation from the raw result files and the published ``.ivecs`` read here with
+numpy alone. The fast tests use a stored dataset (made by ``dataset import``) and the config errors.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from core.errors import ConfigError
+from pipeline.config.loader import load_config
+from pipeline.plan import build_plan
+from tests.conftest import REPO, run_cli
+from tests.pipeline.test_local_engines import leftover_servers
+
+CONFIG = REPO / "configs" / "local-ann.yaml"
+ANN = REPO / "datasets" / "ann"
+ENGINES = {"qdrant", "milvus", "weaviate", "faiss"}
+
+
+def published_truth(name: str) -> np.ndarray:
+    """``<name>_groundtruth.ivecs`` read with numpy alone: per row an int32 width, then that many ids."""
+    raw = np.fromfile(ANN / name / f"{name}_groundtruth.ivecs", dtype=np.int32)
+    return raw.reshape(-1, raw[0] + 1)[:, 1:]
+
+
+def recomputed_recall(raw_file: Path, truth: np.ndarray) -> float:
+    """Mean |returned top-k ∩ published top-k| / k over every request row of a raw result file."""
+    rows = pq.read_table(raw_file, columns=["query_id", "ids", "k"]).to_pylist()
+    return float(
+        np.mean(
+            [
+                len(set(r["ids"][: r["k"]]) & set(truth[r["query_id"], : r["k"]].tolist())) / r["k"]
+                for r in rows
+            ]
+        )
+    )
+
+
+@pytest.fixture(scope="module", params=["fmnist1k", "bigann10k"])
+def ann_run(request):
+    """``configs/local-ann.yaml`` run as written, for one bundled set; (name, workdir, run dir, stderr)."""
+    name = request.param
+    root = Path(tempfile.mkdtemp(prefix=f"local-ann-{name}-", dir="/tmp"))
+    env = {"PIPELINE_WORKDIR": str(root), "ANN_DATASET": name}
+    try:
+        result = run_cli("run", str(CONFIG), env=env, timeout=900)
+        assert result.returncode == 0, result.stderr[-4000:]
+        run_dir = sorted((root / "runs").iterdir())[-1]
+        yield name, root, run_dir, env
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_report_recall_equals_a_recomputation_from_the_published_truth(ann_run) -> None:
+    name, _, run_dir, _ = ann_run
+    outputs = json.loads((run_dir / "provenance.json").read_text())["outputs"]
+    vdb = Path(outputs["vdb"])
+    results = pq.read_table(vdb / "report" / "results.parquet").to_pylist()
+    assert not [(r["label"], r["stage"], r["error"]) for r in results if r["status"] != "ok"]
+    queries = [r for r in results if r["stage"] == "query"]
+    assert {r["label"] for r in queries} == ENGINES
+    truth = published_truth(name)
+    for row in queries:
+        raw = (
+            vdb
+            / row["label"]
+            / "raw"
+            / f"ef{row['ef']}_batch{row['batch_size']}_clients1_k{row['k']}.parquet"
+        )
+        assert row["recall"] == pytest.approx(recomputed_recall(raw, truth), abs=1e-12), (row["label"], raw)
+    for engine in ENGINES:  # HNSW at ef 64 on these small sets finds nearly every neighbour
+        assert max(r["recall"] for r in queries if r["label"] == engine) >= 0.95, engine
+
+
+@pytest.mark.slow
+def test_the_import_is_a_stage_and_its_published_truth_is_used(ann_run) -> None:
+    name, root, run_dir, env = ann_run
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    dataset = Path(provenance["outputs"]["embed"])
+    assert dataset.parent == root / "store" / "datasets" and dataset.name.startswith(f"{name}-")
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    assert manifest["rows"] == {"fmnist1k": 1000, "bigann10k": 10000}[name]
+    truth_dir = Path(provenance["outputs"]["groundtruth"])
+    truth = json.loads((truth_dir / "manifest.json").read_text())
+    assert truth["source"] == "published" and truth["k"] == 100
+    neighbors = pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist()
+    assert np.array_equal(np.asarray(neighbors), published_truth(name))
+    # A second run finds every stage complete and starts nothing.
+    again = run_cli("run", str(CONFIG), env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "every stage is complete already" in again.stderr
+    assert leftover_servers(root) == []
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    """A workdir whose store holds fmnist1k, imported with ``dataset import`` as a user would."""
+    workdir = tmp_path_factory.mktemp("stored")
+    result = run_cli(
+        "dataset", "import", "vecs", str(ANN / "fmnist1k"), "--name", "fm", "--metric", "l2",
+        "--workdir", str(workdir),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    return workdir
+
+
+def given_config(workdir: Path, dataset: dict, **sections) -> dict:
+    config = {
+        "name": "given",
+        "workdir": str(workdir),
+        "dataset": dataset,
+        "groundtruth": {"k": 10, "metric": "l2", "memory_budget_mb": 16},
+        "executor": {"platform": "local", "workers": 1},
+        "geometry": {"enabled": False},
+    }
+    return {**config, **sections}
+
+
+def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_config) -> None:
+    path = write_config(given_config(stored, {"name": "fm", "stored": "fm"}))
+    plan = run_cli("plan", str(path))
+    assert plan.returncode == 0, plan.stderr
+    assert "embed (stored)" in plan.stdout and "dataset fm: 1,000 vectors x 784, stored in" in plan.stdout
+    result = run_cli("run", str(path), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = sorted((stored / "runs").iterdir())[-1]
+    truth_dir = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["groundtruth"])
+    assert json.loads((truth_dir / "manifest.json").read_text())["source"] == "published"
+    neighbors = np.asarray(pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist())
+    assert np.array_equal(neighbors, published_truth("fmnist1k")[:, :10])
+
+
+def test_a_k_beyond_the_published_lists_is_computed_exactly(stored, write_config) -> None:
+    config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 150, "metric": "l2"})
+    result = run_cli("run", str(write_config(config)), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "ground truth computed by exact search: it holds 100 neighbours per query, the run asks 150" in (
+        result.stderr.replace("\n", " ")
+    )
+    run_dir = sorted((stored / "runs").iterdir())[-1]
+    truth_dir = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["groundtruth"])
+    neighbors = np.asarray(pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist())
+    assert neighbors.shape == (500, 150)
+    # The first 100 exact neighbours are the published ones (fmnist1k has no ties among them).
+    assert np.array_equal(neighbors[:, :100], published_truth("fmnist1k"))
+
+
+def _refusal(write_config, config: dict) -> str:
+    with pytest.raises(ConfigError) as error:
+        build_plan(load_config(write_config(config)))
+    return str(error.value)
+
+
+def test_a_name_not_in_the_store_is_refused_naming_the_field(stored, write_config) -> None:
+    path = write_config(given_config(stored, {"name": "x", "stored": "gist-1m"}))
+    with pytest.raises(ConfigError) as error:
+        build_plan(load_config(path))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "stored:" in text)
+    assert str(error.value).startswith(f"{path}:{line}: dataset.stored: no dataset named 'gist-1m'")
+    assert "datasets in it: fm" in str(error.value)
+
+
+def test_a_metric_other_than_the_datasets_is_refused(stored, write_config) -> None:
+    config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 10, "metric": "cosine"})
+    assert "groundtruth.metric: cosine differs from the dataset's metric l2" in _refusal(write_config, config)
+
+
+def test_rows_and_k_beyond_the_dataset_are_refused_before_the_import(tmp_path, write_config) -> None:
+    imported = {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}
+    config = given_config(tmp_path / "wd", imported, groundtruth={"k": 2000, "metric": "l2"})
+    assert "groundtruth.k: 2000 neighbours asked of a dataset of 1000 rows" in _refusal(write_config, config)
+    vdb = {"databases": [{"name": "faiss"}], "insert": {"rows": 5000}, "query": {"k": [10]}}
+    config = given_config(tmp_path / "wd", imported, vdb=vdb)
+    assert "vdb.insert.rows: 5000 rows asked of a dataset of 1000 rows" in _refusal(write_config, config)
+    assert not (tmp_path / "wd" / "store").exists()  # nothing written
+
+
+def test_files_that_do_not_match_the_format_are_refused(tmp_path, write_config) -> None:
+    imported = {"name": "fm", "imported": {"format": "hdf5", "paths": [str(ANN / "fmnist1k")]}}
+    message = _refusal(write_config, given_config(tmp_path / "wd", imported))
+    assert message.startswith(f"{tmp_path / 'config.yaml'}") and "dataset.imported.paths:" in message
+
+
+@pytest.mark.parametrize(
+    ("dataset", "extra", "expected"),
+    [
+        ({"name": "x", "stored": "fm"}, {"corpus": {"paths": ["a.jsonl"]}}, "remove corpus"),
+        ({"name": "x"}, {}, "corpus and embedding missing"),
+        (
+            {"name": "x", "stored": "fm", "imported": {"format": "vecs", "paths": ["a"]}},
+            {},
+            "dataset.stored and dataset.imported both name the dataset",
+        ),
+        ({"name": "x", "imported": {"format": "parquet2", "paths": ["a"]}}, {}, "unknown format 'parquet2'"),
+    ],
+)
+def test_contradictory_dataset_sections_exit_2(tmp_path, write_config, dataset, extra, expected) -> None:
+    path = write_config(given_config(tmp_path, dataset, **extra))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert expected in " ".join(result.stderr.split()), result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_config_file_is_valid_yaml_with_no_generating_section() -> None:
+    config = yaml.safe_load(CONFIG.read_text())
+    assert not {"corpus", "embedding", "chunking", "queries"} & set(config)
+    assert {db["name"] for db in config["vdb"]["databases"]} == ENGINES
