@@ -1,4 +1,5 @@
-"""``python -m pipeline dataset import|export``: ANN datasets in and out of the project's layout."""
+"""``python -m pipeline dataset import|export|geometry|synth``: ANN datasets in and out of the project's
+layout, their geometry, and synthetic ones shaped like a real one."""
 
 from __future__ import annotations
 
@@ -177,3 +178,76 @@ def geometry(
         return
     for line in summary_lines(record, found.name):
         out.print(line, highlight=False, soft_wrap=True)
+
+
+@app.command("synth")
+def synth(
+    like: Annotated[
+        str, typer.Option(help="The real dataset to imitate: its name in the store, or its folder")
+    ],
+    rows: Annotated[int, typer.Option(min=1, help="Vectors to draw")],
+    name: Annotated[str | None, typer.Option(help="Dataset name (default: <like>-synth-<rows>)")] = None,
+    queries: Annotated[int, typer.Option(min=1, help="Queries to draw")] = 1000,
+    k: Annotated[int, typer.Option(min=1, max=10000, help="Exact neighbours per query")] = 100,
+    components: Annotated[int, typer.Option(min=1, help="Gaussian mixture components")] = 64,
+    pca_dims: Annotated[int, typer.Option(min=1, help="Principal directions the mixture lives in")] = 24,
+    seed: Annotated[int, typer.Option(min=0, help="Seed: the same arguments draw the same vectors")] = 0,
+    workdir: Annotated[
+        Path | None, typer.Option(help="Root of store/ (default: $PIPELINE_WORKDIR or the current folder)")
+    ] = None,
+) -> None:
+    """Draw a SYNTHETIC dataset shaped like a real one (for sizes no real dataset here reaches)."""
+    import re
+
+    from apps.interchange.synth import FIT_ROWS, SynthSpec, synthesize
+    from core.store import read_manifest
+    from pipeline.given_dataset import stored_candidates
+
+    root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    store = root.expanduser().resolve() / "store"
+    folder = Path(like).expanduser()
+    if not folder.is_dir():
+        found = stored_candidates(store, like)
+        if len(found) != 1:
+            what = (
+                "no dataset" if not found else f"{len(found)} datasets ({', '.join(p.name for p in found)})"
+            )
+            _error(f"--like {like!r}: {what} of that name in {store / 'datasets'}; name its folder", 2)
+        folder = found[0]
+    like_manifest = read_manifest(folder) or {}
+    if k > rows:
+        _error(f"--k {k} exceeds --rows {rows}", 2)
+    if components * 2 > min(like_manifest.get("rows") or 0, FIT_ROWS):
+        _error(
+            f"--components {components}: the real dataset offers {like_manifest.get('rows', 0):,} rows "
+            f"to fit them to; use at most half as many components as rows (and at most {FIT_ROWS // 2:,})",
+            2,
+        )
+    if name is None:  # <real name>-synth-<rows>
+        like_name = (like_manifest.get("metadata") or {}).get("dataset_name") or folder.name
+        name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', like_name)}-synth-{rows}"
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
+    try:
+        ensure_writable_dir(store / "datasets")
+    except OSError as exc:
+        _error(f"cannot create the store under {root}: {os_error_reason(exc, store / 'datasets')}", 2)
+    spec = SynthSpec(rows, queries, k, components, pca_dims, seed)
+    say = lambda line: console.print(line, highlight=False)  # noqa: E731
+    try:
+        directory, manifest, cached = synthesize(folder, name, store, spec, say=say)
+    except PipelineError as exc:
+        _fail(exc)
+    except OSError as exc:  # the store failing mid-way (disk full, quota): nothing is left half-written
+        _error(f"writing into {store}: {_os_reason(exc)}", 1)
+    lid = manifest["synthetic"]["lid"]
+    out.print(
+        f"{'already drawn' if cached else 'drew'} SYNTHETIC dataset: {directory}\n"
+        f"  {manifest['rows']:,} vectors x {manifest['dimension']}, "
+        f"{manifest['queries']['count']:,} queries, "
+        f"exact top-{manifest['groundtruth']['k']}, metric {manifest['metric']}\n"
+        f"  intrinsic dimension (MLE, k = {lid['k']}): synthetic {lid['synthetic']}, real {lid['real']} "
+        f"({lid['synthetic'] / lid['real'] - 1:+.0%})",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,111 @@
+"""``python -m pipeline dataset synth``: a SYNTHETIC dataset drawn from a model of a real one.
+
+Fitted here to the bundled fmnist1k (imported as a user would), drawn small so the test is quick: the
+folder is marked synthetic everywhere a reader looks, the same arguments draw the same bytes, its ground
+truth is the exact top-k (recomputed here with numpy), and a run takes it as ``dataset.stored``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from apps.dataset.layout import METADATA_KEY, arrow_to_vectors, iter_vectors
+from tests.conftest import REPO, run_cli
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory) -> tuple[Path, Path, str]:
+    """(workdir, synthetic folder, stdout) of fmnist1k imported, then 3,000 rows drawn like it."""
+    workdir = tmp_path_factory.mktemp("synth")
+    imported = run_cli(
+        "dataset", "import", "vecs", str(REPO / "datasets" / "ann" / "fmnist1k"), "--name", "fm",
+        "--metric", "l2", "--workdir", str(workdir),
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    args = ("dataset", "synth", "--like", "fm", "--rows", "3000", "--queries", "40", "--k", "10")
+    result = run_cli(*args, "--components", "8", "--workdir", str(workdir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    folders = sorted((workdir / "store" / "datasets").glob("fm-synth-3000-*"))
+    assert len(folders) == 1, folders
+    return workdir, folders[0], result.stdout
+
+
+def test_it_is_marked_synthetic_wherever_it_is_read(drawn) -> None:
+    _, folder, stdout = drawn
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["rows"] == 3000 and manifest["dimension"] == 784 and manifest["metric"] == "l2"
+    assert manifest["synthetic"]["synthetic"] is True and manifest["synthetic"]["like"]["name"] == "fm"
+    assert (folder / "README.md").read_text().startswith("# fm-synth-3000 (SYNTHETIC)")
+    part_meta = json.loads(pq.read_schema(folder / "part-00000.parquet").metadata[METADATA_KEY.encode()])
+    assert part_meta["source"] == "synthetic"
+    lid = manifest["synthetic"]["lid"]
+    assert lid["real"] > 0 and lid["synthetic"] > 0
+    assert "SYNTHETIC dataset" in stdout and f"synthetic {lid['synthetic']}, real {lid['real']}" in stdout
+
+
+def test_its_ground_truth_is_the_exact_top_k(drawn) -> None:
+    _, folder, _ = drawn
+    base = np.concatenate([vectors for _, vectors in iter_vectors(folder)]).astype(np.float64)
+    queries = arrow_to_vectors(pq.read_table(folder / "queries.parquet").column("embedding")).astype(
+        np.float64
+    )
+    truth = np.asarray(pq.read_table(folder / "groundtruth.parquet").column("neighbors").to_pylist())
+    distances = ((queries[:, None, :] - base[None, :, :]) ** 2).sum(axis=2)
+    expected = np.argsort(distances, axis=1, kind="stable")[:, :10]
+    assert np.array_equal(truth, expected)
+
+
+def test_the_same_arguments_draw_the_same_dataset(drawn) -> None:
+    workdir, folder, _ = drawn
+    again = run_cli(
+        "dataset", "synth", "--like", "fm", "--rows", "3000", "--queries", "40", "--k", "10",
+        "--components", "8", "--workdir", str(workdir),
+    )  # fmt: skip
+    assert again.returncode == 0 and "already drawn" in again.stdout, again.stderr
+    other = run_cli(
+        "dataset", "synth", "--like", "fm", "--rows", "3000", "--queries", "40", "--k", "10",
+        "--components", "8", "--seed", "1", "--name", "fm-seed1", "--workdir", str(workdir),
+    )  # fmt: skip
+    assert other.returncode == 0, other.stderr[-2000:]
+    (seeded,) = (workdir / "store" / "datasets").glob("fm-seed1-*")
+    first = pq.read_table(folder / "part-00000.parquet").column("embedding").to_pylist()[:5]
+    assert pq.read_table(seeded / "part-00000.parquet").column("embedding").to_pylist()[:5] != first
+
+
+def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
+    workdir, folder, _ = drawn
+    config = {
+        "name": "synth-run",
+        "workdir": str(workdir),
+        "dataset": {"name": "fm-synth", "stored": str(folder)},
+        "groundtruth": {"k": 10, "metric": "l2"},
+        "geometry": {"enabled": False},
+        "executor": {"platform": "local", "workers": 1},
+    }
+    result = run_cli("run", str(write_config(config)), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = sorted((workdir / "runs").iterdir())[-1]
+    truth_dir = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["groundtruth"])
+    assert json.loads((truth_dir / "manifest.json").read_text())["source"] == "published"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--like", "nope", "--rows", "100"), "--like 'nope': no dataset of that name"),
+        (("--like", "fm", "--rows", "5", "--k", "10"), "--k 10 exceeds --rows 5"),
+        (("--like", "fm", "--rows", "100", "--components", "900"), "--components 900"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> None:
+    workdir, _, _ = drawn
+    before = sorted(p.name for p in (workdir / "store" / "datasets").iterdir())
+    result = run_cli("dataset", "synth", *args, "--workdir", str(workdir))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
