@@ -84,6 +84,33 @@ def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -
     return plans
 
 
+def query_settings(point: SweepPoint) -> int:
+    """Query settings a point measures: ef x batch size x clients x k (x offered rates, open loop)."""
+    query = point.config.query
+    count = len(query.ef) * len(query.batch_size) * len(query.clients) * len(query.k)
+    return count * (len(query.rate) if isinstance(query.rate, list) else 1)
+
+
+def sweep_cost(vdb: VdbConfig, plans: list[PointPlan]) -> str:
+    """One line for ``plan``: points to run, pilot jobs, query settings, and the floor of their time."""
+    from apps.vdb import runs_in_process
+
+    todo = [p for p in plans if not p.complete]
+    jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
+    settings = sum(query_settings(p.point) for p in todo)
+    windows = sum(query_settings(p.point) * (p.point.config.query.duration_s or 0) for p in todo)
+    span = (
+        f"{windows:,.0f} s"
+        if windows < 120
+        else (f"{windows / 60:,.0f} min" if windows < 7200 else f"{windows / 3600:,.1f} h")
+    )
+    floor = f"; at least {span} of measured query windows" if windows else ""
+    return (
+        f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot job(s), {settings:,} query "
+        f"setting(s){floor} (deploy, insert and index time come on top)"
+    )
+
+
 def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:
     """Rows for ``plan``: (number, label, repeat, swept parameters, key, done)."""
     rows = []

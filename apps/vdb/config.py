@@ -40,6 +40,9 @@ Positive = Annotated[int, Field(ge=1)]
 PositiveRate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
+DEFAULT_MAX_POINTS = 1000  # vdb.max_points: beyond it a sweep is refused unless raised
+
+
 class InsertConfig(Strict):
     """How vectors are loaded."""
 
@@ -179,6 +182,13 @@ class VdbConfig(Strict):
         "(every combination) or zip (the i-th values together; equal lengths).",
     )
     repeats: int = Field(1, ge=1, description="Times every point is measured (each its own deployment).")
+    max_points: int = Field(
+        DEFAULT_MAX_POINTS,
+        ge=1,
+        description="A sweep expanding to more points (entries x swept values x repeats) is refused: each "
+        "point deploys, loads, indexes and queries its database, so a mistyped list can ask for weeks. "
+        "Raise it to run a larger sweep on purpose.",
+    )
     _expansion: Expansion | None = PrivateAttr(None)
     _points: list[SweepPoint] = PrivateAttr(default_factory=list)
 
@@ -214,6 +224,12 @@ class VdbConfig(Strict):
             raise ValidationError.from_exception_data(
                 cls.__name__, [exc.details(_value_at(data, exc.loc))]
             ) from None
+        limit = expansion.base.get("max_points", DEFAULT_MAX_POINTS)
+        if isinstance(limit, int) and len(expansion.points) > limit:  # before validating each point
+            raise ValueError(
+                f"the sweep expands to {len(expansion.points):,} points, more than vdb.max_points {limit:,}: "
+                "each one deploys, loads, indexes and queries a database; raise vdb.max_points to run it"
+            )
         model = handler(expansion.base)
         model._expansion = expansion
         # Each point is a model of its own: under VdbConfig(...) ``handler`` fills this very instance, so

@@ -136,7 +136,7 @@ def _plan(config: Path) -> None:
         table.add_row(shown, stage.key, status, shards, str(stage.directory))
     out.print(table)
     if the_plan.points:
-        from pipeline.sweep import describe
+        from pipeline.sweep import describe, sweep_cost
 
         lines = describe(the_plan.points)  # plain lines: labels hold brackets, and must not be cut
         out.print(f"vdb points ({len(lines)}, run in this order, one at a time):")
@@ -144,6 +144,7 @@ def _plan(config: Path) -> None:
             state = "done" if done else "to run"
             text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
             out.print(text, markup=False, highlight=False, soft_wrap=True)
+        out.print(sweep_cost(cfg.vdb, the_plan.points), markup=False, highlight=False, soft_wrap=True)
     from pipeline.hpc_plan import render_plan
 
     directories = None

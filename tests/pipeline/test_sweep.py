@@ -335,3 +335,40 @@ def test_open_loop_knobs_count_in_a_point_key_only_when_their_rate_is_set() -> N
     mixed_off = params({}, {"insert_rate": 100})
     assert "query_rate" not in mixed_off["mixed"] and "seed" not in mixed_off["mixed"]
     assert params({}, {"insert_rate": 100, "query_rate": 50})["mixed"]["query_rate"] == 50
+
+
+def test_a_sweep_beyond_max_points_is_refused_until_raised() -> None:
+    section = {
+        "databases": [QDRANT, {"name": "faiss"}],
+        "collection": {"hnsw_m": [8, 12, 16, 24, 32]},
+        "repeats": 3,
+        "max_points": 20,
+    }
+    ((_, message),) = errors(section)
+    assert "the sweep expands to 30 points, more than vdb.max_points 20" in message
+    assert len(VdbConfig.model_validate({**section, "max_points": 30}).points) == 30
+    # the default bound: 1,000 points (a mistyped list of 10,000 values is refused)
+    ((_, message),) = errors({"databases": [QDRANT], "collection": {"hnsw_m": list(range(4, 1005))}})
+    assert "1,001 points, more than vdb.max_points 1,000" in message
+
+
+def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
+    """Points still to run, pilot jobs, query settings and the floor of their measured windows."""
+    from pipeline.sweep import sweep_cost
+
+    config = base_config(
+        tmp_path / "c.jsonl",
+        tmp_path,
+        vdb={
+            "databases": [QDRANT, {"name": "faiss"}],
+            "collection": {"hnsw_m": [8, 16]},
+            "query": {"ef": [16, 32, 64], "batch_size": [1, 8], "duration_s": 5},
+        },
+    )
+    vdb = VdbConfig.model_validate(config["vdb"])
+    plans = plan_points(vdb, tmp_path / "store", ["d", "q", "g"], "cosine")
+    line = sweep_cost(vdb, plans)
+    assert line.startswith("sweep cost: 4 of 4 point(s) to run, 0 pilot job(s), 24 query setting(s)")
+    assert line.endswith(
+        "at least 2 min of measured query windows (deploy, insert and index time come on top)"
+    )
