@@ -179,7 +179,7 @@ class DagRunner:
                 record = f.result()
                 self.provenance.task_finished(stage, record)
                 progress.advance(stage, int(record.get(items_field, 0) or 0))
-                if stage == "embed" and self.embedding.backend == "openvino":
+                if stage == "embed" and self.embedding and self.embedding.backend == "openvino":
                     self._say(*embed_stage.shard_notices(record, self.embedding, self._noted))
 
         future.add_done_callback(done)

@@ -88,6 +88,7 @@ def test_report_recall_equals_a_recomputation_from_the_published_truth(ann_run) 
 @pytest.mark.slow
 def test_the_import_is_a_stage_and_its_published_truth_is_used(ann_run) -> None:
     name, root, run_dir, env = ann_run
+    assert "Traceback" not in (run_dir / "pipeline.log").read_text()  # no callback failed on the way
     provenance = json.loads((run_dir / "provenance.json").read_text())
     dataset = Path(provenance["outputs"]["embed"])
     assert dataset.parent == root / "store" / "datasets" and dataset.name.startswith(f"{name}-")
