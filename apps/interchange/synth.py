@@ -18,6 +18,7 @@ same bytes.
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +190,9 @@ def synthesize(
         )
         queries_written = write_parquet_atomic(queries, out / "queries.parquet")
         say(f"exact top-{spec.k} of {spec.queries:,} queries over {spec.rows:,} rows")
+        exact_started = time.time()
         ids, distances = exact_topk(query_vectors, iter_vectors(out), spec.k, metric, "cpu", memory_budget_mb)
+        exact_seconds = time.time() - exact_started
         gt_written = write_parquet_atomic(
             groundtruth_table(query_ids, ids, distances), out / "groundtruth.parquet"
         )
@@ -206,6 +209,8 @@ def synthesize(
             },
             synthetic=synthetic,
             seconds=round(time.time() - started, 3),
+            groundtruth_seconds=round(exact_seconds, 3),
+            peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),  # this process
         )
         atomic_write_text(out / "README.md", card(manifest))
         atomic_write_json(out / "manifest.json", manifest)

@@ -119,8 +119,10 @@ class RunConfig(Strict):
                 )
             return self
         source = "dataset.stored" if given.stored is not None else "dataset.imported"
-        extra = [name for name in GENERATING_SECTIONS if name in self.model_fields_set]
-        extra += [f"dataset.{name}" for name in ("dir", "holdout_fraction") if name in given.model_fields_set]
+        # By value, not by what was written: a recorded config (rerender) writes every default back.
+        defaults = {"sharding": ShardingConfig(), "chunking": NoChunking()}
+        extra = [name for name in GENERATING_SECTIONS if getattr(self, name) != defaults.get(name)]
+        extra += [f"dataset.{name}" for name in ("dir", "holdout_fraction") if getattr(given, name)]
         if extra:
             raise ValueError(
                 f"{source} takes the dataset, its queries and ground truth as they are: remove "

@@ -99,6 +99,9 @@ def test_the_import_is_a_stage_and_its_published_truth_is_used(ann_run) -> None:
     assert truth["source"] == "published" and truth["k"] == 100
     neighbors = pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist()
     assert np.array_equal(np.asarray(neighbors), published_truth(name))
+    # The report rewrites from the run's record (its recorded config validates again).
+    rewritten = run_cli("report", str(run_dir), env=env, timeout=300)
+    assert rewritten.returncode == 0, rewritten.stderr[-2000:]
     # A second run finds every stage complete and starts nothing.
     again = run_cli("run", str(CONFIG), env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]

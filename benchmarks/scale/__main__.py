@@ -1,0 +1,279 @@
+"""The pipeline at 10,000, 100,000 and 1,000,000 vectors: seconds, peak memory and disk per stage and
+database.
+
+No real dataset of a million 384-dimensional vectors is reachable here, so each size is a SYNTHETIC dataset
+drawn with ``python -m pipeline dataset synth`` from a model of the bundled all-MiniLM sample (the dataset
+``configs/local.yaml`` makes; made here when the workdir has none), with 1,000 queries and their exact
+top-100. Each size then runs as a user runs it: ``python -m pipeline run`` of a config taking that dataset
+as ``dataset.stored``, through Qdrant (edge), Milvus, Weaviate and FAISS (HNSW, M 16, ef_construction
+128), and ``python -m pipeline report`` rewrites its report alone, so the report's own cost is measured.
+
+Per size it prints, with the load average:
+- seconds of the synthetic draw, its exact ground truth, the run, and the report;
+- peak RSS of the driver, of the Parsl workers (the clients, and the in-process engines), of the database
+  servers (their telemetry), sampled every 0.2 s over the whole process tree;
+- per database: upload seconds, vectors/s, index seconds, disk bytes, recall@10 at ef 64, QPS;
+then the growth exponent of each figure between sizes (the slope of log figure over log N: 1 is linear).
+
+    .venv/bin/python -m benchmarks.scale                          # 10k, 100k, 1M: about an hour on 2 cores
+    .venv/bin/python -m benchmarks.scale --sizes 10000 100000     # the two small sizes, a few minutes
+    .venv/bin/python -m benchmarks.scale --engines faiss qdrant   # fewer databases
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+
+from benchmarks import common
+
+NAME = "scale"
+ENGINES = {
+    "qdrant": {"name": "qdrant", "mode": "edge"},
+    "milvus": {"name": "milvus", "min_segment_rows_to_index": 0},
+    "weaviate": {"name": "weaviate"},
+    "faiss": {"name": "faiss"},
+}
+TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8}
+
+
+def _run(args: list[str], cwd: Path, log: Path) -> tuple[float, common.TreeSampler, str]:
+    """``python -m pipeline ARGS`` with its process tree sampled; (seconds, sampler, output)."""
+    started = time.time()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "160"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    with common.TreeSampler(own_children=[child.pid], include_root=False, reap=True) as sampler:
+        output, _ = child.communicate()
+    log.write_text(output)
+    if child.returncode != 0:
+        raise SystemExit(
+            f"python -m pipeline {' '.join(args)} failed (exit {child.returncode}):\n{output[-3000:]}"
+        )
+    return time.time() - started, sampler, output
+
+
+def role_peak(sampler: common.TreeSampler, *roles: str) -> float:
+    """Peak MiB summed over the processes of ``roles`` (each sample's sum, the largest)."""
+    sums = [sum(rss for _, role, rss in rows if role in roles) for _, rows in sampler.timeline]
+    return round(common.mib(max(sums, default=0)), 1)
+
+
+def like_dataset(work: Path) -> Path:
+    """The all-MiniLM sample dataset: from the repository's workdir (``make run``), else made here."""
+    for store in (common.REPO / "store", work / "store"):
+        found = sorted((store / "datasets").glob("pes2o-ve-sample-*"))
+        found = [f for f in found if "synth" not in f.name and (f / "manifest.json").is_file()]
+        if found:
+            return found[0]
+    config = yaml.safe_load(common.LOCAL_CONFIG.read_text())
+    config.pop("vdb")
+    config["workdir"] = str(work)
+    for section, field in (("corpus", "paths"),):
+        config[section][field] = [
+            str((common.LOCAL_CONFIG.parent / p).resolve()) for p in config[section][field]
+        ]
+    config["queries"]["terms_file"] = str(
+        (common.LOCAL_CONFIG.parent / config["queries"]["terms_file"]).resolve()
+    )
+    path = common.write_config(config, work / "local-sample.yaml")
+    print(f"making the all-MiniLM sample dataset in {work} (configs/local.yaml without databases)")
+    _run(["run", str(path)], common.REPO, work / "local-sample.log")
+    return like_dataset(work)
+
+
+def scale_config(work: Path, dataset: Path, rows: int, engines: list[str]) -> Path:
+    """The run of one size: the synthetic dataset as it is, the four databases, one query setting."""
+    config = {
+        "name": f"scale-{rows}",
+        "workdir": str(work),
+        "dataset": {"name": "scale", "stored": str(dataset)},
+        "groundtruth": {"k": 100, "metric": "cosine", "memory_budget_mb": 256},
+        "geometry": {"enabled": False},
+        "executor": {"platform": "local", "workers": 2},
+        "vdb": {
+            "databases": [ENGINES[e] for e in engines],
+            "collection": {
+                "index_type": "hnsw",
+                "hnsw_m": 16,
+                "ef_construction": 128,
+                "deferred_indexing": True,
+            },
+            "insert": {"batch_sizes": [1000], "workers": 1, "clients_per_worker": 2, "timeout_s": 14400},
+            "query": {
+                "ef": [64],
+                "batch_size": [32],
+                "clients": [1],
+                "k": [10],
+                "max_queries": 1000,
+                "duration_s": 5,
+            },
+            "index_timeout_s": 14400,
+        },
+    }
+    return common.write_config(config, work / f"scale-{rows}.yaml")
+
+
+def server_peak_mib(point_dir: Path) -> float | None:
+    """Peak summed RSS of a point's server processes (its telemetry), MiB; None without any."""
+    path = point_dir / "telemetry.parquet"
+    if not path.is_file():
+        return None
+    rows = pq.read_table(path, columns=["time", "role", "rss_bytes"]).to_pylist()
+    sums: dict[float, int] = {}
+    for r in rows:
+        if r["role"] == "server" and r["rss_bytes"]:
+            sums[r["time"]] = sums.get(r["time"], 0) + r["rss_bytes"]
+    return round(common.mib(max(sums.values())), 1) if sums else None
+
+
+def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: Path) -> dict[str, Any]:
+    """Draw (or reuse the draw of an earlier invocation), run and report one size; its figures.
+
+    The synthetic datasets are kept in ``work/store`` (drawing is not what is measured twice: its seconds
+    come from its manifest); every invocation runs in a fresh ``runs`` workdir, so nothing is reused."""
+    print(f"\n=== N = {rows:,} ===  (load average {os.getloadavg()[0]:.2f})")
+    _run(
+        ["dataset", "synth", "--like", str(like), "--rows", str(rows), "--queries", str(args.queries),
+         "--name", f"scale-{rows}-q{args.queries}", "--workdir", str(work)],
+        common.REPO,
+        runs / f"synth-{rows}.log",
+    )  # fmt: skip
+    (folder,) = [
+        f for f in (work / "store" / "datasets").glob(f"scale-{rows}-q{args.queries}-*") if f.is_dir()
+    ]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    config = scale_config(runs, folder, rows, args.engines)
+    run_seconds, run_sampler, _ = _run(["run", str(config)], common.REPO, runs / f"run-{rows}.log")
+    run_dir = sorted((runs / "runs").glob(f"scale-{rows}-*"))[-1]
+    report_seconds, report_sampler, _ = _run(
+        ["report", str(run_dir)], common.REPO, runs / f"report-{rows}.log"
+    )
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    vdb_dir = Path(provenance["outputs"]["vdb"])
+    results = pq.read_table(vdb_dir / "report" / "results.parquet").to_pylist()
+    engines: dict[str, dict[str, Any]] = {}
+    for r in results:
+        entry = engines.setdefault(r["label"], {})
+        if r["stage"] == "insert":
+            entry.update(upload_s=r["upload_s"], insert_vectors_per_s=r["insert_vectors_per_s"])
+        elif r["stage"] == "index":
+            entry.update(index_s=r["index_s"], disk_bytes=r["disk_bytes"])
+        elif r["stage"] == "query":
+            entry.update(recall=r["recall"], qps=r["qps"])
+    for label, entry in engines.items():
+        entry["server_peak_mib"] = server_peak_mib(vdb_dir / label)
+    return {
+        "rows": rows,
+        "dimension": manifest["dimension"],
+        "synthetic": manifest["synthetic"]["lid"],
+        "seconds": {
+            "synth": manifest["seconds"],
+            "groundtruth": manifest["groundtruth_seconds"],
+            "run": round(run_seconds, 2),
+            "report": round(report_seconds, 2),
+        },
+        "peak_mib": {
+            "synth": manifest["peak_rss_mib"],  # the drawing process's own peak, from its manifest
+            "driver": role_peak(run_sampler, "driver"),
+            "workers": role_peak(run_sampler, "parsl worker"),
+            "report": round(common.mib(report_sampler.peak), 1),
+        },
+        "engines": engines,
+        "load_average": os.getloadavg(),
+    }
+
+
+def exponent(small: float | None, large: float | None, n_small: int, n_large: int) -> float | None:
+    """The log-log slope between two sizes; None when a figure is missing or not positive."""
+    if not small or not large or small <= 0 or large <= 0:
+        return None
+    return round(math.log(large / small) / math.log(n_large / n_small), 2)
+
+
+def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print each size's figures and the growth exponents between consecutive sizes; return the latter."""
+    for s in sizes:
+        print(
+            f"\nN = {s['rows']:,} (LID synthetic {s['synthetic']['synthetic']}, "
+            f"real {s['synthetic']['real']}; load {s['load_average'][0]:.2f})"
+        )
+        print("  seconds: " + ", ".join(f"{k} {v:,.1f}" for k, v in s["seconds"].items()))
+        print("  peak RSS MiB: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["peak_mib"].items()))
+        for label, e in sorted(s["engines"].items()):
+            n = {k: v or 0 for k, v in e.items()}
+            print(
+                f"  {label:<9} upload {n.get('upload_s', 0):8.1f} s  "
+                f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s  index {n.get('index_s', 0):8.1f} s  "
+                f"disk {common.mib(n.get('disk_bytes', 0)):9,.1f} MiB  "
+                f"server {n.get('server_peak_mib', 0):8,.0f} MiB  "
+                f"recall {n.get('recall', 0):.3f}  QPS {n.get('qps', 0):9,.0f}"
+            )
+    growth: dict[str, Any] = {}
+    for a, b in itertools.pairwise(sizes):
+        key = f"{a['rows']}->{b['rows']}"
+        g = {
+            f"seconds.{k}": exponent(a["seconds"][k], b["seconds"][k], a["rows"], b["rows"])
+            for k in a["seconds"]
+        }
+        g.update(
+            {
+                f"peak.{k}": exponent(a["peak_mib"][k], b["peak_mib"][k], a["rows"], b["rows"])
+                for k in a["peak_mib"]
+            }
+        )
+        for label in a["engines"]:
+            ea, eb = a["engines"][label], b["engines"].get(label, {})
+            for field in ("upload_s", "index_s", "disk_bytes", "server_peak_mib"):
+                g[f"{label}.{field}"] = exponent(ea.get(field), eb.get(field), a["rows"], b["rows"])
+            rate_a, rate_b = ea.get("insert_vectors_per_s"), eb.get("insert_vectors_per_s")
+            g[f"{label}.insert_rate_ratio"] = round(rate_b / rate_a, 2) if rate_a and rate_b else None
+        g["driver_rss_ratio"] = round(b["peak_mib"]["driver"] / a["peak_mib"]["driver"], 2)
+        growth[key] = g
+        print(
+            f"\ngrowth exponents {key} (1 = linear; target <= {TARGETS['exponent']} for ground truth, "
+            f"insert, query, report):"
+        )
+        for name, value in g.items():
+            print(f"  {name:<32} {value}")
+    return growth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--engines", nargs="+", choices=sorted(ENGINES), default=list(ENGINES))
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--workdir", type=Path, default=common.OUT / "work" / "scale")
+    args = parser.parse_args()
+    work = args.workdir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    common.become_subreaper()
+    like = like_dataset(work)
+    print(f"model fitted to {like} ({common.cores()} cores, load average {os.getloadavg()[0]:.2f})")
+    runs = work / time.strftime("runs-%Y%m%dT%H%M%S")
+    runs.mkdir()
+    sizes = [measure(rows, args, like, work, runs) for rows in sorted(args.sizes)]
+    growth = show(sizes)
+    path = common.write_json(NAME, {"like": str(like), "sizes": sizes, "growth": growth, "targets": TARGETS})
+    print(f"\nraw figures: {path}")
+
+
+if __name__ == "__main__":
+    main()
