@@ -101,6 +101,16 @@ class NodeShape(Strict):
         description="The physical cores nearest each GPU, GPU 0 first (Polaris: GPU 0 <-> 24-31); GPU "
         "workers and GPU-indexing database ranks are placed by it. Empty: GPU i is nearest the i-th share.",
     )
+    memory_gib: float | None = Field(
+        None, gt=0, description="Memory a job may use per node, GiB (the resource plan's capacity)."
+    )
+    shm_gib: float | None = Field(
+        None, gt=0, description="Size of /dev/shm per node, GiB (storage medium memory); None: memory / 2."
+    )
+    ssd_gib: float | None = Field(
+        None, ge=0, description="Node-local SSD per node, GiB (storage medium ssd); 0: none."
+    )
+    gpu_memory_gib: float | None = Field(None, gt=0, description="Memory of one GPU (or tile), GiB.")
     apptainer_fakeroot: bool = Field(
         False,
         description="Apptainer on the compute nodes needs --fakeroot (Polaris and Aurora: ALCF's "
@@ -271,6 +281,12 @@ def _polaris_node() -> NodeShape:
         cores_per_socket=32,
         gpus=4,
         gpu_cores=[[c for c in share if c < 32] for share in parse_list(POLARIS_GPU_AFFINITY)],
+        # docs/polaris/index.md: 512 GiB DDR4, 2 x 1.6 TB local SSD (RAID0, 3.2 TB), A100 40 GiB. /dev/shm:
+        # the guide gives no size; Linux's tmpfs default is half of memory.
+        memory_gib=512,
+        shm_gib=256,
+        ssd_gib=2980,  # 3.2e12 bytes
+        gpu_memory_gib=40,
         apptainer_fakeroot=True,
     )
 
@@ -447,8 +463,18 @@ class AuroraExecutorConfig(_PbsExecutorBase):
     gpu: GpuWorkers = Field(default_factory=_aurora_gpu, description="The GPU (tile) worker block.")
     node: NodeShape = Field(
         # --fakeroot: argonne-lcf/user-guides docs/aurora/containers/containers.md (every apptainer command)
+        # Memory: docs/aurora/system-updates.md (June 2025): about 960 GB between DDR5 and HBM may be
+        # allocated. No node-local SSD (docs/aurora/index.md lists none). GPU: 768 GiB over 6 GPUs.
         default_factory=lambda: NodeShape(
-            sockets=2, cores_per_socket=52, gpus=6, reserved_cores=[0, 52], apptainer_fakeroot=True
+            sockets=2,
+            cores_per_socket=52,
+            gpus=6,
+            reserved_cores=[0, 52],
+            memory_gib=894,  # 960e9 bytes
+            shm_gib=447,  # Linux's tmpfs default, half of memory: the guide gives no size
+            ssd_gib=0,
+            gpu_memory_gib=128,
+            apptainer_fakeroot=True,
         ),
         description="Cores, sockets and GPUs of a node.",
     )

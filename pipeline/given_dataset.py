@@ -19,6 +19,7 @@ from core.errors import InputDataError
 from core.store import complete_manifest, content_key, verify_files
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_rows
+from pipeline.resources import resource_plan
 
 GROUNDTRUTH_FROM_DATASET = "given"  # in the ground-truth key: published-or-exact, not always exact
 
@@ -139,4 +140,5 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
-    return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points)
+    resources = resource_plan(loaded, [p.point for p in points], rows, dimension)
+    return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources)

@@ -41,6 +41,7 @@ from pipeline.plan_model import (
     check_rows,
     geometry_params,
 )
+from pipeline.resources import resource_plan
 from pipeline.sweep import PointPlan
 
 __all__ = ["Plan", "StagePlan", "build_plan", "model_slug", "native_dimension"]
@@ -210,6 +211,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
             / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
         )
     embed = add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
+    made = complete_manifest(dataset_dir) if embed.complete else None
+    rows = made["rows"] if made else cfg.dataset.expected_rows  # for the resource plan
     if cfg.queries and embed.complete:  # the row count is known: a k above it would be cut silently
         check_rows(loaded, (complete_manifest(dataset_dir) or {}).get("rows"), dataset_dir)
 
@@ -279,4 +282,5 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         terms_file,
         resolved,
         points,
+        resource_plan(loaded, [p.point for p in points], rows, dimension),
     )

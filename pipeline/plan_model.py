@@ -52,6 +52,7 @@ class Plan:
     terms_file: Path | None
     embedding: EmbeddingConfig | None  # the config's embedding, ``model`` resolved once to an absolute path
     points: list[PointPlan] = field(default_factory=list)  # the vdb stage's points (pipeline/sweep.py)
+    resources: Any = None  # pipeline.resources.ResourcePlan: every point's estimate against a node
 
     @property
     def config(self):

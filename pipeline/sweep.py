@@ -91,23 +91,27 @@ def query_settings(point: SweepPoint) -> int:
     return count * (len(query.rate) if isinstance(query.rate, list) else 1)
 
 
-def sweep_cost(vdb: VdbConfig, plans: list[PointPlan]) -> str:
-    """One line for ``plan``: points to run, pilot jobs, query settings, and the floor of their time."""
+def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None) -> str:
+    """One line for ``plan``: points to run, pilot jobs, query settings, the floor of their measured
+    windows and, with the resource plan's ``estimates`` (id of a point -> PointEstimate), the upload and
+    index time it expects."""
     from apps.vdb import runs_in_process
+    from apps.vdb.resources import duration
 
     todo = [p for p in plans if not p.complete]
+    if not todo:
+        return f"sweep cost: none: all {len(plans)} point(s) are done"
     jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
     settings = sum(query_settings(p.point) for p in todo)
     windows = sum(query_settings(p.point) * (p.point.config.query.duration_s or 0) for p in todo)
-    span = (
-        f"{windows:,.0f} s"
-        if windows < 120
-        else (f"{windows / 60:,.0f} min" if windows < 7200 else f"{windows / 3600:,.1f} h")
-    )
-    floor = f"; at least {span} of measured query windows" if windows else ""
+    floor = f"; at least {duration(windows)} of measured query windows" if windows else ""
+    found = [estimates.get(id(p.point)) for p in todo] if estimates else []
+    loads = sum(e.upload_s * len(p.point.config.insert.batch_sizes) + (e.index_s or 0)
+                for p, e in zip(todo, found, strict=False) if e is not None)  # fmt: skip
+    expected = f"; about {duration(loads)} of upload and index by the resource plan" if loads else ""
     return (
         f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot job(s), {settings:,} query "
-        f"setting(s){floor} (deploy, insert and index time come on top)"
+        f"setting(s){floor}{expected} (deploy time comes on top)"
     )
 
 

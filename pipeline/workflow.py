@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,12 +81,22 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     """
     console = console or Console(stderr=True)
     plan: Plan = build_plan(loaded)
+    for line in plan.resources.warnings if plan.resources else []:  # vdb.resource_check: warn
+        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
         lock.note(run_dir.name)
         with _run_environment(workdir, run_dir.name):
-            return _run(loaded, plan, run_dir, console)
+            try:
+                return _run(loaded, plan, run_dir, console)
+            except (KeyboardInterrupt, PipelineError):
+                raise
+            except Exception as exc:  # a library's own words for a full disk: say what happened
+                full = disk_full_error(plan, exc)
+                if full is None:
+                    raise
+                raise full from exc
 
 
 def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> Path:
@@ -123,6 +135,39 @@ def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> P
     for name, directory in provenance.outputs.items():
         console.print(f"  {name:<12} {directory}")
     return run_dir
+
+
+# Below this much free space a failed run is taken as having filled its disk, whatever the error says
+# (a C++ library's full disk reads "basic_ios::clear: iostream error").
+FULL_DISK_BYTES = 64 * 2**20
+
+
+def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
+    """When ``exc`` ended a run whose store's disk is full: the error to report instead (where, how much
+    is free, what the resource plan estimated); None otherwise. Complete stages stay complete."""
+    from apps.vdb.resources import gib
+    from core.errors import describe
+    from pipeline.dag import root_cause
+
+    probe = plan.store
+    while not probe.exists():
+        probe = probe.parent
+    usage = shutil.disk_usage(probe)
+    cause = root_cause(exc) if not isinstance(exc, OSError) else exc
+    enospc = isinstance(cause, OSError) and cause.errno == errno.ENOSPC
+    if not enospc and usage.free > FULL_DISK_BYTES:
+        return None
+    estimates = [e.node_disk for _, e in (plan.resources.estimates if plan.resources else []) if e]
+    need = (
+        f"; the resource plan estimated up to {gib(max(estimates))} of database data for one point"
+        if estimates
+        else ""
+    )
+    return PipelineError(
+        f"the disk holding {plan.store} is full ({gib(usage.free)} free of {gib(usage.total)}){need}. "
+        f"The run stopped with {describe(cause)}. Free space there, or set workdir on a larger disk, and run "
+        "again: complete stages are kept, nothing half-written is taken as complete"
+    )
 
 
 def _manifest(directory: Path):

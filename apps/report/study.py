@@ -12,6 +12,8 @@ Figures (file stem: stage, x axis, matched by the swept parameter's name):
   ``<db>.gomaxprocs`` / ``<db>.env.GOMAXPROCS``;
 - ``study_query_cores``: QPS and mean latency against that cores axis;
 - ``study_query_workers``: QPS against the server workers/nodes axis;
+- ``study_index_rows``, ``study_query_rows``: index time, and query time and recall, against the rows loaded
+  (``insert.rows``: 001 Figs. 3 and 5, one line per other swept value, e.g. the workers);
 - ``study_segments``: recall and search time (mean latency) against a segment setting
   (``qdrant.default_segment_number``, ``qdrant.max_segment_size_kb``,
   ``milvus.config_overrides.dataCoord.segment.maxSize``), labelled with the segments counted after indexing.
@@ -69,6 +71,11 @@ def is_segments(name: str) -> bool:
     return "segment" in name.lower() and "min_segment_rows" not in name
 
 
+def is_rows(name: str) -> bool:
+    """The rows a point loads (``vdb.insert.rows``): the dataset-size axis (001 Figs. 3 and 5)."""
+    return name == "insert.rows"
+
+
 @dataclass(frozen=True)
 class Spec:
     """One study figure: the rows it draws, its x axis and its panels (metric column, y label)."""
@@ -123,6 +130,22 @@ SPECS = (
         is_server_workers,
         (("qps", "QPS (queries / s)"),),
         "server workers or nodes (weaviate.nodes, vdb.cluster.workers, milvus roles)",
+    ),
+    Spec(
+        "study_index_rows",
+        "Index time versus dataset size",
+        "index",
+        is_rows,
+        (("index_s", "index time (s)"),),
+        "dataset size (vdb.insert.rows as a list)",
+    ),
+    Spec(
+        "study_query_rows",
+        "Query time and recall versus dataset size",
+        "query",
+        is_rows,
+        (("latency_mean_ms", "query time: mean latency per request (ms)"), ("recall", "recall@k")),
+        "dataset size (vdb.insert.rows as a list)",
     ),
     Spec(
         "study_segments",

@@ -182,6 +182,11 @@ class VdbConfig(Strict):
         "(every combination) or zip (the i-th values together; equal lengths).",
     )
     repeats: int = Field(1, ge=1, description="Times every point is measured (each its own deployment).")
+    resource_check: Literal["refuse", "warn"] = Field(
+        "refuse",
+        description="A point whose estimated memory or data exceeds a node's (the resource plan, `plan`) is "
+        "refused; warn: say so and run it anyway.",
+    )
     max_points: int = Field(
         DEFAULT_MAX_POINTS,
         ge=1,

@@ -130,15 +130,19 @@ def scale_config(work: Path, dataset: Path, rows: int, engines: list[str]) -> Pa
     return common.write_config(config, work / f"scale-{rows}.yaml")
 
 
+ENGINE_ROLES = ("server", "engine", "child")  # telemetry roles holding the index: servers, in-process hosts
+
+
 def server_peak_mib(point_dir: Path) -> float | None:
-    """Peak summed RSS of a point's server processes (its telemetry), MiB; None without any."""
+    """Peak summed RSS of the processes holding a point's index (its telemetry: the servers, or the
+    workers an in-process engine runs in, with their children), MiB; None without any."""
     path = point_dir / "telemetry.parquet"
     if not path.is_file():
         return None
     rows = pq.read_table(path, columns=["time", "role", "rss_bytes"]).to_pylist()
     sums: dict[float, int] = {}
     for r in rows:
-        if r["role"] == "server" and r["rss_bytes"]:
+        if r["role"] in ENGINE_ROLES and r["rss_bytes"]:
             sums[r["time"]] = sums.get(r["time"], 0) + r["rss_bytes"]
     return round(common.mib(max(sums.values())), 1) if sums else None
 
@@ -255,6 +259,33 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     return growth
 
 
+def cost_table(sizes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """``apps.vdb.resources.COSTS`` from the two largest sizes: the slope of memory and disk over rows,
+    less the HNSW graph (M 16), in float32 vectors; the fixed memory at the smaller size; the rates of the
+    larger."""
+    from apps.vdb.resources import MEASURED_DIM
+
+    small, large = sizes[-2], sizes[-1]
+    vector, graph = 4 * MEASURED_DIM, 2 * 16 * 4 + 8
+    table = {}
+    for label, big in large["engines"].items():
+        little = small["engines"].get(label, {})
+        rows = large["rows"] - small["rows"]
+        if not (big.get("server_peak_mib") and little.get("server_peak_mib") and big.get("index_s")):
+            continue
+        memory_slope = (big["server_peak_mib"] - little["server_peak_mib"]) * 2**20 / rows
+        disk_slope = ((big.get("disk_bytes") or 0) - (little.get("disk_bytes") or 0)) / rows
+        table[label] = {
+            "memory_copies": round(max(memory_slope - graph, 0) / vector, 2),
+            "disk_copies": round(max(disk_slope - graph, 0) / vector, 2),
+            "fixed_mib": round(max(little["server_peak_mib"] - small["rows"] * memory_slope / 2**20, 0), 0),
+            "insert_vectors_per_s": round(big["insert_vectors_per_s"], 0),
+            # an engine that builds its graph during the upload (Weaviate) reports no separate build
+            "index_vectors_per_s": round(large["rows"] / big["index_s"], 0) if big["index_s"] >= 1 else None,
+        }
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -271,7 +302,13 @@ def main() -> None:
     runs.mkdir()
     sizes = [measure(rows, args, like, work, runs) for rows in sorted(args.sizes)]
     growth = show(sizes)
-    path = common.write_json(NAME, {"like": str(like), "sizes": sizes, "growth": growth, "targets": TARGETS})
+    costs = cost_table(sizes) if len(sizes) > 1 else {}
+    print("\nper-engine figures for apps/vdb/resources.COSTS (the two largest sizes):")
+    for label, figures in costs.items():
+        print(f"  {label!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
+    path = common.write_json(
+        NAME, {"like": str(like), "sizes": sizes, "growth": growth, "costs": costs, "targets": TARGETS}
+    )
     print(f"\nraw figures: {path}")
 
 

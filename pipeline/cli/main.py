@@ -92,6 +92,7 @@ def validate(
     with _queue_limits(queue_limits, queue_listing):
         loaded, plan = _load_plan(config)
         out.print(f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), {_input_line(plan)}")
+        _resource_warnings(plan)
         _queue_limits_line(loaded)
 
 
@@ -144,7 +145,10 @@ def _plan(config: Path) -> None:
             state = "done" if done else "to run"
             text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
             out.print(text, markup=False, highlight=False, soft_wrap=True)
-        out.print(sweep_cost(cfg.vdb, the_plan.points), markup=False, highlight=False, soft_wrap=True)
+        estimates = {id(p): e for p, e in the_plan.resources.estimates} if the_plan.resources else {}
+        cost = sweep_cost(cfg.vdb, the_plan.points, estimates)
+        out.print(cost, markup=False, highlight=False, soft_wrap=True)
+        _resource_table(the_plan)
     from pipeline.hpc_plan import render_plan
 
     directories = None
@@ -156,6 +160,45 @@ def _plan(config: Path) -> None:
     hpc = render_plan(loaded, directories)  # Parsl config, job scripts, server commands (HPC only)
     if hpc:
         out.print(hpc, markup=False, highlight=False)
+
+
+def _resource_table(plan: Plan) -> None:
+    """Each point's estimated memory, data and time (pipeline/resources.py), and what did not fit."""
+    resources = plan.resources
+    if resources is None:
+        return
+    if resources.rows is None:
+        out.print(
+            "resources: not estimated: the dataset's row count is unknown until it is made "
+            "(dataset.expected_rows gives it)",
+            markup=False,
+            highlight=False,
+        )
+        return
+    table = Table(
+        "point",
+        "vectors",
+        "ranks",
+        "memory/rank",
+        "memory/node",
+        "data/node",
+        "upload",
+        "index",
+        "figures of",
+        title="resource plan (estimates; docs/vector-databases.md, Resource plan)",
+    )
+    for point, estimate in resources.estimates:
+        if estimate is None:
+            table.add_row(point.label, *[""] * 7, f"{point.database}: not measured, not checked")
+        else:
+            table.add_row(*estimate.row())
+    out.print(table)
+    _resource_warnings(plan)
+
+
+def _resource_warnings(plan: Plan) -> None:
+    for line in plan.resources.warnings if plan.resources else []:
+        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
 
 
 def _input_line(plan: Plan) -> str:

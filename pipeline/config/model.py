@@ -63,6 +63,13 @@ class RunDatasetConfig(DatasetConfig):
         "like `stored`. The metric is groundtruth.metric.",
     )
 
+    expected_rows: int | None = Field(
+        None,
+        ge=1,
+        description="Rows the generated dataset will have, for the resource plan before it exists (the full "
+        "Pes2o-VE: 88,453,763). Once it is made, its manifest's count is used.",
+    )
+
     @property
     def given(self) -> bool:
         """True when the run takes its dataset as it is instead of generating it."""

@@ -369,6 +369,16 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     plans = plan_points(vdb, tmp_path / "store", ["d", "q", "g"], "cosine")
     line = sweep_cost(vdb, plans)
     assert line.startswith("sweep cost: 4 of 4 point(s) to run, 0 pilot job(s), 24 query setting(s)")
-    assert line.endswith(
-        "at least 2 min of measured query windows (deploy, insert and index time come on top)"
-    )
+    assert line.endswith("at least 2 min of measured query windows (deploy time comes on top)")
+
+
+def test_a_finished_sweep_costs_nothing(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from pipeline.sweep import sweep_cost
+
+    vdb = VdbConfig.model_validate({"databases": [QDRANT]})
+    plans = plan_points(vdb, tmp_path / "store", ["d", "q", "g"], "cosine")
+    done = [replace(p, directory=tmp_path) for p in plans]  # a directory with a manifest of the key
+    (tmp_path / "manifest.json").write_text(f'{{"key": "{plans[0].key}", "files": []}}')
+    assert sweep_cost(vdb, done) == "sweep cost: none: all 1 point(s) are done"

@@ -50,7 +50,7 @@ def query(base: dict, repeat: int, ef: int, qps: float, recall: float, latency: 
 
 
 def sweep_rows() -> list[dict[str, Any]]:
-    """Weaviate nodes x insert clients, Qdrant segments, Milvus cores; 3 repeats each."""
+    """Weaviate nodes x insert clients, Qdrant segments, Milvus cores, FAISS rows; 3 repeats each."""
     rows: list[dict[str, Any]] = []
     for nodes, clients, repeat in itertools.product((1, 2, 3), (1, 2, 4), range(3)):
         base = point("weaviate", {"weaviate.nodes": nodes, "insert.clients_per_worker": clients})
@@ -80,6 +80,10 @@ def sweep_rows() -> list[dict[str, Any]]:
         rows.append({**base, "repeat": repeat, "stage": "index", "index_s": 12.0 / cores * SPREAD[repeat]})
         rows.append(query(base, repeat, 16, qps=800.0 * cores, recall=0.90, latency=2.0 / cores))
         rows.append(query(base, repeat, 64, qps=200.0 * cores, recall=0.99, latency=8.0 / cores))
+    for size, repeat in itertools.product((1000, 4000), range(3)):  # FAISS over the dataset size
+        base = point("faiss", {"insert.rows": size})
+        rows.append({**base, "repeat": repeat, "stage": "index", "index_s": size / 500.0})
+        rows.append(query(base, repeat, 64, qps=5000.0, recall=0.99, latency=size / 2000.0))
     return normalize_rows(rows)
 
 
@@ -273,3 +277,26 @@ def test_drawn_lines_sit_on_their_x_values_in_every_panel(tmp_path: Path, monkey
     (figure,) = figures
     assert [list(axes.lines[0].get_xdata()) for axes in figure.axes] == [[1.0, 4.0], [1.0, 4.0]]
     assert [t.get_text() for t in figure.axes[0].texts] == ["2 seg.", "5 seg."]
+
+
+def test_index_and_query_time_versus_dataset_size_have_a_line_per_worker_count() -> None:
+    """001 Figs. 3 and 5: index build and query time against the rows loaded, per number of workers."""
+    rows = []
+    for (size, workers), repeat in itertools.product(itertools.product((1000, 2000, 4000), (1, 2)), range(3)):
+        base = point("qdrant", {"insert.rows": size, "cluster.workers": workers})
+        rows.append({**base, "repeat": repeat, "stage": "index", "index_s": size / 100.0 / workers})
+        rows.append(query(base, repeat, 64, qps=1000.0, recall=0.99 - size / 1e6, latency=size / 1000.0))
+    rows = normalize_rows(rows)
+    index = figure_data(rows, SPEC["study_index_rows"])
+    assert index is not None and index.axis == "insert.rows"
+    got = lines(index, "index_s")
+    assert len(got) == 2  # one line per worker count
+    by_workers = {name: [(x, median) for x, median, *_ in points] for name, points in got.items()}
+    assert sorted(by_workers.values()) == [
+        [(1000.0, 5.0), (2000.0, 10.0), (4000.0, 20.0)],
+        [(1000.0, 10.0), (2000.0, 20.0), (4000.0, 40.0)],
+    ]
+    queries = figure_data(rows, SPEC["study_query_rows"])
+    assert queries is not None
+    medians = [p.median for p in next(iter(queries.of("latency_mean_ms"))).points]
+    assert medians == pytest.approx([medians[0], 2 * medians[0], 4 * medians[0]])  # the repeats' median

@@ -1,0 +1,129 @@
+"""What a sweep point needs before it is queued: memory per database rank and per node, disk on its storage
+medium, and the time its upload and index build take, from figures measured here.
+
+The model, per point (``estimate``): the rows it loads (``vdb.insert.rows``, else the whole dataset) are
+spread evenly over its ranks (``cluster.workers``; one rank locally). A rank holds, per vector, its float32
+vector ``memory_copies`` times in memory and ``disk_copies`` times on disk, plus the HNSW graph's
+layer-0 links (2 M ids of 4 bytes) and an 8-byte id, and ``fixed_mib`` of its own. Figures measured
+inside two client processes (Qdrant edge, FAISS) count each mapped copy twice: a server rank (Qdrant's
+server on HPC) is one process and gets half. On storage medium
+``memory`` the disk bytes live in ``/dev/shm``, that is in memory too. Upload and index rates were
+measured at 384 dimensions with one worker; they are scaled by 384 / dimension (both are bound by the
+vector bytes and distance computations) and, for upload, multiplied by the workers (linear: the study
+measured less, so the estimate is a lower bound on time).
+
+``COSTS`` comes from ``python -m benchmarks.scale`` (HNSW, float32; docs/vector-databases.md, "Resource
+plan", gives the run). An index type or quantisation it did not measure uses its engine's HNSW figures,
+and the estimate says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from apps.vdb import runs_in_process
+
+MEASURED_DIM = 384
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class EngineCost:
+    """One engine's measured cost (HNSW, float32 vectors)."""
+
+    memory_copies: float  # float32 copies of each vector in the rank's resident memory
+    disk_copies: float  # float32 copies of each vector in its data directory
+    fixed_mib: float  # resident memory of a rank holding no data
+    insert_vectors_per_s: float  # one worker, two clients, batches of 1,000, at 384 dimensions
+    index_vectors_per_s: float | None  # the deferred HNSW build at 384 dimensions; None: built on upload
+    measured_processes: int = 1  # processes whose memory was summed: an in-process engine's two clients
+
+
+# `python -m benchmarks.scale --sizes 100000 1000000` on the 2-core Xeon (2026-11-26; the run, its load and
+# the raw figures: docs/vector-databases.md, "Resource plan"): copies = the slope of memory (disk) between
+# the two sizes less the graph, in vectors of 1,536 bytes; fixed = the intercept; rates at 1M. Qdrant
+# (edge) and FAISS run inside the two client processes, each holding the data: their copies are both
+# clients'. Weaviate builds its graph while it uploads: no separate build.
+COSTS: dict[str, EngineCost] = {
+    "qdrant": EngineCost(3.33, 0.99, 469, 35_966, 1_498, measured_processes=2),
+    "milvus": EngineCost(2.75, 4.36, 918, 12_021, 3_149),
+    "weaviate": EngineCost(2.79, 1.35, 248, 722, None),
+    "faiss": EngineCost(1.49, 2.02, 1_767, 184_129, 4_031, measured_processes=2),
+}
+
+
+@dataclass(frozen=True)
+class PointEstimate:
+    """What one point needs, and on what its figures rest."""
+
+    label: str
+    rows: int
+    dim: int
+    ranks: int
+    ranks_per_node: int
+    medium: str
+    rank_memory: float  # bytes
+    node_memory: float  # bytes: its ranks' memory, plus their data when the medium is memory
+    node_disk: float  # bytes on the medium, per node
+    upload_s: float
+    index_s: float | None  # None: the engine builds its index during the upload
+    basis: str  # which measured figures were used
+
+    def row(self) -> list[str]:
+        """The plan table's cells."""
+        return [
+            self.label,
+            f"{self.rows:,} x {self.dim}",
+            f"{self.ranks} ({self.ranks_per_node}/node)",
+            gib(self.rank_memory),
+            gib(self.node_memory),
+            f"{gib(self.node_disk)} {self.medium}",
+            duration(self.upload_s),
+            duration(self.index_s) if self.index_s is not None else "in upload",
+            self.basis,
+        ]
+
+
+def gib(n_bytes: float) -> str:
+    """``12.3 GiB`` (or MiB below one GiB)."""
+    return f"{n_bytes / GIB:,.1f} GiB" if n_bytes >= GIB else f"{n_bytes / 2**20:,.0f} MiB"
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min`` or ``3.4 h``."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    return f"{seconds / 60:,.0f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
+
+
+def estimate(
+    point: Any, rows: int, dim: int, medium: str, ranks: int, ranks_per_node: int
+) -> PointEstimate | None:
+    """The estimate of a sweep point (``apps.vdb.sweep.SweepPoint``) loading ``rows`` of ``dim``; None for an
+    engine without measured figures."""
+    cost = COSTS.get(point.database)
+    if cost is None:
+        return None
+    collection = point.config.collection
+    basis = f"{point.database} hnsw"
+    if collection.index_type != "hnsw" or collection.quantization not in (None, "none"):
+        basis += f" ({collection.index_type}, {collection.quantization or 'float32'}: not measured)"
+    rows_per_rank = -(-rows // ranks)
+    ranks_per_node = min(ranks_per_node, ranks)
+    vector = 4 * dim
+    graph = 2 * collection.hnsw_m * 4 + 8
+    # Measured inside two client processes, each mapping the same files: a server rank is one process.
+    share = 1 if runs_in_process(point.settings) else cost.measured_processes
+    rank_memory = (cost.fixed_mib * 2**20 + rows_per_rank * cost.memory_copies * vector) / share
+    rank_memory += rows_per_rank * graph
+    rank_disk = rows_per_rank * (cost.disk_copies * vector + graph)
+    node_disk = rank_disk * ranks_per_node
+    node_memory = rank_memory * ranks_per_node + (node_disk if medium == "memory" else 0)
+    scale = MEASURED_DIM / dim
+    upload_s = rows / (cost.insert_vectors_per_s * scale * ranks)
+    index_s = rows_per_rank / (cost.index_vectors_per_s * scale) if cost.index_vectors_per_s else None
+    return PointEstimate(
+        point.label, rows, dim, ranks, ranks_per_node, medium, rank_memory, node_memory, node_disk,
+        upload_s, index_s, basis,
+    )  # fmt: skip

@@ -1,0 +1,138 @@
+"""The resource plan: each point's memory, data and time, checked against what a node has.
+
+The arithmetic is checked with figures given here; the shipped study configs with the measured figures
+(``apps.vdb.resources.COSTS``): every point of ``configs/polaris.yaml`` and ``configs/aurora.yaml`` fits a
+node, and the old Fig. 2 entry (the whole Pes2o-VE into one node's /dev/shm) is refused, naming the
+point, the estimate and the capacity.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from apps.vdb import resources
+from apps.vdb.resources import GIB, EngineCost, estimate
+from core.errors import ConfigError
+from pipeline.config.loader import load_config
+from pipeline.resources import resource_plan
+from tests.conftest import REPO
+from tests.pipeline.test_hpc_render import FIXED_ENV
+
+ANN_FMNIST = REPO / "datasets" / "ann" / "fmnist1k"
+PES2O_VE = 88_453_763  # rows of the full Pes2o-VE (../shared/papers/000, Table I)
+
+
+@pytest.fixture
+def fixed_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in FIXED_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_the_estimate_follows_the_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cost = EngineCost(memory_copies=1.5, disk_copies=2.0, fixed_mib=100, insert_vectors_per_s=1000,
+                      index_vectors_per_s=500)  # fmt: skip
+    monkeypatch.setitem(resources.COSTS, "qdrant", cost)
+    config = yaml.safe_dump({
+        "name": "t", "workdir": str(tmp_path),
+        "dataset": {"name": "x", "stored": "x"}, "groundtruth": {"k": 10, "metric": "l2"},
+        "vdb": {"databases": [{"name": "qdrant", "mode": "edge"}], "collection": {"hnsw_m": 16}},
+    })  # fmt: skip
+    (tmp_path / "c.yaml").write_text(config)
+    (point,) = load_config(tmp_path / "c.yaml").config.vdb.points
+    got = estimate(point, rows=1_000_000, dim=768, medium="memory", ranks=4, ranks_per_node=2)
+    per_rank = 250_000
+    vector, graph = 4 * 768, 2 * 16 * 4 + 8
+    assert got.rank_memory == pytest.approx(100 * 2**20 + per_rank * (1.5 * vector + graph))
+    assert got.node_disk == pytest.approx(2 * per_rank * (2.0 * vector + graph))
+    assert got.node_memory == pytest.approx(2 * got.rank_memory + got.node_disk)  # /dev/shm is memory
+    assert got.upload_s == pytest.approx(1_000_000 / (1000 * 384 / 768 * 4))
+    assert got.index_s == pytest.approx(per_rank / (500 * 384 / 768))
+    on_ssd = estimate(point, rows=1_000_000, dim=768, medium="ssd", ranks=4, ranks_per_node=2)
+    assert on_ssd.node_memory == pytest.approx(2 * got.rank_memory)
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str) -> None:
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+    cfg = loaded.config
+    assert cfg.dataset.expected_rows == PES2O_VE
+    plan = resource_plan(loaded, cfg.vdb.points, PES2O_VE, 2560)
+    assert plan.warnings == []
+    node = cfg.executor.node
+    measured = [(p, e) for p, e in plan.estimates if e is not None]
+    assert {p.database for p, _ in measured} == {"qdrant", "milvus", "weaviate"}
+    for point, found in measured:
+        assert found.node_memory <= node.memory_gib * GIB, point.label
+        if found.medium == "memory":
+            assert found.node_disk <= node.shm_gib * GIB, point.label
+
+
+def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
+    fixed_env: None, tmp_path: Path
+) -> None:
+    """Fig. 2 as it was: no insert.rows, so all of Pes2o-VE into one node's /dev/shm."""
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+    old = text.replace("insert: &batch_curve {rows: 1000000, ", "insert: &batch_curve {")
+    assert old != text
+    path = tmp_path / "polaris.yaml"
+    path.write_text(old.replace("../datasets/", str(REPO / "datasets") + "/"))
+    loaded = load_config(path)
+    with pytest.raises(ConfigError) as error:
+        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    message = str(error.value)
+    assert message.startswith(f"{path}:")
+    assert "point 'fig2-media-qdrant[medium=memory]' cannot fit" in message
+    assert "of data on /dev/shm per node, a polaris node (executor.node) has 256.0 GiB" in message
+    assert "88,453,763 vectors x 2560 over 1 rank(s)" in message and "vdb.resource_check: warn" in message
+    # resource_check: warn runs it anyway, saying the same
+    path.write_text(
+        path.read_text().replace("vdb:\n  databases:", "vdb:\n  resource_check: warn\n  databases:", 1)
+    )
+    loaded = load_config(path)
+    plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    assert any("fig2-media-qdrant[medium=memory]' cannot fit" in line for line in plan.warnings)
+
+
+def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    result = run_cli(
+        "plan", str(REPO / "configs" / "local-ann.yaml"), env={"PIPELINE_WORKDIR": str(tmp_path)}
+    )
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("resource plan", 1)[1]
+    for engine in ("qdrant", "milvus", "weaviate", "faiss"):
+        assert f"│ {engine}" in table
+    assert "1,000 x 784" in table
+
+
+def test_a_full_disk_is_named_with_where_and_the_estimate(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A library's own words for a full disk ("basic_ios::clear: iostream error") become a message that
+    says the disk is full, where, how much is free and what the resource plan estimated."""
+    import shutil
+    from collections import namedtuple
+
+    from pipeline import workflow
+    from pipeline.plan import build_plan
+
+    config = {
+        "name": "full", "workdir": str(tmp_path),
+        "dataset": {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN_FMNIST)]}},
+        "groundtruth": {"k": 10, "metric": "l2"},
+        "vdb": {"databases": [{"name": "faiss"}], "query": {"k": [10]}},
+    }  # fmt: skip
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    plan = build_plan(load_config(tmp_path / "c.yaml"))
+    error = RuntimeError("basic_ios::clear: iostream error")
+    assert workflow.disk_full_error(plan, error) is None  # this disk is not full
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10 * GIB, 10 * GIB - 2**20, 2**20))
+    message = str(workflow.disk_full_error(plan, error))
+    assert message.startswith(f"the disk holding {tmp_path / 'store'} is full (1 MiB free of 10.0 GiB)")
+    assert "the resource plan estimated up to" in message
+    assert "stopped with RuntimeError: basic_ios::clear: iostream error" in message
