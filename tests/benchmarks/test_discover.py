@@ -25,6 +25,7 @@ def test_discover_finds_every_benchmark_package_and_only_those() -> None:
         "memory",
         "peer_vectordbbench",
         "query_harness",
+        "scale",
     ]
     assert "common" not in names and "out" not in names
     files = [*BENCHMARKS.glob("*.py"), *BENCHMARKS.glob("*/*.py")]
