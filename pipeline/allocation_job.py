@@ -58,6 +58,8 @@ def allocation_job(loaded: LoadedConfig) -> tuple[Any, str]:
         f"cd {shlex.quote(str(Path.cwd()))} && exec {shlex.quote(sys.executable)} -m pipeline run "
         + shlex.quote(str(loaded.path.resolve()))
     )
+    if loaded.dataset_entry:  # the file's datasets entry this run is (a name checked by the loader)
+        command += f" --dataset {shlex.quote(loaded.dataset_entry)}"
     return provider_for(cfg.executor, request), command
 
 

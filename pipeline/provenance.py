@@ -144,6 +144,7 @@ class Provenance:
             "status": self.status,
             "error": self.error,
             "config_file": str(self.loaded.path),
+            "config_dataset": self.loaded.dataset_entry,  # the file's datasets entry (None: its own)
             "config_hash": self.loaded.config_hash,
             "config": self.loaded.resolved_dict(),
             "started": self.started,

@@ -10,15 +10,19 @@ line and goes on. Lustre and DAOS are shared file systems whose quota is not kno
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from apps.vdb import runs_in_process
-from apps.vdb.resources import GIB, PointEstimate, estimate, gib
+from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, estimate, gib
 from pipeline.config.loader import LoadedConfig
+
+# The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
+# (22,723 BV-BRC terms, 100K Yandex-T2I queries) is 10^4 to 10^5; `plan` prints the assumption.
+_ASSUMED_QUERIES = 10_000
 
 
 @dataclass
@@ -28,6 +32,9 @@ class ResourcePlan:
     rows: int | None
     estimates: list[tuple[Any, PointEstimate | None]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    driver_memory: float | None = None  # bytes: the driver's peak (the DAG and the report)
+    prefix_truth: bool = False  # a point loads fewer rows than the dataset: the report computes its truth
+    clients_per_node: int = 1  # client processes a node runs at once (the client block's workers)
 
 
 @dataclass(frozen=True)
@@ -66,12 +73,28 @@ def _shape(vdb: Any, point: Any) -> tuple[int, int, str]:
     return cluster.workers, cluster.workers_per_node, cluster.storage.medium
 
 
-def problems(point_estimate: PointEstimate, node: Capacity) -> list[str]:
-    """What does not fit, one phrase each."""
+def clients_per_node(loaded: LoadedConfig) -> int:
+    """Client processes one node runs at once: the client block's workers per node (``executor.cpu``,
+    else ``executor.gpu``; a local run's ``executor.workers``)."""
+    executor = loaded.config.executor
+    if executor.platform == "local":
+        return executor.workers
+    block = getattr(executor, "cpu", None) or getattr(executor, "gpu", None)
+    return int(getattr(block, "workers_per_node", None) or getattr(block, "accelerators", None) or 1)
+
+
+def problems(point_estimate: PointEstimate, node: Capacity, clients: int = 1) -> list[str]:
+    """What does not fit, one phrase each (``clients``: client processes per client node, HPC only)."""
     found = []
     e = point_estimate
     if node.memory is not None and e.node_memory > node.memory:
         found.append(f"about {gib(e.node_memory)} of memory per node, {node.where} has {gib(node.memory)}")
+    on_client_node = clients * (e.client_memory or 0)
+    if node.disk is None and node.memory is not None and on_client_node > node.memory:
+        found.append(
+            f"about {gib(on_client_node)} of memory per client node ({clients} client processes), "
+            f"{node.where} has {gib(node.memory)}"
+        )
     limits = {
         "memory": ("/dev/shm", node.shm),
         "ssd": ("node-local SSD", node.ssd),
@@ -93,14 +116,23 @@ def resource_plan(loaded: LoadedConfig, points: list[Any], rows: int | None, dim
     if cfg.vdb is None or rows is None:
         return plan
     node = capacity(loaded)
+    plan.clients_per_node = clients_per_node(loaded)
+    plan.prefix_truth = any((p.config.insert.rows or rows) < rows for p in points)
+    plan.driver_memory = driver_memory(cfg.groundtruth.memory_budget_mb if plan.prefix_truth else None)
     for point in points:
         loaded_rows = min(point.config.insert.rows or rows, rows)
         ranks, per_node, medium = _shape(cfg.vdb, point)
         found = estimate(point, loaded_rows, dim, medium, ranks, per_node)
+        if found is not None and not runs_in_process(point.settings):
+            query = point.config.query
+            sent = query.max_queries or _ASSUMED_QUERIES
+            found = replace(
+                found, client_memory=client_memory(dim, cfg.dataset.row_group_rows, sent, max(query.k))
+            )
         plan.estimates.append((point, found))
         if found is None:
             continue
-        found_problems = problems(found, node)
+        found_problems = problems(found, node, plan.clients_per_node)
         if found_problems:
             message = (
                 f"point {point.label!r} cannot fit: {'; '.join(found_problems)} ({loaded_rows:,} vectors x "

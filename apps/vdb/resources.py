@@ -53,6 +53,33 @@ COSTS: dict[str, EngineCost] = {
 }
 
 
+# A client process (a Parsl worker running an insert or query task) holding no data: Python, Parsl's worker,
+# this project's stages and the heaviest client library loaded. Measured here (2026-11-26, psutil RSS after
+# the imports): pymilvus 186 MiB, qdrant-client 168, weaviate-client 161.
+CLIENT_FIXED_MIB = 190
+# The driver (``python -m pipeline run``: the DAG, the report) at its peak in benchmarks/scale: 720 MiB at
+# 100,000 rows and 1,072 MiB at 1,000,000 (384 dimensions, one database point at a time). The estimate
+# takes the 1M figure and adds what the report holds for a point that loads a prefix: the exact top-k of
+# that prefix, computed in blocks of ``groundtruth.memory_budget_mb``.
+DRIVER_MEASURED_MIB = 1_072
+
+
+def client_memory(dim: int, row_group_rows: int, queries: int, k: int) -> float:
+    """Peak bytes of one client process: an insert client holds one row group at a time (the Arrow column,
+    its NumPy copy and the request being encoded: 3 copies), a query client every query it sends (Arrow and
+    NumPy) and their top-k ids and distances; a process runs one of the two at a time."""
+    vector = 4 * dim
+    insert = 3 * row_group_rows * vector
+    query = queries * (2 * vector + k * 12)
+    return CLIENT_FIXED_MIB * 2**20 + max(insert, query)
+
+
+def driver_memory(prefix_truth_budget_mib: float | None) -> float:
+    """Peak bytes of the driver: the measured figure, plus the report's prefix ground truth when a point
+    loads fewer rows than the dataset (``None``: none does)."""
+    return (DRIVER_MEASURED_MIB + (prefix_truth_budget_mib or 0)) * 2**20
+
+
 @dataclass(frozen=True)
 class PointEstimate:
     """What one point needs, and on what its figures rest."""
@@ -69,6 +96,7 @@ class PointEstimate:
     upload_s: float
     index_s: float | None  # None: the engine builds its index during the upload
     basis: str  # which measured figures were used
+    client_memory: float | None = None  # bytes per client process; None: the engine runs in the client
 
     def row(self) -> list[str]:
         """The plan table's cells."""
@@ -79,6 +107,7 @@ class PointEstimate:
             gib(self.rank_memory),
             gib(self.node_memory),
             f"{gib(self.node_disk)} {self.medium}",
+            gib(self.client_memory) if self.client_memory is not None else "in rank",
             duration(self.upload_s),
             duration(self.index_s) if self.index_s is not None else "in upload",
             self.basis,

@@ -19,6 +19,7 @@ from pipeline.cli.dataset import app as dataset_app
 from pipeline.cli.output import console, out
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
+from pipeline.config import variants
 from pipeline.config.loader import LoadedConfig, load_config
 
 if TYPE_CHECKING:
@@ -50,16 +51,48 @@ QueueListingOpt = Annotated[
     ),
 ]
 
+DatasetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dataset",
+        help="An entry of the config's datasets section (a study's other datasets): that dataset's run. "
+        f"'{variants.ALL}': the file's own dataset, then every entry, in turn.",
+    ),
+]
 
-def _load_plan(config: Path) -> tuple[LoadedConfig, Plan]:
-    """Load and plan ``config``; a bad config ends the command with its message (no traceback)."""
+
+def _datasets(config: Path, dataset: str | None) -> list[str | None]:
+    """The datasets a command acts on: one entry (None: the file's own), or all of them."""
+    if dataset != variants.ALL:
+        return [dataset]
+    try:
+        return [None, *load_config(config).dataset_entries]
+    except PipelineError as exc:
+        _fail(exc)
+
+
+def _load_plan(config: Path, dataset: str | None = None) -> tuple[LoadedConfig, Plan]:
+    """Load and plan ``config`` (its ``datasets`` entry ``dataset``); a bad config ends the command with
+    its message (no traceback)."""
     from pipeline.plan import build_plan
 
     try:
-        loaded = load_config(config)
+        loaded = load_config(config, dataset)
         return loaded, build_plan(loaded)
     except PipelineError as exc:
         _fail(exc)
+
+
+def _other_datasets_line(loaded: LoadedConfig) -> None:
+    """Name the file's other datasets when the command ran its own only."""
+    if loaded.dataset_entry is None and loaded.dataset_entries:
+        out.print(
+            f"other datasets in this config: {', '.join(loaded.dataset_entries)} (--dataset NAME for one, "
+            f"--dataset {variants.ALL} for every one)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @contextmanager
@@ -86,29 +119,43 @@ def _queue_limits_line(loaded: LoadedConfig) -> None:
 
 @app.command()
 def validate(
-    config: ConfigArg, queue_limits: QueueLimitsOpt = "auto", queue_listing: QueueListingOpt = None
+    config: ConfigArg,
+    queue_limits: QueueLimitsOpt = "auto",
+    queue_listing: QueueListingOpt = None,
+    dataset: DatasetOpt = None,
 ) -> None:
     """Check a configuration: syntax, fields, and that every path it names exists."""
     with _queue_limits(queue_limits, queue_listing):
-        loaded, plan = _load_plan(config)
-        out.print(f"[green]valid[/]: {config} (hash {loaded.config_hash[:12]}), {_input_line(plan)}")
-        _resource_warnings(plan)
-        _queue_limits_line(loaded)
+        for entry in _datasets(config, dataset):
+            loaded, plan = _load_plan(config, entry)
+            which = f" dataset {entry}" if entry else ""
+            out.print(
+                f"[green]valid[/]: {config}{which} (hash {loaded.config_hash[:12]}), {_input_line(plan)}"
+            )
+            _resource_warnings(plan)
+            _queue_limits_line(loaded)
+        _other_datasets_line(loaded)
 
 
 @app.command()
 def plan(
-    config: ConfigArg, queue_limits: QueueLimitsOpt = "auto", queue_listing: QueueListingOpt = None
+    config: ConfigArg,
+    queue_limits: QueueLimitsOpt = "auto",
+    queue_listing: QueueListingOpt = None,
+    dataset: DatasetOpt = None,
 ) -> None:
     """Dry run: stages, content keys, shards, resources. Nothing is executed."""
     with _queue_limits(queue_limits, queue_listing):  # the same limits for both checks (plan, render)
-        _plan(config)
+        for entry in _datasets(config, dataset):
+            _plan(config, entry)
 
 
-def _plan(config: Path) -> None:
-    loaded, the_plan = _load_plan(config)
+def _plan(config: Path, dataset: str | None) -> None:
+    loaded, the_plan = _load_plan(config, dataset)
     cfg = loaded.config
-    out.print(f"[bold]{cfg.name}[/]  config {loaded.path}  hash {loaded.config_hash[:12]}")
+    which = f"  dataset {dataset}" if dataset else ""
+    out.print(f"[bold]{cfg.name}[/]  config {loaded.path}{which}  hash {loaded.config_hash[:12]}")
+    _other_datasets_line(loaded)
     if cfg.generates_dataset:
         total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
         out.print(
@@ -182,6 +229,7 @@ def _resource_table(plan: Plan) -> None:
         "memory/rank",
         "memory/node",
         "data/node",
+        "memory/client",
         "upload",
         "index",
         "figures of",
@@ -189,11 +237,36 @@ def _resource_table(plan: Plan) -> None:
     )
     for point, estimate in resources.estimates:
         if estimate is None:
-            table.add_row(point.label, *[""] * 7, f"{point.database}: not measured, not checked")
+            table.add_row(point.label, *[""] * 8, f"{point.database}: not measured, not checked")
         else:
             table.add_row(*estimate.row())
     out.print(table)
+    out.print(_client_and_driver_line(plan), markup=False, highlight=False, soft_wrap=True)
     _resource_warnings(plan)
+
+
+def _client_and_driver_line(plan: Plan) -> str:
+    """How the client and driver columns were estimated, and the driver's figure."""
+    from apps.vdb.resources import gib
+
+    resources = plan.resources
+    cfg = plan.config
+    unbounded = (
+        ""
+        if all(p.config.query.max_queries for p, _ in resources.estimates)
+        else ("; 10,000 queries assumed where vdb.query.max_queries does not bound them")
+    )
+    prefix = (
+        f" + groundtruth.memory_budget_mb ({cfg.groundtruth.memory_budget_mb:,} MiB) for the exact top-k of "
+        "the prefixes points load"
+        if resources.prefix_truth
+        else ""
+    )
+    return (
+        f"memory/client: one insert or query client process ({resources.clients_per_node} per client node), "
+        f"one row group of {cfg.dataset.row_group_rows:,} rows or its queries{unbounded}. driver (the DAG "
+        f"and the report): about {gib(resources.driver_memory)} (measured at 1M rows{prefix})"
+    )
 
 
 def _resource_warnings(plan: Plan) -> None:
@@ -222,12 +295,17 @@ def _stage_status(directory: Path) -> tuple[str, str]:
 
 
 @app.command()
-def run(config: ConfigArg) -> None:
+def run(config: ConfigArg, dataset: DatasetOpt = None) -> None:
     """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table."""
+    for entry in _datasets(config, dataset):
+        _run(config, entry)
+
+
+def _run(config: Path, dataset: str | None) -> None:
     from pipeline import workflow
 
     try:
-        loaded = load_config(config)
+        loaded = load_config(config, dataset)
         from executors.allocation import in_one_allocation
 
         if in_one_allocation(loaded.config.executor):

@@ -14,6 +14,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from core.format import table
+from pipeline.config import variants
 from pipeline.config.model import RunConfig
 
 
@@ -96,7 +97,21 @@ def render() -> str:
         "A union of sections is chosen by its `method`, `platform` or `name` field.",
         "",
     ]
-    return "\n".join(header + _section(RunConfig, "(top level)", set())).rstrip() + "\n"
+    return "\n".join(header + _section(RunConfig, "(top level)", set()) + _datasets_section()).rstrip() + "\n"
+
+
+def _datasets_section() -> list[str]:
+    """The top-level ``datasets`` section: not a model field (the loader applies it), so its rules are
+    the module's docstring, written once."""
+    text = (
+        (variants.__doc__ or "")
+        .strip()
+        .replace(
+            ":data:`~pipeline.config.model.GENERATING_SECTIONS`",
+            ", ".join(variants.GENERATING_SECTIONS),
+        )
+    )
+    return [f"## `{variants.SECTION}` — one config, several datasets", "", text, ""]
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from core.errors import ConfigError
+from pipeline.config import variants
 from pipeline.config.model import RunConfig
 from pipeline.config.yaml_guard import parse_yaml
 
@@ -28,10 +29,18 @@ class LoadedConfig:
     config: RunConfig
     path: Path
     node: yaml.Node | None = field(default=None, compare=False, repr=False)
+    dataset_entry: str | None = None  # the ``datasets`` entry this config is; None: the file's own dataset
+    dataset_entries: tuple[str, ...] = ()  # every entry of the file's ``datasets`` section
 
     def error_at(self, loc: tuple, message: str) -> ConfigError:
         """A ConfigError for the field at ``loc`` (e.g. ("corpus", "paths")), with its line and value."""
-        return ConfigError(f"{_dotted(loc)}: {message}", file=str(self.path), line=_line_of(self.node, loc))
+        line = _line_in(self.node, loc, self.dataset_entry)
+        return ConfigError(f"{self.where_prefix}{_dotted(loc)}: {message}", file=str(self.path), line=line)
+
+    @property
+    def where_prefix(self) -> str:
+        """``dataset gist-1m: `` before a message about an entry's config; empty for the file's own."""
+        return f"dataset {self.dataset_entry}: " if self.dataset_entry else ""
 
     @property
     def base_dir(self) -> Path:
@@ -49,8 +58,11 @@ class LoadedConfig:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def load_config(path: str | Path) -> LoadedConfig:
-    """Parse, interpolate and validate ``path``; raise ConfigError naming file, line, field and value."""
+def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
+    """Parse, interpolate and validate ``path``; raise ConfigError naming file, line, field and value.
+
+    ``dataset`` names an entry of the file's ``datasets`` section (:mod:`pipeline.config.variants`):
+    the config is then that dataset's run. None: the file's own dataset."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -65,17 +77,57 @@ def load_config(path: str | Path) -> LoadedConfig:
     node, data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise ConfigError("the top level must be a mapping of sections (name, corpus, ...)", file=str(path))
-    data = _interpolate(data, node, path, ())
+    entries = _dataset_entries(data, node, path)
+    if dataset is None:
+        data = _interpolate({k: v for k, v in data.items() if k != variants.SECTION}, node, path, ())
+    elif dataset not in entries:
+        known = ", ".join(entries) if entries else "none: the file has no datasets section"
+        raise ConfigError(
+            f"--dataset {dataset}: not an entry of the config's datasets section (entries: {known})",
+            file=str(path),
+            line=_line_of(node, (variants.SECTION,)),
+        )
+    else:
+        entry = entries[dataset]
+        where = (variants.SECTION, dataset)
+        base = _interpolate(variants.pruned(data, entry), node, path, ())
+        data = variants.merged(base, _interpolate(entry, _at(node, where), path, where), dataset)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise _config_error(exc, node, path) from None
-    _refuse_coerced_booleans(data, config, node, path, ())
-    return LoadedConfig(config=config, path=path.resolve(), node=node)
+        raise _config_error(exc, node, path, dataset) from None
+    _refuse_coerced_booleans(data, config, node, path, (), dataset)
+    return LoadedConfig(config, path.resolve(), node, dataset, tuple(entries))
+
+
+def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -> dict[str, dict]:
+    """The ``datasets`` section's entries by name; ConfigError naming the entry that is not one."""
+    section = data.get(variants.SECTION)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ConfigError(
+            f"{variants.SECTION}: a mapping of dataset entries (name: its sections), "
+            f"not {type(section).__name__}",
+            file=str(path),
+            line=_line_of(node, (variants.SECTION,)),
+        )
+    for name, entry in section.items():
+        problem = variants.entry_problem(name, entry)
+        if problem:
+            where = (variants.SECTION, name)
+            raise ConfigError(f"{_dotted(where)}: {problem}", file=str(path), line=_line_of(node, where))
+    return section
+
+
+def _at(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:
+    for part in loc:
+        node = _child(node, part)
+    return node
 
 
 def _refuse_coerced_booleans(
-    value: Any, model: Any, node: yaml.Node | None, path: Path, where: tuple
+    value: Any, model: Any, node: yaml.Node | None, path: Path, where: tuple, entry: str | None
 ) -> None:
     """A YAML ``true``/``false`` that validation turned into a number (``workers: true`` -> 1) is an error.
 
@@ -86,7 +138,7 @@ def _refuse_coerced_booleans(
             raise ConfigError(
                 f"{_dotted(where)}: a boolean ({value}) where a number is expected",
                 file=str(path),
-                line=_line_of(node, where),
+                line=_line_in(node, where, entry),
             )
         return
     if isinstance(value, dict):
@@ -97,10 +149,10 @@ def _refuse_coerced_booleans(
                 sub = getattr(model, key)
             else:
                 continue
-            _refuse_coerced_booleans(item, sub, node, path, (*where, key))
+            _refuse_coerced_booleans(item, sub, node, path, (*where, key), entry)
     elif isinstance(value, list) and isinstance(model, list | tuple) and len(model) == len(value):
         for i, (item, sub) in enumerate(zip(value, model, strict=True)):
-            _refuse_coerced_booleans(item, sub, node, path, (*where, i))
+            _refuse_coerced_booleans(item, sub, node, path, (*where, i), entry)
 
 
 def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -> Any:
@@ -142,38 +194,55 @@ def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
 
 def _line_of(node: yaml.Node | None, loc: tuple) -> int | None:
     """Line of the deepest YAML node that exists along ``loc`` (1-based)."""
-    line = None
+    return _deepest(node, loc)[0]
+
+
+def _line_in(node: yaml.Node | None, loc: tuple, entry: str | None) -> int | None:
+    """Line of the field at ``loc`` of a config that is the ``datasets`` entry ``entry`` (or the file's own):
+    the entry's line where the entry writes the field (as deep as the file does), the file's otherwise."""
+    line, depth = _deepest(node, loc)
+    if entry is not None:
+        in_entry, entry_depth = _deepest(node, (variants.SECTION, entry, *loc))
+        if entry_depth - 2 >= max(depth, 1):
+            return in_entry
+    return line
+
+
+def _deepest(node: yaml.Node | None, loc: tuple) -> tuple[int | None, int]:
+    """(line, how many parts of ``loc`` exist) of the deepest node along ``loc``."""
+    line, depth = None, 0
     for part in loc:
         if node is None:
             break
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
                 if key_node.value == part:
-                    line = key_node.start_mark.line + 1
+                    line, depth = key_node.start_mark.line + 1, depth + 1
                     node = value_node
                     break
             # not found: a missing field, or a union tag such as 'recursive' in the loc; keep the parent
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             node = node.value[part]
-            line = node.start_mark.line + 1
-    return line
+            line, depth = node.start_mark.line + 1, depth + 1
+    return line, depth
 
 
 def _dotted(loc: tuple) -> str:
     return ".".join(str(p) for p in loc) or "<top level>"
 
 
-def _config_error(exc: ValidationError, node: yaml.Node, path: Path) -> ConfigError:
+def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str | None) -> ConfigError:
     """One ConfigError listing every problem pydantic found, each with line, field and value."""
     problems = []
     first_line = None
     for err in exc.errors():
         loc = tuple(err["loc"])
-        line = _line_of(node, loc)
+        line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")
         shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
         where = f"line {line}: " if line else ""
         problems.append(f"{where}{_dotted(loc)}: {err['msg']}{shown}")
-    message = "invalid configuration:\n  " + "\n  ".join(problems)
+    which = f" (dataset {entry})" if entry else ""
+    message = f"invalid configuration{which}:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

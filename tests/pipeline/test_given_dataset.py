@@ -50,22 +50,24 @@ def recomputed_recall(raw_file: Path, truth: np.ndarray) -> float:
 
 @pytest.fixture(scope="module", params=["fmnist1k", "bigann10k"])
 def ann_run(request):
-    """``configs/local-ann.yaml`` run as written, for one bundled set; (name, workdir, run dir, stderr)."""
+    """``configs/local-ann.yaml`` run as written, for one bundled set: (name, workdir, run dir, env, the
+    ``--dataset`` arguments that pick the set)."""
     name = request.param
     root = Path(tempfile.mkdtemp(prefix=f"local-ann-{name}-", dir="/tmp"))
-    env = {"PIPELINE_WORKDIR": str(root), "ANN_DATASET": name}
+    env = {"PIPELINE_WORKDIR": str(root)}
+    which = [] if name == "fmnist1k" else ["--dataset", name]  # the file's own, or its datasets entry
     try:
-        result = run_cli("run", str(CONFIG), env=env, timeout=900)
+        result = run_cli("run", str(CONFIG), *which, env=env, timeout=900)
         assert result.returncode == 0, result.stderr[-4000:]
         run_dir = sorted((root / "runs").iterdir())[-1]
-        yield name, root, run_dir, env
+        yield name, root, run_dir, env, which
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.slow
 def test_report_recall_equals_a_recomputation_from_the_published_truth(ann_run) -> None:
-    name, _, run_dir, _ = ann_run
+    name, _, run_dir, _, _ = ann_run
     outputs = json.loads((run_dir / "provenance.json").read_text())["outputs"]
     vdb = Path(outputs["vdb"])
     results = pq.read_table(vdb / "report" / "results.parquet").to_pylist()
@@ -87,7 +89,7 @@ def test_report_recall_equals_a_recomputation_from_the_published_truth(ann_run) 
 
 @pytest.mark.slow
 def test_the_import_is_a_stage_and_its_published_truth_is_used(ann_run) -> None:
-    name, root, run_dir, env = ann_run
+    name, root, run_dir, env, which = ann_run
     assert "Traceback" not in (run_dir / "pipeline.log").read_text()  # no callback failed on the way
     provenance = json.loads((run_dir / "provenance.json").read_text())
     dataset = Path(provenance["outputs"]["embed"])
@@ -103,7 +105,7 @@ def test_the_import_is_a_stage_and_its_published_truth_is_used(ann_run) -> None:
     rewritten = run_cli("report", str(run_dir), env=env, timeout=300)
     assert rewritten.returncode == 0, rewritten.stderr[-2000:]
     # A second run finds every stage complete and starts nothing.
-    again = run_cli("run", str(CONFIG), env=env, timeout=300)
+    again = run_cli("run", str(CONFIG), *which, env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "every stage is complete already" in again.stderr
     assert leftover_servers(root) == []

@@ -46,6 +46,9 @@ FIXED_ENV = {
     "DAOS_POOL": "MyPool",
     "DAOS_CONT": "vdb",
     "PARTITION": "gpu",
+    "GIST_DIR": "/projects/MyProject/gist",
+    "DBPEDIA_OPENAI_HDF5": "/projects/MyProject/dbpedia-openai-1000k-angular.hdf5",
+    "YANDEX_T2I_DIR": "/projects/MyProject/yandex-t2i",
 }
 
 
@@ -89,7 +92,7 @@ def test_golden_artifacts(fixed_env: None, platform: str) -> None:
         assert text == stored[name], f"{platform}/{name} differs from its golden file (UPDATE_GOLDEN=1)"
 
 
-@pytest.mark.parametrize(("platform", "shapes"), [("polaris", 21), ("aurora", 38)])
+@pytest.mark.parametrize(("platform", "shapes"), [("polaris", 25), ("aurora", 38)])
 def test_study_sweeps_render_a_job_per_shape(fixed_env: None, platform: str, shapes: int) -> None:
     """configs/<platform>.yaml holds the study's sweeps (000 §V): one database job per deployment shape."""
     from pipeline.hpc_plan import pilot_shapes

@@ -54,12 +54,29 @@ def test_the_estimate_follows_the_model(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert on_ssd.node_memory == pytest.approx(2 * got.rank_memory)
 
 
+# The study's datasets (../shared/papers/000, Table I) as the configs hold them: (rows, dimension). The
+# file's own is Pes2o-VE; Yandex-T2I is its 10M prefix (the largest subset the study loads).
+TABLE_I = {
+    None: (PES2O_VE, 2560),
+    "gist-1m": (1_000_000, 960),
+    "dbpedia-openai-1m": (1_000_000, 1536),
+    "yandex-t2i": (10_000_000, 200),
+}
+
+
 @pytest.mark.parametrize("platform", ["polaris", "aurora"])
-def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str) -> None:
-    loaded = load_config(REPO / "configs" / f"{platform}.yaml")
+@pytest.mark.parametrize("entry", list(TABLE_I))
+def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str, entry: str | None) -> None:
+    loaded = load_config(REPO / "configs" / f"{platform}.yaml", entry)
     cfg = loaded.config
-    assert cfg.dataset.expected_rows == PES2O_VE
-    plan = resource_plan(loaded, cfg.vdb.points, PES2O_VE, 2560)
+    assert set(loaded.dataset_entries) == set(TABLE_I) - {None}  # Table I is one config
+    assert cfg.dataset.expected_rows == (PES2O_VE if entry is None else None)
+    if entry is not None:  # imported: no corpus, no model; its subsets where the set is larger than 1M
+        assert cfg.dataset.imported is not None and cfg.corpus is None and cfg.embedding is None
+    swept = {p.config.insert.rows for p in cfg.vdb.points}
+    if entry in (None, "yandex-t2i"):  # 000's 1M / 5M / 10M subsets (Table IV)
+        assert {1_000_000, 5_000_000, 10_000_000} <= swept
+    plan = resource_plan(loaded, cfg.vdb.points, *TABLE_I[entry])
     assert plan.warnings == []
     node = cfg.executor.node
     measured = [(p, e) for p, e in plan.estimates if e is not None]
@@ -96,6 +113,34 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     assert any("fig2-media-qdrant[medium=memory]' cannot fit" in line for line in plan.warnings)
 
 
+def test_clients_and_the_driver_are_estimated(fixed_env: None) -> None:
+    """A client process holds one row group or its queries; the driver adds the report's prefix truth."""
+    mib = 2**20
+    one_group = resources.client_memory(dim=2560, row_group_rows=4096, queries=10, k=10)
+    assert one_group == pytest.approx(resources.CLIENT_FIXED_MIB * mib + 3 * 4096 * 2560 * 4)
+    many_queries = resources.client_memory(dim=2560, row_group_rows=4096, queries=22723, k=10)
+    assert many_queries == pytest.approx(resources.CLIENT_FIXED_MIB * mib + 22723 * (2 * 2560 * 4 + 120))
+    loaded = load_config(REPO / "configs" / "polaris.yaml")
+    plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    served = [e for p, e in plan.estimates if e is not None]
+    assert all(e.client_memory == pytest.approx(many_queries) for e in served)  # max_queries 22,723
+    assert plan.clients_per_node == 16  # executor.cpu.workers_per_node
+    assert plan.prefix_truth  # Fig. 2 loads 1M of the 88M rows: the report computes that prefix's truth
+    budget = loaded.config.groundtruth.memory_budget_mb
+    assert plan.driver_memory == pytest.approx((resources.DRIVER_MEASURED_MIB + budget) * mib)
+
+
+def test_a_client_node_that_cannot_hold_its_clients_is_refused(fixed_env: None, tmp_path: Path) -> None:
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+    crowded = text.replace("    workers_per_node: 16\n", "    workers_per_node: 4096\n", 1)
+    assert crowded != text
+    path = tmp_path / "polaris.yaml"
+    path.write_text(crowded.replace("../datasets/", str(REPO / "datasets") + "/"))
+    loaded = load_config(path)
+    with pytest.raises(ConfigError, match=r"of memory per client node \(4096 client processes\)"):
+        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+
+
 def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
@@ -107,6 +152,8 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     for engine in ("qdrant", "milvus", "weaviate", "faiss"):
         assert f"│ {engine}" in table
     assert "1,000 x 784" in table
+    assert "memory/client: one insert or query client process (2 per client node)" in result.stdout
+    assert "driver (the DAG and the report): about 1.0 GiB (measured at 1M rows)" in result.stdout
 
 
 def test_a_full_disk_is_named_with_where_and_the_estimate(

@@ -1,0 +1,88 @@
+"""A config's other datasets: the top-level ``datasets:`` section, one entry per dataset of a study.
+
+One file holds a study (../shared/papers/000, Table I: Pes2o-VE, GIST, dbpedia-openai, Yandex-T2I): the
+file's own sections describe its first dataset, and each entry of ``datasets`` is a set of sections that
+turns the file into another dataset's run. ``--dataset NAME`` picks one, ``--dataset all`` each in turn.
+
+How an entry applies to the file (one rule each, so a reader can tell the result from the text):
+
+* its ``dataset`` section replaces the file's (a dataset's size, name and source go together);
+* when that section names ``imported`` or ``stored``, the sections only a generated dataset has
+  (:data:`~pipeline.config.model.GENERATING_SECTIONS`) are left out;
+* its other sections merge into the file's mapping by mapping: a list or a value replaces, ``null`` removes;
+* the run's ``name`` is the file's with ``-<entry>`` appended, unless the entry sets its own.
+
+The result is an ordinary config: it is what a run records, so ``report`` rewrites it without the file.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pipeline.config.model import GENERATING_SECTIONS
+
+__all__ = ["ALL", "GENERATING_SECTIONS", "SECTION", "entry_problem", "merged", "pruned"]
+
+SECTION = "datasets"
+ALL = "all"  # --dataset all: the file's own dataset, then every entry
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def entry_problem(name: Any, entry: Any) -> str | None:
+    """Why ``datasets.<name>`` cannot be an entry, or None."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        return f"{name!r} is not a dataset entry name (letters, digits, '.', '_', '-')"
+    if name == ALL:
+        return f"'{ALL}' is reserved for --dataset {ALL} (every dataset of the file)"
+    if not isinstance(entry, dict) or not entry:
+        return "an entry is a mapping of the sections that differ from the file's (dataset:, vdb:, ...)"
+    if not isinstance(entry.get("dataset"), dict):
+        return "an entry needs its own dataset: section (name, and imported or stored)"
+    return None
+
+
+def pruned(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The file's sections that stay under ``entry``, before either is interpolated: what the entry
+    removes (``null``, a given dataset's generating sections) and the ``dataset`` it replaces are gone,
+    so a variable only they use (``${PES2O_CORPUS}``) need not be set."""
+    given = any(key in entry["dataset"] for key in ("imported", "stored"))
+    dropped = {SECTION, "dataset", *(GENERATING_SECTIONS if given else ())}
+    return _without_removed({k: v for k, v in base.items() if k not in dropped}, entry)
+
+
+def merged(base: dict[str, Any], entry: dict[str, Any], name: str) -> dict[str, Any]:
+    """``entry`` applied to the (pruned, interpolated) file: a new dict, nothing shared is changed."""
+    result = _merge(base, _without_nulls(entry))
+    if "name" not in entry and isinstance(base.get("name"), str):
+        result["name"] = f"{base['name']}-{name}"
+    return result
+
+
+def _without_removed(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    result = {}
+    for key, value in base.items():
+        if key in entry and entry[key] is None:
+            continue
+        if isinstance(value, dict) and isinstance(entry.get(key), dict):
+            value = _without_removed(value, entry[key])
+        result[key] = value
+    return result
+
+
+def _without_nulls(entry: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: _without_nulls(value) if isinstance(value, dict) else value
+        for key, value in entry.items()
+        if value is not None
+    }
+
+
+def _merge(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    result = dict(base)
+    for key, value in entry.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            result[key] = _merge(base[key], value)
+        else:
+            result[key] = value
+    return result
