@@ -18,7 +18,7 @@ from apps.interchange.importer import import_target
 from core.errors import InputDataError
 from core.store import complete_manifest, content_key, verify_files
 from pipeline.config.loader import LoadedConfig
-from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_rows
+from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_dimension, check_rows
 from pipeline.resources import resource_plan
 
 GROUNDTRUTH_FROM_DATASET = "given"  # in the ground-truth key: published-or-exact, not always exact
@@ -122,6 +122,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
                 f"{cfg.groundtruth.metric} differs from the dataset's metric {metric} ({folder})",
             )
     check_rows(loaded, rows, folder)
+    check_dimension(loaded, dimension)
 
     stages: dict[str, StagePlan] = {}
 

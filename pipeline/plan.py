@@ -38,6 +38,7 @@ from pipeline.plan_model import (
     Plan,
     StagePlan,
     add_evaluation_stages,
+    check_dimension,
     check_rows,
     geometry_params,
 )
@@ -160,6 +161,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
 
     embedding = cfg.embedding.model_dump()
     dimension = _check_model_limits(loaded, model_dir)
+    check_dimension(loaded, dimension)
     model_identity = {
         "model_id": cfg.embedding.model_id,
         "revision": cfg.embedding.revision,

@@ -86,6 +86,21 @@ def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path) -> None:
             )
 
 
+def check_dimension(loaded: LoadedConfig, dimension: int) -> None:
+    """Refuse a collection setting the dataset's dimension cannot take, before anything runs: ``ivf_pq``
+    cuts each vector into ``pq_m`` sub-vectors of ``dimension / pq_m`` components (FAISS, Milvus and
+    LanceDB refuse it only when the index is built, after the upload)."""
+    cfg = loaded.config
+    for point in cfg.vdb.points if cfg.vdb is not None else []:
+        collection = point.config.collection
+        if collection.index_type == "ivf_pq" and dimension % collection.pq_m:
+            raise loaded.error_at(
+                ("vdb", *cfg.vdb.written_loc(point, ("collection", "pq_m"))),
+                f"{collection.pq_m} does not divide the dataset's dimension {dimension} (point "
+                f"{point.label!r}: ivf_pq cuts each vector into pq_m sub-vectors of equal length)",
+            )
+
+
 def geometry_params(cfg: Any) -> dict[str, Any]:
     """The geometry stage's parameters: its settings and the run's metric."""
     return {**cfg.geometry.model_dump(exclude={"enabled"}), "metric": cfg.groundtruth.metric}

@@ -108,10 +108,26 @@ def problems(point_estimate: PointEstimate, node: Capacity, clients: int = 1) ->
     return found
 
 
+def check_gpu_memory(loaded: LoadedConfig) -> None:
+    """Refuse ground-truth blocks larger than one GPU's memory (``executor.node.gpu_memory_gib``): the
+    exact search holds a block of ``groundtruth.memory_budget_mb`` on the device it runs on."""
+    cfg = loaded.config
+    node = getattr(cfg.executor, "node", None)
+    limit = getattr(node, "gpu_memory_gib", None)
+    budget = cfg.groundtruth.memory_budget_mb
+    if cfg.groundtruth.device in ("cuda", "xpu") and limit and budget > limit * 1024:
+        raise loaded.error_at(
+            ("groundtruth", "memory_budget_mb"),
+            f"blocks of {budget:,} MiB on the {cfg.groundtruth.device} device, one GPU of a "
+            f"{cfg.executor.platform} node (executor.node.gpu_memory_gib) has {limit:g} GiB",
+        )
+
+
 def resource_plan(loaded: LoadedConfig, points: list[Any], rows: int | None, dim: int) -> ResourcePlan:
     """Estimate every point and check it against the node; ConfigError for the first that cannot fit
     (unless ``vdb.resource_check: warn``)."""
     cfg = loaded.config
+    check_gpu_memory(loaded)
     plan = ResourcePlan(rows)
     if cfg.vdb is None or rows is None:
         return plan

@@ -103,25 +103,33 @@ def as_lookup(source: VectorSource) -> VectorLookup:
 def fetch_vectors(dataset_dir: str | Path, ids: Any, batch_rows: int = 8192) -> VectorLookup:
     """The base vectors of ``ids``, gathered in one streaming pass over the dataset parts.
 
-    Only the requested rows are kept (memory follows ``len(ids)``, not the dataset). Ids absent from
-    the dataset (and -1 pads) are simply not in the result: check with ``lookup.missing(ids)``.
+    Only the requested rows are kept, each written once into its place (memory follows ``len(ids)``, not
+    the dataset), and the pass stops when every one was found. Ids absent from the dataset (and -1 pads)
+    are simply not in the result: check with ``lookup.missing(ids)``. A repeated id keeps its first vector.
     """
     wanted = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
     wanted = wanted[wanted >= 0]
-    kept_ids: list[np.ndarray] = []
-    kept_vectors: list[np.ndarray] = []
+    vectors: np.ndarray | None = None
+    found = np.zeros(len(wanted), dtype=bool)
     dim = 0
-    for batch_ids, vectors in iter_vectors(Path(dataset_dir), batch_rows=batch_rows):
-        dim = vectors.shape[1]
+    for batch_ids, batch in iter_vectors(Path(dataset_dir), batch_rows=batch_rows):
+        dim = batch.shape[1]
         if len(wanted) == 0:
             break
-        keep = np.isin(batch_ids, wanted)
+        if vectors is None:
+            vectors = np.empty((len(wanted), dim), dtype=np.float32)
+        slot = np.searchsorted(wanted, batch_ids).clip(max=len(wanted) - 1)
+        keep = (wanted[slot] == batch_ids) & ~found[slot]
         if keep.any():
-            kept_ids.append(batch_ids[keep].astype(np.int64))
-            kept_vectors.append(np.array(vectors[keep], dtype=np.float32))
-    if not kept_ids:
+            vectors[slot[keep]] = batch[keep]
+            found[slot[keep]] = True
+            if found.all():
+                break
+    if vectors is None or not found.any():
         return VectorLookup(np.zeros(0, np.int64), np.zeros((0, dim), np.float32))
-    return VectorLookup.from_arrays(np.concatenate(kept_ids), np.concatenate(kept_vectors))
+    if found.all():
+        return VectorLookup(wanted, vectors)
+    return VectorLookup(wanted[found], vectors[found])
 
 
 def read_query_vectors(queries_file: str | Path) -> VectorLookup:

@@ -230,7 +230,10 @@ def evaluate_files(
     if raw.num_rows == 0:
         return rows
     groundtruth = read_groundtruth(groundtruth_file)
-    base = fetch_vectors(dataset_dir, needed_base_ids(raw, groundtruth))
+    # Only the top-k the settings score (not every published neighbour): with 22,723 queries and a
+    # top-100 truth of 2,560 dimensions that is 2.3 GB of vectors instead of 23 GB.
+    deepest_k = int(pc.max(raw.column("k")).as_py())
+    base = fetch_vectors(dataset_dir, needed_base_ids(raw, groundtruth, deepest_k))
     queries = read_query_vectors(queries_file)
     for database in pc.unique(raw.column("database")).to_pylist():
         part = raw.filter(pc.equal(raw.column("database"), database))

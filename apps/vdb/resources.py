@@ -57,11 +57,11 @@ COSTS: dict[str, EngineCost] = {
 # this project's stages and the heaviest client library loaded. Measured here (2026-11-26, psutil RSS after
 # the imports): pymilvus 186 MiB, qdrant-client 168, weaviate-client 161.
 CLIENT_FIXED_MIB = 190
-# The driver (``python -m pipeline run``: the DAG, the report) at its peak in benchmarks/scale: 720 MiB at
-# 100,000 rows and 1,072 MiB at 1,000,000 (384 dimensions, one database point at a time). The estimate
-# takes the 1M figure and adds what the report holds for a point that loads a prefix: the exact top-k of
-# that prefix, computed in blocks of ``groundtruth.memory_budget_mb``.
-DRIVER_MEASURED_MIB = 1_072
+# The driver (``python -m pipeline run``: the DAG, the report) at its peak in benchmarks/scale: 319 MiB at
+# both 100,000 and 1,000,000 rows (384 dimensions, FAISS, 2026-11-26: the report reads one row group at a
+# time and fetches only the top-k it scores). The estimate adds what the report holds for a point that
+# loads a prefix: the exact top-k of that prefix, computed in blocks of ``groundtruth.memory_budget_mb``.
+DRIVER_MEASURED_MIB = 320
 
 
 def client_memory(dim: int, row_group_rows: int, queries: int, k: int) -> float:

@@ -265,7 +265,7 @@ def _client_and_driver_line(plan: Plan) -> str:
     return (
         f"memory/client: one insert or query client process ({resources.clients_per_node} per client node), "
         f"one row group of {cfg.dataset.row_group_rows:,} rows or its queries{unbounded}. driver (the DAG "
-        f"and the report): about {gib(resources.driver_memory)} (measured at 1M rows{prefix})"
+        f"and the report): about {gib(resources.driver_memory)} (measured at 100k and 1M rows{prefix})"
     )
 
 

@@ -436,6 +436,58 @@ def test_fetch_vectors_keeps_only_requested_rows(tmp_path: Path, fmnist) -> None
         lookup.get([5_000_000_000])
 
 
+def test_fetch_vectors_stops_once_every_id_is_found(tmp_path: Path, fmnist, monkeypatch) -> None:
+    """The pass over the parts ends at the last wanted row: ids in the first part read one part only."""
+    import apps.dataset.lookup as lookup_module
+
+    ids = write_dataset(tmp_path / "ds", fmnist["base"], parts=4)
+    batches = []
+    real = lookup_module.iter_vectors
+
+    def counted(*args, **kwargs):
+        for batch in real(*args, **kwargs):
+            batches.append(len(batch[0]))
+            yield batch
+
+    monkeypatch.setattr(lookup_module, "iter_vectors", counted)
+    lookup = fetch_vectors(tmp_path / "ds", ids[[3, 3, 40]], batch_rows=50)  # a repeated id counts once
+    np.testing.assert_array_equal(lookup.get(ids[[40, 3]]), fmnist["base"][[40, 3]])
+    assert len(lookup) == 2 and sum(batches) == 50  # the first batch held both
+
+
+def test_evaluate_files_fetches_only_the_scored_top_k(tmp_path: Path, fmnist, monkeypatch) -> None:
+    """Recall@k needs the exact top-k, not every published neighbour: the report's memory follows the
+    queries x k it scores (``evaluate_files`` on a top-100 truth scored at k = 10)."""
+    import apps.evaluate.metrics as metrics_module
+
+    base, queries = fmnist["base"], fmnist["queries"][:20]
+    ids = write_dataset(tmp_path / "ds", base, parts=2)
+    pq.write_table(
+        pa.table({"id": pa.array(np.arange(20)), "embedding": vectors_to_arrow(queries, "float32")}),
+        tmp_path / "queries.parquet",
+    )
+    truth, _, order = exact_gt(queries, base, ids, "l2", 100)
+    neighbors = ids[order]
+    pq.write_table(truth, tmp_path / "gt.parquet")
+    raw = raw_query_table(
+        database="faiss", ef=64, batch_size=20, clients=1, k=10, client=0, request=0,
+        query_ids=np.arange(20), ids=neighbors[:, :10], scores=np.zeros((20, 10), np.float32),
+        t_start=T0, t_end=T0 + 0.25,
+    )  # fmt: skip
+    pq.write_table(raw, tmp_path / "raw-faiss.parquet")
+    asked = []
+    real = metrics_module.fetch_vectors
+    monkeypatch.setattr(
+        metrics_module, "fetch_vectors", lambda d, wanted: asked.append(wanted) or real(d, wanted)
+    )
+    rows = evaluate_files(
+        [tmp_path / "raw-faiss.parquet"], tmp_path / "gt.parquet", tmp_path / "queries.parquet",
+        tmp_path / "ds", "l2",
+    )  # fmt: skip
+    assert [r["recall"] for r in rows] == [1.0]
+    assert set(asked[0].tolist()) == set(neighbors[:, :10].ravel().tolist())  # not the 100 per query
+
+
 def test_evaluate_files_end_to_end(tmp_path: Path, fmnist) -> None:
     """Raw files of two databases, queries.parquet, groundtruth.parquet and the dataset on disk."""
     from apps.dataset.groundtruth.stage import GroundTruthConfig, compute_groundtruth

@@ -194,6 +194,17 @@ def test_rows_and_k_beyond_the_dataset_are_refused_before_the_import(tmp_path, w
     assert not (tmp_path / "wd" / "store").exists()  # nothing written
 
 
+def test_a_collection_the_dimension_cannot_take_is_refused_at_plan(tmp_path, write_config) -> None:
+    """ivf_pq's pq_m must divide the dimension (784 = 16 x 49): refused naming the swept value's line,
+    before the import, instead of when the index is built after the upload."""
+    imported = {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}
+    pq_sweep = {"name": "milvus", "label": "pq", "collection": {"index_type": "ivf_pq", "pq_m": [16, 24]}}
+    vdb = {"databases": [{"name": "faiss"}, pq_sweep], "query": {"k": [10]}}
+    message = _refusal(write_config, given_config(tmp_path / "wd", imported, vdb=vdb))
+    assert "vdb.databases.1.collection.pq_m.1: 24 does not divide the dataset's dimension 784" in message
+    assert not (tmp_path / "wd" / "store").exists()  # nothing written
+
+
 def test_files_that_do_not_match_the_format_are_refused(tmp_path, write_config) -> None:
     imported = {"name": "fm", "imported": {"format": "hdf5", "paths": [str(ANN / "fmnist1k")]}}
     message = _refusal(write_config, given_config(tmp_path / "wd", imported))

@@ -141,6 +141,21 @@ def test_a_client_node_that_cannot_hold_its_clients_is_refused(fixed_env: None, 
         resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
 
 
+def test_ground_truth_blocks_beyond_a_gpus_memory_are_refused(fixed_env: None, tmp_path: Path) -> None:
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+    greedy = text.replace("  memory_budget_mb: 16384\n", "  memory_budget_mb: 65536\n", 1)
+    assert greedy != text
+    path = tmp_path / "polaris.yaml"
+    path.write_text(greedy.replace("../datasets/", str(REPO / "datasets") + "/"))
+    loaded = load_config(path)
+    with pytest.raises(ConfigError) as error:
+        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    message = str(error.value)
+    line = next(n for n, text in enumerate(greedy.splitlines(), 1) if "memory_budget_mb: 65536" in text)
+    assert message.startswith(f"{path}:{line}: groundtruth.memory_budget_mb: blocks of 65,536 MiB")
+    assert "one GPU of a polaris node (executor.node.gpu_memory_gib) has 40 GiB" in message
+
+
 def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
@@ -153,7 +168,7 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
         assert f"│ {engine}" in table
     assert "1,000 x 784" in table
     assert "memory/client: one insert or query client process (2 per client node)" in result.stdout
-    assert "driver (the DAG and the report): about 1.0 GiB (measured at 1M rows)" in result.stdout
+    assert "driver (the DAG and the report): about 320 MiB (measured at 100k and 1M rows)" in result.stdout
 
 
 def test_a_full_disk_is_named_with_where_and_the_estimate(
