@@ -86,7 +86,8 @@ def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         column = column.combine_chunks()
     dim = column.type.list_size
     # A writable float32 copy: zero-copy views are read-only, which torch.from_numpy warns about.
-    return np.array(column.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+    # flatten(), not .values: .values is the whole child array, ignoring a slice's offset and length.
+    return np.array(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
 
 
 # What an interrupted dataset directory of this pipeline holds before its first shard record: parts,

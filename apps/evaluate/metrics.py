@@ -29,7 +29,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from apps.dataset.lookup import VectorSource, as_lookup, fetch_vectors, read_groundtruth, read_query_vectors
+from apps.dataset.lookup import (
+    VectorLookup,
+    VectorSource,
+    as_lookup,
+    fetch_vectors,
+    read_groundtruth,
+    read_query_vectors,
+)
 from apps.evaluate.recall import needed_base_ids, recall_at_k
 from apps.evaluate.rules import setting_order
 from apps.vdb.records import setting_label
@@ -190,15 +197,34 @@ def _open_loop_figures(requests: pa.Table, schedule: dict[str, Any]) -> dict[str
     return {**figures, "p99_bound_ms": schedule.get("p99_bound_ms")}
 
 
+def scored_base_ids(raw: pa.Table, groundtruth: pa.Table) -> np.ndarray:
+    """The base ids the recall of ``raw`` needs: every returned id and the exact top-k it is scored at.
+
+    Only the top-k the settings score, not every published neighbour: with 22,723 queries and a top-100
+    truth of 2,560 dimensions that is 2.3 GB of vectors instead of 23 GB."""
+    return needed_base_ids(raw, groundtruth, int(pc.max(raw.column("k")).as_py()))
+
+
+def base_ids_for(raw_files: Iterable[str | Path], groundtruth_file: str | Path) -> np.ndarray:
+    """:func:`scored_base_ids` of a point's raw files (empty when none answered a query)."""
+    tables = [table for table in (read_raw(p) for p in raw_files) if table.num_rows]
+    if not tables:
+        return np.zeros(0, np.int64)
+    return scored_base_ids(pa.concat_tables(tables), read_groundtruth(groundtruth_file))
+
+
 def evaluate_files(
     raw_files: Iterable[str | Path],
     groundtruth_file: str | Path,
     queries_file: str | Path,
     dataset_dir: str | Path,
     metric: str,
+    base: VectorLookup | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate raw files of any databases in one pass over the dataset; returns result rows.
 
+    ``base``: the base vectors, already fetched (at least :func:`base_ids_for` these files), so that
+    several points share one pass over the dataset; None fetches them here.
     A file the query stage flagged as stalled gives rows with ``stalled`` and the reason in ``error``
     (a ``failed`` row when it holds no answered query).
     """
@@ -230,10 +256,8 @@ def evaluate_files(
     if raw.num_rows == 0:
         return rows
     groundtruth = read_groundtruth(groundtruth_file)
-    # Only the top-k the settings score (not every published neighbour): with 22,723 queries and a
-    # top-100 truth of 2,560 dimensions that is 2.3 GB of vectors instead of 23 GB.
-    deepest_k = int(pc.max(raw.column("k")).as_py())
-    base = fetch_vectors(dataset_dir, needed_base_ids(raw, groundtruth, deepest_k))
+    if base is None:
+        base = fetch_vectors(dataset_dir, scored_base_ids(raw, groundtruth))
     queries = read_query_vectors(queries_file)
     for database in pc.unique(raw.column("database")).to_pylist():
         part = raw.filter(pc.equal(raw.column("database"), database))

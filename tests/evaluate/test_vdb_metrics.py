@@ -436,6 +436,16 @@ def test_fetch_vectors_keeps_only_requested_rows(tmp_path: Path, fmnist) -> None
         lookup.get([5_000_000_000])
 
 
+def test_arrow_to_vectors_honours_a_slice() -> None:
+    """A batch cut from a larger row group is a slice: its vectors are its own rows, not the group's."""
+    from apps.dataset.layout import arrow_to_vectors
+
+    vectors = np.arange(40, dtype=np.float32).reshape(10, 4)
+    column = vectors_to_arrow(vectors, "float32")
+    np.testing.assert_array_equal(arrow_to_vectors(column.slice(3, 4)), vectors[3:7])
+    np.testing.assert_array_equal(arrow_to_vectors(pa.chunked_array([column.slice(8)])), vectors[8:])
+
+
 def test_fetch_vectors_stops_once_every_id_is_found(tmp_path: Path, fmnist, monkeypatch) -> None:
     """The pass over the parts ends at the last wanted row: ids in the first part read one part only."""
     import apps.dataset.lookup as lookup_module

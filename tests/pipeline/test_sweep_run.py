@@ -42,7 +42,9 @@ def corpus(tmp_path_factory) -> Path:
     return write_jsonl(tmp_path_factory.mktemp("sweepcorpus") / "c.jsonl", sample_records(40))
 
 
-def test_two_points_two_repeats_give_rows_with_parameter_columns(corpus: Path, tmp_path: Path) -> None:
+def test_two_points_two_repeats_give_rows_with_parameter_columns(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(base_config(corpus, tmp_path / "wd", vdb=vdb(repeats=2))))
     listed = run_cli("plan", str(path))
@@ -90,6 +92,18 @@ def test_two_points_two_repeats_give_rows_with_parameter_columns(corpus: Path, t
     ]
     listed = run_cli("plan", str(path))
     assert listed.stdout.count("done") >= 4 and "to run" not in listed.stdout.split("point")[-1]
+    # The report gathers every point's vectors in one pass over the dataset, not one pass per point.
+    import apps.dataset.lookup as lookup
+    from pipeline.rerender import rerender
+    from pipeline.runs import find_run
+
+    passes = []
+    real = lookup.iter_vectors
+    monkeypatch.setattr(lookup, "iter_vectors", lambda *a, **k: passes.append(a) or real(*a, **k))
+    rewritten = rerender(find_run(prov["run_id"], tmp_path / "wd"))
+    assert rewritten["rows"] == len(rows) and len(passes) == 1
+    again = pq.read_table(report_dir / "results.parquet").to_pylist()
+    assert sorted(r["recall"] for r in again if r["stage"] == "query") == sorted(r["recall"] for r in queries)
 
 
 def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, tmp_path: Path) -> None:
