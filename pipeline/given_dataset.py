@@ -108,12 +108,14 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
             raise loaded.error_at(("dataset", "imported", "paths"), str(exc)) from None
         folder, key, producer = target.directory, target.key, "import"
         rows, dimension = target.source.rows, target.source.dim
+        queries = len(target.source.query_ids)
         params: dict[str, Any] = {"format": target.fmt, "files": target.identity, "metric": target.metric}
     else:
         folder = resolve_stored(loaded, store)
         manifest = _given_manifest(loaded, folder)
         key, producer = str(manifest["key"]), "stored"
         rows, dimension = manifest["rows"], manifest["dimension"]
+        queries = manifest["queries"].get("rows")
         params = {"stored": str(folder)}
         metric = manifest.get("metric") or manifest["groundtruth"].get("metric")
         if metric != cfg.groundtruth.metric:
@@ -141,5 +143,5 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
-    resources = resource_plan(loaded, [p.point for p in points], rows, dimension)
+    resources = resource_plan(loaded, [p.point for p in points], rows, dimension, queries)
     return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources)

@@ -58,7 +58,9 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         where = f"line {error.line}: " if error.line else ""
         lines.append(f"{where}{'.'.join(str(p) for p in loc)}: {message}")
     raise ConfigError(
-        "platform check failed:\n  " + "\n  ".join(lines), file=str(loaded.path), line=errors[0].line
+        f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(lines),
+        file=str(loaded.path),
+        line=errors[0].line,
     )
 
 

@@ -237,6 +237,12 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     elif cfg.geometry.enabled:
         add("geometry", geometry_stage.STAGE_VERSION, geometry_params(cfg), [dataset_key])
 
+    query_count = None  # for the resource plan: what the queries stage will make, where it is known
+    if terms_file is not None:
+        try:
+            query_count = len(queries_stage.read_terms(terms_file, limit=cfg.queries.limit))
+        except InputDataError as exc:
+            raise loaded.error_at(("queries", "terms_file"), str(exc)) from None
     file_metadata = {
         "dataset_name": cfg.dataset.name,
         "dataset_key": dataset_key,
@@ -284,5 +290,5 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         terms_file,
         resolved,
         points,
-        resource_plan(loaded, [p.point for p in points], rows, dimension),
+        resource_plan(loaded, [p.point for p in points], rows, dimension, query_count),
     )

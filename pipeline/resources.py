@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from apps.vdb import runs_in_process
-from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, estimate, gib
+from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate, gib
 from pipeline.config.loader import LoadedConfig
 
 # The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
@@ -34,7 +34,8 @@ class ResourcePlan:
     warnings: list[str] = field(default_factory=list)
     driver_memory: float | None = None  # bytes: the driver's peak (the DAG and the report)
     prefix_truth: bool = False  # a point loads fewer rows than the dataset: the report computes its truth
-    clients_per_node: int = 1  # client processes a node runs at once (the client block's workers)
+    queries: int | None = None  # the dataset's queries, when known
+    queries_assumed: bool = False  # some point's query count was assumed (_ASSUMED_QUERIES)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Capacity:
     ssd: float | None
     disk: float | None  # local runs: free space under the workdir
     where: str
+    clients_apart: bool = False  # HPC: the clients run on their own nodes (the client block's)
 
 
 def capacity(loaded: LoadedConfig) -> Capacity:
@@ -62,20 +64,21 @@ def capacity(loaded: LoadedConfig) -> Capacity:
     memory = node.memory_gib * GIB if node.memory_gib else None
     shm = node.shm_gib * GIB if node.shm_gib else (memory / 2 if memory else None)
     ssd = node.ssd_gib * GIB if node.ssd_gib is not None else None
-    return Capacity(memory, shm, ssd, None, f"a {executor.platform} node (executor.node)")
+    return Capacity(memory, shm, ssd, None, f"a {executor.platform} node (executor.node)", clients_apart=True)
 
 
-def _shape(vdb: Any, point: Any) -> tuple[int, int, str]:
-    """(ranks, ranks per node, medium) of a point: its cluster's, or one local rank on disk."""
+def _shape(vdb: Any, point: Any) -> tuple[int, int, str, int | None]:
+    """(ranks, ranks per node, medium, cores per rank) of a point: its cluster's, or one local rank on
+    disk with this machine's cores."""
     if vdb.cluster is None or runs_in_process(point.settings):
-        return 1, 1, "disk"
+        return 1, 1, "disk", None
     cluster = point.config.cluster.for_database(point.database)
-    return cluster.workers, cluster.workers_per_node, cluster.storage.medium
+    return cluster.workers, cluster.workers_per_node, cluster.storage.medium, cluster.cores_per_worker
 
 
-def clients_per_node(loaded: LoadedConfig) -> int:
-    """Client processes one node runs at once: the client block's workers per node (``executor.cpu``,
-    else ``executor.gpu``; a local run's ``executor.workers``)."""
+def workers_per_node(loaded: LoadedConfig) -> int:
+    """Tasks one client node runs at once: the client block's workers per node (``executor.cpu``, else
+    ``executor.gpu``; a local run's ``executor.workers``)."""
     executor = loaded.config.executor
     if executor.platform == "local":
         return executor.workers
@@ -83,18 +86,27 @@ def clients_per_node(loaded: LoadedConfig) -> int:
     return int(getattr(block, "workers_per_node", None) or getattr(block, "accelerators", None) or 1)
 
 
-def problems(point_estimate: PointEstimate, node: Capacity, clients: int = 1) -> list[str]:
-    """What does not fit, one phrase each (``clients``: client processes per client node, HPC only)."""
+def client_processes(point: Any, workers: int) -> int:
+    """Client processes of ``point`` on one client node: an insert task starts ``clients_per_worker``
+    of them (apps/vdb/pool.py) on each of at most ``workers`` workers, a query setting ``clients``."""
+    insert = point.config.insert
+    return max(min(insert.workers, workers) * insert.clients_per_worker, max(point.config.query.clients))
+
+
+def queries_sent(point: Any, queries: int | None) -> tuple[int, bool]:
+    """(queries a query client holds, whether the count was assumed): ``vdb.query.max_queries`` or the
+    dataset's queries, whichever is smaller."""
+    bound = point.config.query.max_queries
+    known = [n for n in (bound, queries) if n]
+    return (min(known), False) if known else (_ASSUMED_QUERIES, True)
+
+
+def problems(point_estimate: PointEstimate, node: Capacity) -> list[str]:
+    """What of the database's share does not fit a node, one phrase each."""
     found = []
     e = point_estimate
     if node.memory is not None and e.node_memory > node.memory:
         found.append(f"about {gib(e.node_memory)} of memory per node, {node.where} has {gib(node.memory)}")
-    on_client_node = clients * (e.client_memory or 0)
-    if node.disk is None and node.memory is not None and on_client_node > node.memory:
-        found.append(
-            f"about {gib(on_client_node)} of memory per client node ({clients} client processes), "
-            f"{node.where} has {gib(node.memory)}"
-        )
     limits = {
         "memory": ("/dev/shm", node.shm),
         "ssd": ("node-local SSD", node.ssd),
@@ -123,40 +135,91 @@ def check_gpu_memory(loaded: LoadedConfig) -> None:
         )
 
 
-def resource_plan(loaded: LoadedConfig, points: list[Any], rows: int | None, dim: int) -> ResourcePlan:
+def resource_plan(
+    loaded: LoadedConfig, points: list[Any], rows: int | None, dim: int, queries: int | None = None
+) -> ResourcePlan:
     """Estimate every point and check it against the node; ConfigError for the first that cannot fit
-    (unless ``vdb.resource_check: warn``)."""
+    (unless ``vdb.resource_check: warn``). ``queries``: the dataset's query count, when known."""
     cfg = loaded.config
     check_gpu_memory(loaded)
     plan = ResourcePlan(rows)
     if cfg.vdb is None or rows is None:
         return plan
     node = capacity(loaded)
-    plan.clients_per_node = clients_per_node(loaded)
+    workers = workers_per_node(loaded)
+    plan.queries = queries
     plan.prefix_truth = any((p.config.insert.rows or rows) < rows for p in points)
-    plan.driver_memory = driver_memory(cfg.groundtruth.memory_budget_mb if plan.prefix_truth else None)
+    deepest = 0  # the most base vectors the report fetches for one point: returned ids and exact top-k
     for point in points:
         loaded_rows = min(point.config.insert.rows or rows, rows)
-        ranks, per_node, medium = _shape(cfg.vdb, point)
-        found = estimate(point, loaded_rows, dim, medium, ranks, per_node)
+        ranks, per_node, medium, cores = _shape(cfg.vdb, point)
+        found = estimate(point, loaded_rows, dim, medium, ranks, per_node, cores)
+        sent, assumed = queries_sent(point, queries)
+        plan.queries_assumed |= assumed
+        deepest = max(deepest, min(rows, 2 * sent * max(point.config.query.k)))
         if found is not None and not runs_in_process(point.settings):
             query = point.config.query
-            sent = query.max_queries or _ASSUMED_QUERIES
-            found = replace(
-                found, client_memory=client_memory(dim, cfg.dataset.row_group_rows, sent, max(query.k))
-            )
+            each = client_memory(dim, cfg.dataset.row_group_rows, sent, max(query.k))
+            found = replace(found, client_memory=each, client_processes=client_processes(point, workers))
         plan.estimates.append((point, found))
         if found is None:
             continue
-        found_problems = problems(found, node, plan.clients_per_node)
-        if found_problems:
-            message = (
-                f"point {point.label!r} cannot fit: {'; '.join(found_problems)} ({loaded_rows:,} vectors x "
-                f"{dim} over {ranks} rank(s), {found.ranks_per_node} per node, medium {medium}); load fewer "
-                "rows (vdb.insert.rows), use more nodes, or set vdb.resource_check: warn to run it anyway"
-            )
-            if cfg.vdb.resource_check == "warn":
-                plan.warnings.append(message)
-                continue
-            raise loaded.error_at(("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))), message)
+        _check(loaded, plan, point, problems(found, node), ("insert", "rows"), (
+            f"({loaded_rows:,} vectors x {dim} over {ranks} rank(s), {found.ranks_per_node} per node, medium "
+            f"{medium}); load fewer rows (vdb.insert.rows), use more nodes"
+        ))  # fmt: skip
+        on_client_node = (found.client_processes or 0) * (found.client_memory or 0)
+        if node.clients_apart and node.memory is not None and on_client_node > node.memory:
+            _check(loaded, plan, point, [
+                f"about {gib(on_client_node)} of memory for its {found.client_processes} client processes "
+                f"on one client node (about {gib(found.client_memory)} each: a row group, or {sent:,} "
+                f"queries), {node.where} has {gib(node.memory)}"
+            ], ("insert", "clients_per_worker"), (
+                "; lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries, or the "
+                "client block's workers_per_node"
+            ))  # fmt: skip
+        plan.warnings += _beyond_timeouts(point, found)
+    plan.driver_memory = driver_memory(
+        cfg.groundtruth.memory_budget_mb if plan.prefix_truth else None, deepest * 4 * dim
+    )
     return plan
+
+
+def _check(
+    loaded: LoadedConfig, plan: ResourcePlan, point: Any, found: list[str], field: tuple, fix: str
+) -> None:
+    """Refuse (or, with ``vdb.resource_check: warn``, record) what does not fit, at ``field``'s line."""
+    if not found:
+        return
+    vdb = loaded.config.vdb
+    message = (
+        f"point {point.label!r} cannot fit: {'; '.join(found)} {fix}, or set vdb.resource_check: warn to "
+        "run it anyway"
+    )
+    if vdb.resource_check == "warn":
+        plan.warnings.append(message)
+        return
+    raise loaded.error_at(("vdb", *vdb.written_loc(point, field)), message)
+
+
+def _beyond_timeouts(point: Any, found: PointEstimate) -> list[str]:
+    """Warnings for a point whose estimated upload or index time exceeds its timeout (the estimates are
+    lower bounds: such a stage is stopped before it ends)."""
+    config = point.config
+    late = []
+    if found.upload_s > config.insert.timeout_s:
+        late.append(
+            f"its upload (about {duration(found.upload_s)}) exceeds vdb.insert.timeout_s "
+            f"({duration(config.insert.timeout_s)})"
+        )
+    if found.index_s is not None and found.index_s > config.index_timeout_s:
+        late.append(
+            f"its index build (about {duration(found.index_s)}) exceeds vdb.index_timeout_s "
+            f"({duration(config.index_timeout_s)})"
+        )
+    if not late:
+        return []
+    return [
+        f"point {point.label!r}: {' and '.join(late)} by the resource plan: raise the timeout, or the "
+        "stage is stopped before it ends"
+    ]

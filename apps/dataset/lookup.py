@@ -105,7 +105,8 @@ def fetch_vectors(dataset_dir: str | Path, ids: Any, batch_rows: int = 8192) -> 
 
     Only the requested rows are kept, each written once into its place (memory follows ``len(ids)``, not
     the dataset), and the pass stops when every one was found. Ids absent from the dataset (and -1 pads)
-    are simply not in the result: check with ``lookup.missing(ids)``. A repeated id keeps its first vector.
+    are simply not in the result: check with ``lookup.missing(ids)``. Ids are unique in a dataset; were
+    one repeated, the vector of its first batch would be kept.
     """
     wanted = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
     wanted = wanted[wanted >= 0]

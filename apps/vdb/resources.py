@@ -8,9 +8,10 @@ layer-0 links (2 M ids of 4 bytes) and an 8-byte id, and ``fixed_mib`` of its ow
 inside two client processes (Qdrant edge, FAISS) count each mapped copy twice: a server rank (Qdrant's
 server on HPC) is one process and gets half. On storage medium
 ``memory`` the disk bytes live in ``/dev/shm``, that is in memory too. Upload and index rates were
-measured at 384 dimensions with one worker; they are scaled by 384 / dimension (both are bound by the
-vector bytes and distance computations) and, for upload, multiplied by the workers (linear: the study
-measured less, so the estimate is a lower bound on time).
+measured at 384 dimensions with one worker on 2 cores; they are scaled by 384 / dimension (both are bound
+by the vector bytes and distance computations), for upload multiplied by the workers, and for the index
+build (and the upload of an engine that builds while it uploads) by each rank's cores over 2 (linear: the
+study measured less, so the estimates are lower bounds on time).
 
 ``COSTS`` comes from ``python -m benchmarks.scale`` (HNSW, float32; docs/vector-databases.md, "Resource
 plan", gives the run). An index type or quantisation it did not measure uses its engine's HNSW figures,
@@ -25,6 +26,7 @@ from typing import Any
 from apps.vdb import runs_in_process
 
 MEASURED_DIM = 384
+MEASURED_CORES = 2  # the machine benchmarks/scale measured COSTS on (one worker: every core)
 GIB = 2**30
 
 
@@ -74,10 +76,11 @@ def client_memory(dim: int, row_group_rows: int, queries: int, k: int) -> float:
     return CLIENT_FIXED_MIB * 2**20 + max(insert, query)
 
 
-def driver_memory(prefix_truth_budget_mib: float | None) -> float:
+def driver_memory(prefix_truth_budget_mib: float | None, fetched_bytes: float = 0) -> float:
     """Peak bytes of the driver: the measured figure, plus the report's prefix ground truth when a point
-    loads fewer rows than the dataset (``None``: none does)."""
-    return (DRIVER_MEASURED_MIB + (prefix_truth_budget_mib or 0)) * 2**20
+    loads fewer rows than the dataset (``None``: none does), plus the base vectors the report fetches to
+    score the results (every returned id and the exact top-k: up to 2 x queries x k vectors)."""
+    return (DRIVER_MEASURED_MIB + (prefix_truth_budget_mib or 0)) * 2**20 + fetched_bytes
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class PointEstimate:
     index_s: float | None  # None: the engine builds its index during the upload
     basis: str  # which measured figures were used
     client_memory: float | None = None  # bytes per client process; None: the engine runs in the client
+    client_processes: int | None = None  # client processes on one client node
 
     def row(self) -> list[str]:
         """The plan table's cells."""
@@ -107,7 +111,7 @@ class PointEstimate:
             gib(self.rank_memory),
             gib(self.node_memory),
             f"{gib(self.node_disk)} {self.medium}",
-            gib(self.client_memory) if self.client_memory is not None else "in rank",
+            f"{gib(self.client_memory)} x {self.client_processes}" if self.client_memory else "in rank",
             duration(self.upload_s),
             duration(self.index_s) if self.index_s is not None else "in upload",
             self.basis,
@@ -127,10 +131,11 @@ def duration(seconds: float) -> str:
 
 
 def estimate(
-    point: Any, rows: int, dim: int, medium: str, ranks: int, ranks_per_node: int
+    point: Any, rows: int, dim: int, medium: str, ranks: int, ranks_per_node: int, cores: int | None = None
 ) -> PointEstimate | None:
     """The estimate of a sweep point (``apps.vdb.sweep.SweepPoint``) loading ``rows`` of ``dim``; None for an
-    engine without measured figures."""
+    engine without measured figures. ``cores``: each rank's cores (None: as measured); the index build is
+    taken to speed up linearly with them (the study measured less, so the time is a lower bound)."""
     cost = COSTS.get(point.database)
     if cost is None:
         return None
@@ -150,8 +155,13 @@ def estimate(
     node_disk = rank_disk * ranks_per_node
     node_memory = rank_memory * ranks_per_node + (node_disk if medium == "memory" else 0)
     scale = MEASURED_DIM / dim
-    upload_s = rows / (cost.insert_vectors_per_s * scale * ranks)
-    index_s = rows_per_rank / (cost.index_vectors_per_s * scale) if cost.index_vectors_per_s else None
+    speedup = max(1.0, (cores or MEASURED_CORES) / MEASURED_CORES)
+    # An engine that builds its graph while it uploads (Weaviate) uploads as fast as it indexes.
+    upload_speedup = speedup if cost.index_vectors_per_s is None else 1.0
+    upload_s = rows / (cost.insert_vectors_per_s * scale * ranks * upload_speedup)
+    index_s = (
+        rows_per_rank / (cost.index_vectors_per_s * scale * speedup) if cost.index_vectors_per_s else None
+    )
     return PointEstimate(
         point.label, rows, dim, ranks, ranks_per_node, medium, rank_memory, node_memory, node_disk,
         upload_s, index_s, basis,

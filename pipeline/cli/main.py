@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -71,6 +71,28 @@ def _datasets(config: Path, dataset: str | None) -> list[str | None]:
         _fail(exc)
 
 
+def _each_dataset(config: Path, dataset: str | None, action: Callable[[str | None], None]) -> None:
+    """``action`` for the dataset(s) ``--dataset`` names. With ``all``, one that fails does not stop the
+    others: the failed ones are listed at the end and the command exits with the worst status (an
+    interrupt stops at once)."""
+    entries = _datasets(config, dataset)
+    failed: list[str] = []
+    status = 0
+    for entry in entries:
+        try:
+            action(entry)
+        except typer.Exit as exc:
+            if exc.exit_code in (0, 130) or dataset != variants.ALL:
+                raise
+            failed.append(entry or "the file's own")
+            status = max(status, exc.exit_code)
+    if failed:
+        console.print(
+            f"[red]{len(failed)} of {len(entries)} dataset(s) failed:[/] {', '.join(failed)}", highlight=False
+        )
+        raise typer.Exit(status)
+
+
 def _load_plan(config: Path, dataset: str | None = None) -> tuple[LoadedConfig, Plan]:
     """Load and plan ``config`` (its ``datasets`` entry ``dataset``); a bad config ends the command with
     its message (no traceback)."""
@@ -125,16 +147,18 @@ def validate(
     dataset: DatasetOpt = None,
 ) -> None:
     """Check a configuration: syntax, fields, and that every path it names exists."""
+
+    def one(entry: str | None) -> None:
+        loaded, plan = _load_plan(config, entry)
+        which = f" dataset {entry}" if entry else ""
+        out.print(f"[green]valid[/]: {config}{which} (hash {loaded.config_hash[:12]}), {_input_line(plan)}")
+        _resource_warnings(plan)
+        _queue_limits_line(loaded)
+        if dataset != variants.ALL:
+            _other_datasets_line(loaded)
+
     with _queue_limits(queue_limits, queue_listing):
-        for entry in _datasets(config, dataset):
-            loaded, plan = _load_plan(config, entry)
-            which = f" dataset {entry}" if entry else ""
-            out.print(
-                f"[green]valid[/]: {config}{which} (hash {loaded.config_hash[:12]}), {_input_line(plan)}"
-            )
-            _resource_warnings(plan)
-            _queue_limits_line(loaded)
-        _other_datasets_line(loaded)
+        _each_dataset(config, dataset, one)
 
 
 @app.command()
@@ -146,16 +170,16 @@ def plan(
 ) -> None:
     """Dry run: stages, content keys, shards, resources. Nothing is executed."""
     with _queue_limits(queue_limits, queue_listing):  # the same limits for both checks (plan, render)
-        for entry in _datasets(config, dataset):
-            _plan(config, entry)
+        _each_dataset(config, dataset, lambda entry: _plan(config, entry, dataset != variants.ALL))
 
 
-def _plan(config: Path, dataset: str | None) -> None:
+def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
     loaded, the_plan = _load_plan(config, dataset)
     cfg = loaded.config
     which = f"  dataset {dataset}" if dataset else ""
     out.print(f"[bold]{cfg.name}[/]  config {loaded.path}{which}  hash {loaded.config_hash[:12]}")
-    _other_datasets_line(loaded)
+    if name_others:
+        _other_datasets_line(loaded)
     if cfg.generates_dataset:
         total_bytes = sum(p.stat().st_size for p in the_plan.corpus_files)
         out.print(
@@ -246,26 +270,24 @@ def _resource_table(plan: Plan) -> None:
 
 
 def _client_and_driver_line(plan: Plan) -> str:
-    """How the client and driver columns were estimated, and the driver's figure."""
+    """How the client and driver figures were estimated, and the driver's."""
     from apps.vdb.resources import gib
 
     resources = plan.resources
     cfg = plan.config
-    unbounded = (
-        ""
-        if all(p.config.query.max_queries for p, _ in resources.estimates)
-        else ("; 10,000 queries assumed where vdb.query.max_queries does not bound them")
-    )
+    queries = f"{resources.queries:,} queries" if resources.queries else "its queries"
+    assumed = "; 10,000 queries assumed where neither vdb.query.max_queries nor the dataset gives the count"
     prefix = (
-        f" + groundtruth.memory_budget_mb ({cfg.groundtruth.memory_budget_mb:,} MiB) for the exact top-k of "
+        f", groundtruth.memory_budget_mb ({cfg.groundtruth.memory_budget_mb:,} MiB) for the exact top-k of "
         "the prefixes points load"
         if resources.prefix_truth
         else ""
     )
     return (
-        f"memory/client: one insert or query client process ({resources.clients_per_node} per client node), "
-        f"one row group of {cfg.dataset.row_group_rows:,} rows or its queries{unbounded}. driver (the DAG "
-        f"and the report): about {gib(resources.driver_memory)} (measured at 100k and 1M rows{prefix})"
+        f"memory/client: each client process (x how many share a client node) holds one row group of "
+        f"{cfg.dataset.row_group_rows:,} rows or {queries} (at most vdb.query.max_queries)"
+        f"{assumed if resources.queries_assumed else ''}. driver (the DAG and the report): about "
+        f"{gib(resources.driver_memory)} (320 MiB measured, the base vectors the report fetches{prefix})"
     )
 
 
@@ -297,8 +319,7 @@ def _stage_status(directory: Path) -> tuple[str, str]:
 @app.command()
 def run(config: ConfigArg, dataset: DatasetOpt = None) -> None:
     """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table."""
-    for entry in _datasets(config, dataset):
-        _run(config, entry)
+    _each_dataset(config, dataset, lambda entry: _run(config, entry))
 
 
 def _run(config: Path, dataset: str | None) -> None:

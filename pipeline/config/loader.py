@@ -83,7 +83,8 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     elif dataset not in entries:
         known = ", ".join(entries) if entries else "none: the file has no datasets section"
         raise ConfigError(
-            f"--dataset {dataset}: not an entry of the config's datasets section (entries: {known})",
+            f"--dataset {dataset!r}: not an entry of the config's datasets section (entries: {known}; "
+            "leave --dataset out for the file's own dataset)",
             file=str(path),
             line=_line_of(node, (variants.SECTION,)),
         )
@@ -136,7 +137,8 @@ def _refuse_coerced_booleans(
     if isinstance(value, bool):
         if not isinstance(model, bool) and isinstance(model, int | float):
             raise ConfigError(
-                f"{_dotted(where)}: a boolean ({value}) where a number is expected",
+                f"{f'dataset {entry}: ' if entry else ''}{_dotted(where)}: a boolean ({value}) where a "
+                "number is expected",
                 file=str(path),
                 line=_line_in(node, where, entry),
             )
@@ -243,6 +245,6 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
         where = f"line {line}: " if line else ""
         problems.append(f"{where}{_dotted(loc)}: {err['msg']}{shown}")
-    which = f" (dataset {entry})" if entry else ""
-    message = f"invalid configuration{which}:\n  " + "\n  ".join(problems)
+    which = f"dataset {entry}: " if entry else ""
+    message = f"{which}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

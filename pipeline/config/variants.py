@@ -1,6 +1,6 @@
 """A config's other datasets: the top-level ``datasets:`` section, one entry per dataset of a study.
 
-One file holds a study (../shared/papers/000, Table I: Pes2o-VE, GIST, dbpedia-openai, Yandex-T2I): the
+One file holds a study (the Pes2o-VE study's Table I: Pes2o-VE, GIST, dbpedia-openai, Yandex-T2I): the
 file's own sections describe its first dataset, and each entry of ``datasets`` is a set of sections that
 turns the file into another dataset's run. ``--dataset NAME`` picks one, ``--dataset all`` each in turn.
 
@@ -9,8 +9,11 @@ How an entry applies to the file (one rule each, so a reader can tell the result
 * its ``dataset`` section replaces the file's (a dataset's size, name and source go together);
 * when that section names ``imported`` or ``stored``, the sections only a generated dataset has
   (:data:`~pipeline.config.model.GENERATING_SECTIONS`) are left out;
-* its other sections merge into the file's mapping by mapping: a list or a value replaces, ``null`` removes;
-* the run's ``name`` is the file's with ``-<entry>`` appended, unless the entry sets its own.
+* its other sections merge into the file's mapping by mapping: a list or a value replaces, ``null`` removes
+  the file's value, so the field takes its default (limits such as ``vdb.query.max_queries`` and the
+  timeouts are the file's unless the entry writes them);
+* the run's ``name`` is the file's with ``-<entry>`` appended, and ``dataset.name`` is the entry's name,
+  unless the entry sets them.
 
 The result is an ordinary config: it is what a run records, so ``report`` rewrites it without the file.
 """
@@ -38,7 +41,10 @@ def entry_problem(name: Any, entry: Any) -> str | None:
     if not isinstance(entry, dict) or not entry:
         return "an entry is a mapping of the sections that differ from the file's (dataset:, vdb:, ...)"
     if not isinstance(entry.get("dataset"), dict):
-        return "an entry needs its own dataset: section (name, and imported or stored)"
+        return (
+            "an entry needs its own dataset: section (imported or stored names its files; its name defaults "
+            "to the entry's)"
+        )
     return None
 
 
@@ -56,6 +62,7 @@ def merged(base: dict[str, Any], entry: dict[str, Any], name: str) -> dict[str, 
     result = _merge(base, _without_nulls(entry))
     if "name" not in entry and isinstance(base.get("name"), str):
         result["name"] = f"{base['name']}-{name}"
+    result["dataset"] = {"name": name, **result["dataset"]}  # the entry's name unless it gives one
     return result
 
 

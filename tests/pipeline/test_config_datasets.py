@@ -71,7 +71,7 @@ def test_an_error_inside_an_entry_names_the_entry_and_its_line(write_config, sma
         load_config(path, "gist")
     text = str(info.value)
     k_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "k: many" in line)
-    assert "(dataset gist)" in text and f"line {k_line}: groundtruth.k" in text
+    assert "dataset gist: invalid configuration" in text and f"line {k_line}: groundtruth.k" in text
 
 
 def test_a_plan_error_of_an_entry_points_into_the_entry(write_config, small_corpus, tmp_path) -> None:
@@ -111,5 +111,31 @@ def test_cli_dataset_option(write_config, small_corpus, tmp_path) -> None:
     assert own.returncode == 0 and "other datasets in this config: gist" in own.stdout
     unknown = run_cli("plan", str(path), "--dataset", "glove", env=env)
     assert unknown.returncode == 2
-    assert "--dataset glove: not an entry of the config's datasets section (entries: gist)" in unknown.stderr
+    assert (
+        "--dataset 'glove': not an entry of the config's datasets section (entries: gist;" in unknown.stderr
+    )
     assert "Traceback" not in unknown.stderr and not (tmp_path / "store").exists()
+
+
+def test_dataset_all_checks_every_dataset_and_lists_the_failed(write_config, small_corpus, tmp_path) -> None:
+    config = study(small_corpus, tmp_path)
+    config["datasets"] = {
+        "broken": {"dataset": {"imported": {"format": "vecs", "paths": [str(tmp_path / "missing")]}}},
+        **config["datasets"],
+    }
+    path = write_config(config)
+    env = {"CORPUS_ONLY_THE_FILE_USES": str(small_corpus)}
+    result = run_cli("validate", str(path), "--dataset", "all", env=env)
+    assert result.returncode == 2
+    assert "dataset broken: dataset.imported.paths:" in result.stderr  # named, and the others still checked
+    assert "valid: " in result.stdout and "dataset gist (hash" in result.stdout
+    assert "1 of 3 dataset(s) failed: broken" in result.stderr
+    assert "other datasets in this config" not in result.stdout  # --dataset all ran them
+
+
+def test_an_entrys_dataset_is_named_after_it_unless_it_says(write_config, small_corpus, tmp_path) -> None:
+    config = study(small_corpus, tmp_path)
+    config["datasets"]["fm"] = {"dataset": {"imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}}
+    path = write_config(config)
+    assert load_config(path, "fm").config.dataset.name == "fm"
+    assert load_config(path, "gist").config.dataset.name == "gist-1m"

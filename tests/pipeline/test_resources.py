@@ -77,7 +77,12 @@ def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str, e
     if entry in (None, "yandex-t2i"):  # 000's 1M / 5M / 10M subsets (Table IV)
         assert {1_000_000, 5_000_000, 10_000_000} <= swept
     plan = resource_plan(loaded, cfg.vdb.points, *TABLE_I[entry])
-    assert plan.warnings == []
+    # Nothing that cannot fit (that would be refused); stages the plan expects to outlast their timeouts
+    # are warnings (the estimates are lower bounds from this 2-core machine, scaled linearly in cores).
+    assert all("exceeds vdb." in line and "cannot fit" not in line for line in plan.warnings)
+    if (platform, entry) == ("polaris", None):  # 10M x 2560 indexed by one 8-core rank: hours, not 50 min
+        late = "'fig4-workers-qdrant[shards=1,workers=1,nodes=1]': its index build (about 3.1 h) exceeds"
+        assert any(late in line for line in plan.warnings)
     node = cfg.executor.node
     measured = [(p, e) for p, e in plan.estimates if e is not None]
     assert {p.database for p, _ in measured} == {"qdrant", "milvus", "weaviate"}
@@ -114,31 +119,41 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
 
 
 def test_clients_and_the_driver_are_estimated(fixed_env: None) -> None:
-    """A client process holds one row group or its queries; the driver adds the report's prefix truth."""
+    """A client process holds one row group or its queries, and as many share a client node as an insert
+    task starts (workers x clients_per_worker); the driver adds the report's prefix truth and vectors."""
     mib = 2**20
     one_group = resources.client_memory(dim=2560, row_group_rows=4096, queries=10, k=10)
     assert one_group == pytest.approx(resources.CLIENT_FIXED_MIB * mib + 3 * 4096 * 2560 * 4)
     many_queries = resources.client_memory(dim=2560, row_group_rows=4096, queries=22723, k=10)
     assert many_queries == pytest.approx(resources.CLIENT_FIXED_MIB * mib + 22723 * (2 * 2560 * 4 + 120))
     loaded = load_config(REPO / "configs" / "polaris.yaml")
-    plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
-    served = [e for p, e in plan.estimates if e is not None]
-    assert all(e.client_memory == pytest.approx(many_queries) for e in served)  # max_queries 22,723
-    assert plan.clients_per_node == 16  # executor.cpu.workers_per_node
+    plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560, queries=2000)
+    served = {p.label: e for p, e in plan.estimates if e is not None}
+    sent = resources.client_memory(dim=2560, row_group_rows=4096, queries=2000, k=10)  # 2,000 < max_queries
+    assert all(e.client_memory == pytest.approx(sent) for e in served.values())
+    # the main points: 10 insert workers on 16-worker client nodes, 4 clients each -> 40 processes
+    assert served["qdrant"].client_processes == 40
+    assert served["fig2-media-qdrant[medium=memory]"].client_processes == 1  # one worker, one client
     assert plan.prefix_truth  # Fig. 2 loads 1M of the 88M rows: the report computes that prefix's truth
     budget = loaded.config.groundtruth.memory_budget_mb
-    assert plan.driver_memory == pytest.approx((resources.DRIVER_MEASURED_MIB + budget) * mib)
+    fetched = 2 * 2000 * 10 * 4 * 2560  # returned ids and the exact top-10 of 2,000 queries
+    assert plan.driver_memory == pytest.approx((resources.DRIVER_MEASURED_MIB + budget) * mib + fetched)
 
 
 def test_a_client_node_that_cannot_hold_its_clients_is_refused(fixed_env: None, tmp_path: Path) -> None:
     text = (REPO / "configs" / "polaris.yaml").read_text()
-    crowded = text.replace("    workers_per_node: 16\n", "    workers_per_node: 4096\n", 1)
+    crowded = text.replace("    clients_per_worker: 4\n", "    clients_per_worker: 1024\n", 1)
     assert crowded != text
     path = tmp_path / "polaris.yaml"
     path.write_text(crowded.replace("../datasets/", str(REPO / "datasets") + "/"))
     loaded = load_config(path)
-    with pytest.raises(ConfigError, match=r"of memory per client node \(4096 client processes\)"):
+    with pytest.raises(ConfigError) as error:
         resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    message = str(error.value)
+    line = next(n for n, text in enumerate(crowded.splitlines(), 1) if "clients_per_worker: 1024" in text)
+    assert message.startswith(f"{path}:{line}: vdb.insert.clients_per_worker: point 'qdrant' cannot fit:")
+    assert "for its 10240 client processes on one client node" in message
+    assert "lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries" in message
 
 
 def test_ground_truth_blocks_beyond_a_gpus_memory_are_refused(fixed_env: None, tmp_path: Path) -> None:
@@ -167,8 +182,10 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     for engine in ("qdrant", "milvus", "weaviate", "faiss"):
         assert f"│ {engine}" in table
     assert "1,000 x 784" in table
-    assert "memory/client: one insert or query client process (2 per client node)" in result.stdout
-    assert "driver (the DAG and the report): about 320 MiB (measured at 100k and 1M rows)" in result.stdout
+    assert "│ 227 MiB x 2" in table  # milvus: one insert worker, two client processes
+    assert "memory/client: each client process (x how many share a client node)" in result.stdout
+    assert "or 500 queries" in result.stdout  # fmnist1k's own count
+    assert "driver (the DAG and the report): about 3" in result.stdout
 
 
 def test_a_full_disk_is_named_with_where_and_the_estimate(
