@@ -31,8 +31,10 @@ def start_run(
     python: str | None = None,
     env: dict[str, str] | None = None,
     wait_s: float = 300.0,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
-    """Remote side of ``submit``: start ``pipeline run`` detached; return its run id and directory."""
+    """Remote side of ``submit``: start ``pipeline run`` detached (``--dataset dataset`` when given: an
+    entry of the config's datasets section); return its run id and directory."""
     import hashlib
     import json
     import os
@@ -70,9 +72,18 @@ def start_run(
     )
     exit_code = log.with_suffix(".exit")
     # A shell around the run records its exit code; the shell's pid is the run's lifetime.
-    wrapper = '"$0" -m pipeline run "$1"; echo $? > "$2"'
+    # "$3" is the dataset entry (empty: the file's own), passed as an argument, never pasted into the script.
+    wrapper = '"$0" -m pipeline run "$1" ${3:+--dataset "$3"}; echo $? > "$2"'
     spec = {
-        "argv": ["/bin/sh", "-c", wrapper, python or sys.executable, str(config), str(exit_code)],
+        "argv": [
+            "/bin/sh",
+            "-c",
+            wrapper,
+            python or sys.executable,
+            str(config),
+            str(exit_code),
+            dataset or "",
+        ],
         "cwd": str(repo),
         "log": str(log),
     }
@@ -211,8 +222,10 @@ def submit_run(
     env: dict[str, str] | None = None,
     wait_s: float = 300.0,
     timeout: float | None = 600.0,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """Start a run through ``executor``; return its record (``run_id``, ``run_dir``, ``pid``, ``log``).
+    ``dataset``: an entry of the config's ``datasets`` section (``run --dataset``).
 
     Give a local file (``config_path``; its text is sent), YAML text (``config_text``), or a path on
     the remote side (``remote_config``, relative to ``repo_dir`` there). ``repo_dir`` is the remote
@@ -223,7 +236,9 @@ def submit_run(
         config_text = Path(config_path).read_text(encoding="utf-8")
     if (config_text is None) == (remote_config is None):
         raise ValueError("give exactly one of config_path, config_text or remote_config")
-    future = executor.submit(start_run, config_text, remote_config, repo_dir, python, env or {}, wait_s)
+    future = executor.submit(
+        start_run, config_text, remote_config, repo_dir, python, env or {}, wait_s, dataset
+    )
     return future.result(timeout=timeout)
 
 

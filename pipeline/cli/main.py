@@ -358,12 +358,13 @@ def submit(
     repo_dir: Annotated[
         str | None, typer.Option(help="Pipeline checkout on the remote side (default: $PES2O_REPO there)")
     ] = None,
+    dataset: DatasetOpt = None,
 ) -> None:
     """Start ``run`` on a remote login node through Globus Compute; prints the run id."""
     from executors.globus import compute_executor, submit_run
 
     with compute_executor(endpoint) as executor:
-        record = submit_run(executor, config, repo_dir=repo_dir)
+        record = submit_run(executor, config, repo_dir=repo_dir, dataset=dataset)
     out.print(f"started [bold]{record['run_id']}[/] on {record['host']} (pid {record['pid']})")
     out.print(f"run directory: {record['run_dir']}\nlog: {record['log']}")
     out.print(f"follow it with: python -m pipeline status --endpoint {endpoint} {record['run_dir']}")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from executors.globus import read_status, remote_status, start_run, submit_run, wait_for
-from tests.conftest import base_config, sample_records, write_jsonl
+from tests.conftest import REPO, base_config, sample_records, write_jsonl
 
 serialize = pytest.importorskip("globus_compute_sdk.serialize")
 
@@ -96,6 +96,17 @@ def test_submit_reports_a_config_error_with_the_log(tmp_path: Path) -> None:
     with ProcessPoolExecutor(1) as pool, pytest.raises(RuntimeError) as err:
         submit_run(pool, config_text="name: broken\n", repo_dir=str(tmp_path), wait_s=60)
     assert "exited (code 2)" in str(err.value) and "corpus" in str(err.value)
+
+
+def test_submit_passes_the_dataset_entry_to_the_remote_run(tmp_path: Path) -> None:
+    """``submit --dataset NAME`` runs that entry remotely: a name the config lacks ends the remote run
+    with the loader's message, which comes back in the error."""
+    text = (REPO / "configs" / "local-ann.yaml").read_text()
+    with ProcessPoolExecutor(1) as pool, pytest.raises(RuntimeError) as err:
+        submit_run(pool, config_text=text, repo_dir=str(tmp_path), wait_s=60, dataset="glove; rm -rf /")
+    message = " ".join(str(err.value).split())
+    assert "exited (code 2)" in message
+    assert "--dataset 'glove; rm -rf /': not an entry of the config's datasets section" in message
 
 
 def test_submit_needs_exactly_one_config() -> None:
