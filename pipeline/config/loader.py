@@ -114,7 +114,7 @@ def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -
             line=_line_of(node, (variants.SECTION,)),
         )
     for name, entry in section.items():
-        problem = variants.entry_problem(name, entry)
+        problem = variants.entry_problem(name, entry, data)
         if problem:
             where = (variants.SECTION, name)
             raise ConfigError(f"{_dotted(where)}: {problem}", file=str(path), line=_line_of(node, where))

@@ -32,8 +32,8 @@ ALL = "all"  # --dataset all: the file's own dataset, then every entry
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def entry_problem(name: Any, entry: Any) -> str | None:
-    """Why ``datasets.<name>`` cannot be an entry, or None."""
+def entry_problem(name: Any, entry: Any, base: dict[str, Any]) -> str | None:
+    """Why ``datasets.<name>`` cannot be an entry of the file ``base``, or None."""
     if not isinstance(name, str) or not _NAME.match(name):
         return f"{name!r} is not a dataset entry name (letters, digits, '.', '_', '-')"
     if name == ALL:
@@ -45,15 +45,24 @@ def entry_problem(name: Any, entry: Any) -> str | None:
             "an entry needs its own dataset: section (imported or stored names its files; its name defaults "
             "to the entry's)"
         )
+    if not _given(entry) and "corpus" not in base and "corpus" not in entry:
+        return (
+            "its dataset names neither imported nor stored, and the file has no corpus and embedding to "
+            "generate one from: name its files (dataset.imported) or a stored dataset (dataset.stored)"
+        )
     return None
+
+
+def _given(entry: dict[str, Any]) -> bool:
+    """True when the entry's dataset is imported or stored, not generated."""
+    return any(key in entry["dataset"] for key in ("imported", "stored"))
 
 
 def pruned(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """The file's sections that stay under ``entry``, before either is interpolated: what the entry
     removes (``null``, a given dataset's generating sections) and the ``dataset`` it replaces are gone,
     so a variable only they use (``${PES2O_CORPUS}``) need not be set."""
-    given = any(key in entry["dataset"] for key in ("imported", "stored"))
-    dropped = {SECTION, "dataset", *(GENERATING_SECTIONS if given else ())}
+    dropped = {SECTION, "dataset", *(GENERATING_SECTIONS if _given(entry) else ())}
     return _without_removed({k: v for k, v in base.items() if k not in dropped}, entry)
 
 

@@ -139,3 +139,15 @@ def test_an_entrys_dataset_is_named_after_it_unless_it_says(write_config, small_
     path = write_config(config)
     assert load_config(path, "fm").config.dataset.name == "fm"
     assert load_config(path, "gist").config.dataset.name == "gist-1m"
+
+
+def test_an_entry_with_nothing_to_make_its_dataset_from_is_refused(write_config, tmp_path) -> None:
+    config = {
+        "name": "ann",
+        "workdir": str(tmp_path),
+        "dataset": {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}},
+        "groundtruth": {"k": 10, "metric": "l2"},
+        "datasets": {"gen": {"dataset": {"name": "gen"}}},  # no files, and the file has no corpus
+    }
+    with pytest.raises(ConfigError, match=r"datasets.gen: its dataset names neither imported nor stored"):
+        load_config(write_config(config))
