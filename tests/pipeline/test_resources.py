@@ -92,19 +92,31 @@ def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str, e
             assert found.node_disk <= node.shm_gib * GIB, point.label
 
 
+def edited_polaris(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
+    """configs/polaris.yaml with ``old`` replaced by ``new`` once, in ``tmp_path``: (path, the new line)."""
+    text = (REPO / "configs" / "polaris.yaml").read_text()
+    edited = text.replace(old, new, 1)
+    assert edited != text, old
+    path = tmp_path / "polaris.yaml"
+    path.write_text(edited.replace("../datasets/", str(REPO / "datasets") + "/"))
+    line = next(n for n, text in enumerate(edited.splitlines(), 1) if new.strip() in text)
+    return path, line
+
+
+def refusal(path: Path) -> str:
+    """The ConfigError message the resource plan of the Pes2o-VE config at ``path`` ends with."""
+    loaded = load_config(path)
+    with pytest.raises(ConfigError) as error:
+        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    return str(error.value)
+
+
 def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     fixed_env: None, tmp_path: Path
 ) -> None:
     """Fig. 2 as it was: no insert.rows, so all of Pes2o-VE into one node's /dev/shm."""
-    text = (REPO / "configs" / "polaris.yaml").read_text()
-    old = text.replace("insert: &batch_curve {rows: 1000000, ", "insert: &batch_curve {")
-    assert old != text
-    path = tmp_path / "polaris.yaml"
-    path.write_text(old.replace("../datasets/", str(REPO / "datasets") + "/"))
-    loaded = load_config(path)
-    with pytest.raises(ConfigError) as error:
-        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
-    message = str(error.value)
+    path, _ = edited_polaris(tmp_path, "insert: &batch_curve {rows: 1000000, ", "insert: &batch_curve {")
+    message = refusal(path)
     assert message.startswith(f"{path}:")
     assert "point 'fig2-media-qdrant[medium=memory]' cannot fit" in message
     assert "of data on /dev/shm per node, a polaris node (executor.node) has 256.0 GiB" in message
@@ -141,32 +153,16 @@ def test_clients_and_the_driver_are_estimated(fixed_env: None) -> None:
 
 
 def test_a_client_node_that_cannot_hold_its_clients_is_refused(fixed_env: None, tmp_path: Path) -> None:
-    text = (REPO / "configs" / "polaris.yaml").read_text()
-    crowded = text.replace("    clients_per_worker: 4\n", "    clients_per_worker: 1024\n", 1)
-    assert crowded != text
-    path = tmp_path / "polaris.yaml"
-    path.write_text(crowded.replace("../datasets/", str(REPO / "datasets") + "/"))
-    loaded = load_config(path)
-    with pytest.raises(ConfigError) as error:
-        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
-    message = str(error.value)
-    line = next(n for n, text in enumerate(crowded.splitlines(), 1) if "clients_per_worker: 1024" in text)
+    path, line = edited_polaris(tmp_path, "    clients_per_worker: 4\n", "    clients_per_worker: 1024\n")
+    message = refusal(path)
     assert message.startswith(f"{path}:{line}: vdb.insert.clients_per_worker: point 'qdrant' cannot fit:")
     assert "for its 10240 client processes on one client node" in message
     assert "lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries" in message
 
 
 def test_ground_truth_blocks_beyond_a_gpus_memory_are_refused(fixed_env: None, tmp_path: Path) -> None:
-    text = (REPO / "configs" / "polaris.yaml").read_text()
-    greedy = text.replace("  memory_budget_mb: 16384\n", "  memory_budget_mb: 65536\n", 1)
-    assert greedy != text
-    path = tmp_path / "polaris.yaml"
-    path.write_text(greedy.replace("../datasets/", str(REPO / "datasets") + "/"))
-    loaded = load_config(path)
-    with pytest.raises(ConfigError) as error:
-        resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
-    message = str(error.value)
-    line = next(n for n, text in enumerate(greedy.splitlines(), 1) if "memory_budget_mb: 65536" in text)
+    path, line = edited_polaris(tmp_path, "  memory_budget_mb: 16384\n", "  memory_budget_mb: 65536\n")
+    message = refusal(path)
     assert message.startswith(f"{path}:{line}: groundtruth.memory_budget_mb: blocks of 65,536 MiB")
     assert "one GPU of a polaris node (executor.node.gpu_memory_gib) has 40 GiB" in message
 
