@@ -149,7 +149,10 @@ def resource_plan(
     workers = workers_per_node(loaded)
     plan.queries = queries
     plan.prefix_truth = any((p.config.insert.rows or rows) < rows for p in points)
-    deepest = 0  # the most base vectors the report fetches for one point: returned ids and exact top-k
+    # Base vectors the report fetches in its one pass: the exact top-k, and the returned ids outside it.
+    # Taken as 2 x queries x k: most returned ids are exact neighbours (recall near 1 at every point); a
+    # sweep of many low-recall points fetches more.
+    deepest = 0
     for point in points:
         loaded_rows = min(point.config.insert.rows or rows, rows)
         ranks, per_node, medium, cores = _shape(cfg.vdb, point)
@@ -175,8 +178,8 @@ def resource_plan(
                 f"on one client node (about {gib(found.client_memory)} each: a row group, or {sent:,} "
                 f"queries), {node.where} has {gib(node.memory)}"
             ], ("insert", "clients_per_worker"), (
-                "; lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries, or the "
-                "client block's workers_per_node"
+                "(lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries, or the "
+                "client block's workers_per_node)"
             ))  # fmt: skip
         plan.warnings += _beyond_timeouts(point, found)
     plan.driver_memory = driver_memory(
