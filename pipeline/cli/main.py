@@ -20,7 +20,7 @@ from pipeline.cli.output import console, out
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
 from pipeline.config import variants
-from pipeline.config.loader import LoadedConfig, load_config
+from pipeline.config.loader import LoadedConfig, dataset_entries, load_config
 
 if TYPE_CHECKING:
     from pipeline.plan import Plan
@@ -66,7 +66,7 @@ def _datasets(config: Path, dataset: str | None) -> list[str | None]:
     if dataset != variants.ALL:
         return [dataset]
     try:
-        return [None, *load_config(config).dataset_entries]
+        return [None, *dataset_entries(config)]
     except PipelineError as exc:
         _fail(exc)
 

@@ -40,7 +40,7 @@ class LoadedConfig:
     @property
     def where_prefix(self) -> str:
         """``dataset gist-1m: `` before a message about an entry's config; empty for the file's own."""
-        return f"dataset {self.dataset_entry}: " if self.dataset_entry else ""
+        return _entry_prefix(self.dataset_entry)
 
     @property
     def base_dir(self) -> Path:
@@ -64,19 +64,7 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     ``dataset`` names an entry of the file's ``datasets`` section (:mod:`pipeline.config.variants`):
     the config is then that dataset's run. None: the file's own dataset."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("configuration file not found", file=str(path)) from None
-    except IsADirectoryError:
-        raise ConfigError("is a directory, not a configuration file", file=str(path)) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read the configuration ({exc.strerror})", file=str(path)) from None
-    node, data = parse_yaml(text, path)
-    if not isinstance(data, dict):
-        raise ConfigError("the top level must be a mapping of sections (name, corpus, ...)", file=str(path))
+    node, data = _parse(path)
     entries = _dataset_entries(data, node, path)
     if dataset is None:
         data = _interpolate({k: v for k, v in data.items() if k != variants.SECTION}, node, path, ())
@@ -99,6 +87,32 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
         raise _config_error(exc, node, path, dataset) from None
     _refuse_coerced_booleans(data, config, node, path, (), dataset)
     return LoadedConfig(config, path.resolve(), node, dataset, tuple(entries))
+
+
+def dataset_entries(path: str | Path) -> tuple[str, ...]:
+    """The names in the file's ``datasets`` section, checked as :func:`load_config` checks them, without
+    interpolating or validating the file's own sections (``--dataset all`` goes on past one that fails)."""
+    path = Path(path)
+    node, data = _parse(path)
+    return tuple(_dataset_entries(data, node, path))
+
+
+def _parse(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:
+    """The YAML node graph and data of ``path``; ConfigError when it cannot be read or is not a mapping."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", file=str(path)) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a configuration file", file=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration ({exc.strerror})", file=str(path)) from None
+    node, data = parse_yaml(text, path)
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a mapping of sections (name, corpus, ...)", file=str(path))
+    return node, data
 
 
 def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -> dict[str, dict]:
@@ -137,8 +151,7 @@ def _refuse_coerced_booleans(
     if isinstance(value, bool):
         if not isinstance(model, bool) and isinstance(model, int | float):
             raise ConfigError(
-                f"{f'dataset {entry}: ' if entry else ''}{_dotted(where)}: a boolean ({value}) where a "
-                "number is expected",
+                f"{_entry_prefix(entry)}{_dotted(where)}: a boolean ({value}) where a number is expected",
                 file=str(path),
                 line=_line_in(node, where, entry),
             )
@@ -229,6 +242,11 @@ def _deepest(node: yaml.Node | None, loc: tuple) -> tuple[int | None, int]:
     return line, depth
 
 
+def _entry_prefix(entry: str | None) -> str:
+    """What every message about a ``datasets`` entry's config starts with (empty for the file's own)."""
+    return f"dataset {entry}: " if entry else ""
+
+
 def _dotted(loc: tuple) -> str:
     return ".".join(str(p) for p in loc) or "<top level>"
 
@@ -245,6 +263,5 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
         where = f"line {line}: " if line else ""
         problems.append(f"{where}{_dotted(loc)}: {err['msg']}{shown}")
-    which = f"dataset {entry}: " if entry else ""
-    message = f"{which}invalid configuration:\n  " + "\n  ".join(problems)
+    message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

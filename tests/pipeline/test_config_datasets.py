@@ -131,6 +131,10 @@ def test_dataset_all_checks_every_dataset_and_lists_the_failed(write_config, sma
     assert "valid: " in result.stdout and "dataset gist (hash" in result.stdout
     assert "1 of 3 dataset(s) failed: broken" in result.stderr
     assert "other datasets in this config" not in result.stdout  # --dataset all ran them
+    # The file's own dataset failing (its corpus variable unset) does not stop the entries either.
+    without_corpus = run_cli("validate", str(path), "--dataset", "all")
+    assert without_corpus.returncode == 2 and "dataset gist (hash" in without_corpus.stdout
+    assert "2 of 3 dataset(s) failed: the file's own, broken" in without_corpus.stderr
 
 
 def test_an_entrys_dataset_is_named_after_it_unless_it_says(write_config, small_corpus, tmp_path) -> None:
