@@ -215,8 +215,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     embed = add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
     made = complete_manifest(dataset_dir) if embed.complete else None
     rows = made["rows"] if made else cfg.dataset.expected_rows  # for the resource plan
-    if cfg.queries and embed.complete:  # the row count is known: a k above it would be cut silently
-        check_rows(loaded, (complete_manifest(dataset_dir) or {}).get("rows"), dataset_dir)
+    if cfg.queries and made:  # the row count is known: a k above it would be cut silently
+        check_rows(loaded, made.get("rows"), dataset_dir)
 
     if cfg.queries:
         query_params: dict[str, Any] = {

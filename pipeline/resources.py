@@ -50,17 +50,20 @@ class Capacity:
     clients_apart: bool = False  # HPC: the clients run on their own nodes (the client block's)
 
 
+def disk_usage(path: Path) -> Any:
+    """``shutil.disk_usage`` of the file system that holds ``path``, or will once it is made."""
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path)
+
+
 def capacity(loaded: LoadedConfig) -> Capacity:
     """The node's capacities: the platform config's, or this machine's for a local run."""
     executor = loaded.config.executor
     node = getattr(executor, "node", None)
     if executor.platform == "local" or node is None:
         workdir = Path(loaded.config.workdir).expanduser().resolve()
-        while not workdir.exists():
-            workdir = workdir.parent
-        return Capacity(
-            psutil.virtual_memory().total, None, None, shutil.disk_usage(workdir).free, "this machine"
-        )
+        return Capacity(psutil.virtual_memory().total, None, None, disk_usage(workdir).free, "this machine")
     memory = node.memory_gib * GIB if node.memory_gib else None
     shm = node.shm_gib * GIB if node.shm_gib else (memory / 2 if memory else None)
     ssd = node.ssd_gib * GIB if node.ssd_gib is not None else None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,11 +147,9 @@ def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
     from apps.vdb.resources import gib
     from core.errors import describe
     from pipeline.dag import root_cause
+    from pipeline.resources import disk_usage
 
-    probe = plan.store
-    while not probe.exists():
-        probe = probe.parent
-    usage = shutil.disk_usage(probe)
+    usage = disk_usage(plan.store)
     cause = root_cause(exc) if not isinstance(exc, OSError) else exc
     enospc = isinstance(cause, OSError) and cause.errno == errno.ENOSPC
     if not enospc and usage.free > FULL_DISK_BYTES:

@@ -271,7 +271,7 @@ def _resource_table(plan: Plan) -> None:
 
 def _client_and_driver_line(plan: Plan) -> str:
     """How the client and driver figures were estimated, and the driver's."""
-    from apps.vdb.resources import gib
+    from apps.vdb.resources import DRIVER_MEASURED_MIB, gib
 
     resources = plan.resources
     cfg = plan.config
@@ -287,7 +287,8 @@ def _client_and_driver_line(plan: Plan) -> str:
         f"memory/client: each client process (x how many share a client node) holds one row group of "
         f"{cfg.dataset.row_group_rows:,} rows or {queries} (at most vdb.query.max_queries)"
         f"{assumed if resources.queries_assumed else ''}. driver (the DAG and the report): about "
-        f"{gib(resources.driver_memory)} (320 MiB measured, the base vectors the report fetches{prefix})"
+        f"{gib(resources.driver_memory)} ({DRIVER_MEASURED_MIB} MiB measured, the base vectors the report "
+        f"fetches{prefix})"
     )
 
 

@@ -105,18 +105,14 @@ def checkpoint_truth(
     if pending:
         raise ValueError(f"{dataset_dir}: {position} rows, fewer than the checkpoint of {pending[0]}")
     ids, distances = (np.concatenate(columns[name]) for name in ("neighbors", "distances"))
-    offsets = pa.array(np.arange(0, ids.size + 1, ids.shape[1], dtype=np.int64))
+    offsets = pa.array(np.arange(0, ids.size + 1, ids.shape[1], dtype=np.int32))
     return pa.table(
         {
             "checkpoint": pa.array(np.concatenate(columns["checkpoint"]), pa.int32()),
             "rows": pa.array(np.concatenate(columns["rows"]), pa.int64()),
             "query_id": pa.array(np.concatenate(columns["query_id"]), pa.int64()),
-            "neighbors": pa.LargeListArray.from_arrays(offsets, pa.array(ids.ravel(), pa.int64())).cast(
-                pa.list_(pa.int64())
-            ),
-            "distances": pa.LargeListArray.from_arrays(
-                offsets, pa.array(distances.ravel(), pa.float32())
-            ).cast(pa.list_(pa.float32())),
+            "neighbors": pa.ListArray.from_arrays(offsets, pa.array(ids.ravel(), pa.int64())),
+            "distances": pa.ListArray.from_arrays(offsets, pa.array(distances.ravel(), pa.float32())),
         },
         schema=TRUTH_SCHEMA,
     )
