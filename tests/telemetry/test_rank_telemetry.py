@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -81,9 +82,11 @@ def test_database_telemetry_merges_rank_files_after_stop(tmp_path: Path) -> None
     telemetry = DatabaseTelemetry(tmp_path, dict, interval=0.2, rank_files=lambda: [rank_file])
     telemetry.start()
     telemetry.phase("insert")
-    switch = telemetry.switches[-1][0]
+    time.sleep(0.05)  # the two switches must be apart for a row to fall between them
     telemetry.phase("teardown")
-    _write(rank_file, [_row(switch - 0.001, rank=3), _row(switch + 0.0001, rank=3)])
+    (insert, _), (teardown, _) = telemetry.switches[-2:]
+    assert teardown > insert
+    _write(rank_file, [_row(insert - 0.001, rank=3), _row((insert + teardown) / 2, rank=3)])
     telemetry.stop()
     rows = pq.read_table(tmp_path / "telemetry.parquet").to_pylist()
     assert [(r["phase"], r["rank"]) for r in rows] == [("deploy", 3), ("insert", 3)]
