@@ -12,7 +12,11 @@ Per size it prints, with the load average:
 - seconds of the synthetic draw, its exact ground truth, the run, and the report;
 - peak RSS of the driver, of the Parsl workers (the clients, and the in-process engines), of the database
   servers (their telemetry), sampled every 0.2 s over the whole process tree;
-- per database: upload seconds, vectors/s, index seconds, disk bytes, recall@10 at ef 64, QPS;
+- per database: upload seconds (first request -> every vector searchable), vectors/s, the acknowledged
+  rate (first request -> last acknowledgement: an engine indexing from a queue while it uploads, Weaviate,
+  differs), index seconds, disk bytes, recall@10 at ef 64, QPS;
+- per database, the resource plan's estimate (``python -m pipeline plan`` of the same config) beside the
+  measured memory, disk, upload and index time, with the error (target +-25%);
 then the growth exponent of each figure between sizes (the slope of log figure over log N: 1 is linear).
 
     .venv/bin/python -m benchmarks.scale                          # 10k, 100k, 1M: about an hour on 2 cores
@@ -45,7 +49,7 @@ ENGINES = {
     "weaviate": {"name": "weaviate"},
     "faiss": {"name": "faiss"},
 }
-TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8}
+TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8, "plan_error": 0.25}
 
 
 def _run(args: list[str], cwd: Path, log: Path) -> tuple[float, common.TreeSampler, str]:
@@ -177,12 +181,18 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
         entry = engines.setdefault(r["label"], {})
         if r["stage"] == "insert":
             entry.update(upload_s=r["upload_s"], insert_vectors_per_s=r["insert_vectors_per_s"])
+            sending = (r["upload_s"] or 0) - (r["searchable_s"] or 0)
+            entry["acked_vectors_per_s"] = round(r["vectors"] / sending, 1) if sending > 0 else None
         elif r["stage"] == "index":
             entry.update(index_s=r["index_s"], disk_bytes=r["disk_bytes"])
         elif r["stage"] == "query":
             entry.update(recall=r["recall"], qps=r["qps"])
     for label, entry in engines.items():
         entry["server_peak_mib"] = server_peak_mib(vdb_dir / label)
+    for label, planned in planned_figures(config).items():
+        engines.setdefault(label, {})["plan"] = planned
+    for entry in engines.values():
+        entry["plan_error"] = plan_errors(entry)
     return {
         "rows": rows,
         "dimension": manifest["dimension"],
@@ -202,6 +212,35 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
         "engines": engines,
         "load_average": os.getloadavg(),
     }
+
+
+def planned_figures(config: Path) -> dict[str, dict[str, float | None]]:
+    """Each point's resource-plan estimate, as ``python -m pipeline plan`` makes it for this config: the
+    memory of the processes holding its index (MiB), its disk (bytes), upload and index seconds."""
+    from pipeline.config.loader import load_config
+    from pipeline.plan import build_plan
+
+    plan = build_plan(load_config(config))
+    return {
+        point.label: {
+            "server_peak_mib": round(common.mib(found.rank_memory), 1),
+            "disk_bytes": round(found.node_disk),
+            "upload_s": round(found.upload_s, 3),
+            "index_s": round(found.index_s, 3) if found.index_s is not None else None,
+        }
+        for point, found in plan.resources.estimates
+        if found is not None
+    }
+
+
+def plan_errors(entry: dict[str, Any]) -> dict[str, float | None]:
+    """The plan's relative error per figure: estimate / measured - 1 (None where either is missing)."""
+    planned = entry.get("plan", {})
+    errors: dict[str, float | None] = {}
+    for field in ("server_peak_mib", "disk_bytes", "upload_s", "index_s"):
+        estimate, measured = planned.get(field), entry.get(field)
+        errors[field] = round(estimate / measured - 1, 2) if estimate and measured else None
+    return errors
 
 
 def exponent(small: float | None, large: float | None, n_small: int, n_large: int) -> float | None:
@@ -224,11 +263,14 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
             n = {k: v or 0 for k, v in e.items()}
             print(
                 f"  {label:<9} upload {n.get('upload_s', 0):8.1f} s  "
-                f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s  index {n.get('index_s', 0):8.1f} s  "
+                f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s (acknowledged "
+                f"{n.get('acked_vectors_per_s', 0):,.0f})  index {n.get('index_s', 0):8.1f} s  "
                 f"disk {common.mib(n.get('disk_bytes', 0)):9,.1f} MiB  "
                 f"server {n.get('server_peak_mib', 0):8,.0f} MiB  "
                 f"recall {n.get('recall', 0):.3f}  QPS {n.get('qps', 0):9,.0f}"
             )
+            cells = [f"{k} {'-' if v is None else f'{v:+.0%}'}" for k, v in e.get("plan_error", {}).items()]
+            print(f"  {'':<9} plan vs measured (target +-{TARGETS['plan_error']:.0%}): {', '.join(cells)}")
     growth: dict[str, Any] = {}
     for a, b in itertools.pairwise(sizes):
         key = f"{a['rows']}->{b['rows']}"
@@ -246,8 +288,9 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
             ea, eb = a["engines"][label], b["engines"].get(label, {})
             for field in ("upload_s", "index_s", "disk_bytes", "server_peak_mib"):
                 g[f"{label}.{field}"] = exponent(ea.get(field), eb.get(field), a["rows"], b["rows"])
-            rate_a, rate_b = ea.get("insert_vectors_per_s"), eb.get("insert_vectors_per_s")
-            g[f"{label}.insert_rate_ratio"] = round(rate_b / rate_a, 2) if rate_a and rate_b else None
+            for rate in ("insert", "acked"):
+                rate_a, rate_b = ea.get(f"{rate}_vectors_per_s"), eb.get(f"{rate}_vectors_per_s")
+                g[f"{label}.{rate}_rate_ratio"] = round(rate_b / rate_a, 2) if rate_a and rate_b else None
         g["driver_rss_ratio"] = round(b["peak_mib"]["driver"] / a["peak_mib"]["driver"], 2)
         growth[key] = g
         print(
