@@ -275,9 +275,13 @@ def _open_triple(fmt: str, paths: list[Path]) -> Source:
 def _open_hdf5(paths: list[Path]) -> Source:
     import h5py
 
-    if len(paths) != 1 or not paths[0].is_file():
+    if len(paths) != 1:
         raise InputDataError(f"hdf5: give one ann-benchmarks .hdf5 file, got {', '.join(map(str, paths))}")
     path = paths[0]
+    if not path.exists():
+        raise InputDataError(f"{path}: no such file or directory")
+    if not path.is_file():
+        raise InputDataError(f"{path}: a folder; hdf5 takes the ann-benchmarks .hdf5 file itself")
     try:
         h5 = h5py.File(path, "r")
     except OSError as exc:

@@ -259,6 +259,8 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["vecs", fmb, fmq, str(out_of_range)], f"{out_of_range}: 1 neighbour id(s) outside"),
         (["parquet", str(fm)], "unknown format 'parquet'"),
         (["hdf5", str(no_key)], f"{no_key}: no 'neighbors' dataset (found test, train)"),
+        (["hdf5", str(tmp / "absent.hdf5")], f"{tmp / 'absent.hdf5'}: no such file or directory"),
+        (["hdf5", str(tmp)], f"{tmp}: a folder; hdf5 takes the ann-benchmarks .hdf5 file itself"),
         (["vecs", str(shared / "ann" / "siftsmall_partial")], "siftsmall_partial: no base file"),
     ]  # fmt: skip
 
