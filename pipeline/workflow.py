@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from core.errors import PipelineError
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
@@ -45,7 +46,7 @@ def _own_workdir(loaded: LoadedConfig, workdir: Path, console: Console) -> Itera
         if stopped:
             console.print(f"stopped {len(stopped)} leftover(s) of an earlier run (processes, batch jobs):")
             for line in stopped:
-                console.print(f"  {line}", highlight=False)
+                console.print(f"  {escape(line)}", highlight=False)
             log.warning("stopped leftovers of earlier runs: %s", stopped)
         yield lock
     finally:
@@ -80,8 +81,8 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     """
     console = console or Console(stderr=True)
     plan: Plan = build_plan(loaded)
-    for line in plan.resources.warnings if plan.resources else []:  # vdb.resource_check: warn
-        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    if plan.resources:
+        plan.resources.print_warnings(console)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)

@@ -11,7 +11,7 @@ import typer
 
 from core.errors import PipelineError
 from core.store import ensure_writable_dir, os_error_reason
-from pipeline.cli.output import console, out
+from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
 
@@ -95,7 +95,7 @@ def import_(
     )
     line = warning_line(check, manifest["import"]["paths"]["groundtruth"])
     if line:
-        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        warn(line)
     else:
         out.print(
             f"  ground truth agrees with exact search up to ties: "
@@ -172,7 +172,7 @@ def geometry(
     except PipelineError as exc:
         _fail(exc)
     if write_card and not update_card(found.dataset_dir, record):
-        console.print(f"[yellow]warning:[/] could not write {found.dataset_dir / 'README.md'}")
+        warn(f"could not write {found.dataset_dir / 'README.md'}")
     if as_json:
         out.print_json(record.model_dump_json())
         return

@@ -293,8 +293,8 @@ def _client_and_driver_line(plan: Plan) -> str:
 
 
 def _resource_warnings(plan: Plan) -> None:
-    for line in plan.resources.warnings if plan.resources else []:
-        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    if plan.resources:
+        plan.resources.print_warnings(console)
 
 
 def _input_line(plan: Plan) -> str:

@@ -6,6 +6,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from core.errors import PipelineError
 
@@ -16,8 +17,14 @@ out = Console()  # results a user may pipe
 def error(message: str, code: int) -> NoReturn:
     """Print ``error: message`` and exit with ``code``."""
     # soft_wrap: one line however narrow the terminal (or a log file's 80 columns).
-    console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escape: a message quoting a point's label (``[medium=memory]``) or a path is text, not rich markup
+    console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` (escaped, as ``error``) and go on."""
+    console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def fail(exc: PipelineError) -> NoReturn:

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from core.errors import PipelineError
-from pipeline.cli.output import console, out
+from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
 
@@ -85,4 +85,4 @@ def run_headline(run_dir: Path) -> None:
         directory = record.report_dir
         print_headline(out, directory / "results.parquet", directory / "report.md", record.run_id)
     except (PipelineError, OSError, ValueError) as exc:  # the run itself succeeded: say why, exit 0
-        console.print(f"[yellow]warning:[/] no headline table: {exc}", highlight=False, soft_wrap=True)
+        warn(f"no headline table: {exc}")

@@ -8,14 +8,18 @@ point, the estimate and the capacity.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
+from rich.console import Console
 
 from apps.vdb import resources
 from apps.vdb.resources import GIB, EngineCost, estimate
 from core.errors import ConfigError
+from pipeline.cli import output
 from pipeline.config.loader import load_config
 from pipeline.resources import resource_plan
 from tests.conftest import REPO
@@ -112,7 +116,7 @@ def refusal(path: Path) -> str:
 
 
 def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
-    fixed_env: None, tmp_path: Path
+    fixed_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Fig. 2 as it was: no insert.rows, so all of Pes2o-VE into one node's /dev/shm."""
     path, _ = edited_polaris(tmp_path, "insert: &batch_curve {rows: 1000000, ", "insert: &batch_curve {")
@@ -121,6 +125,10 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     assert "point 'fig2-media-qdrant[medium=memory]' cannot fit" in message
     assert "of data on /dev/shm per node, a polaris node (executor.node) has 256.0 GiB" in message
     assert "88,453,763 vectors x 2560 over 1 rank(s)" in message and "vdb.resource_check: warn" in message
+    # the command line prints it whole: the label's brackets are text, not rich markup
+    with pytest.raises(typer.Exit):
+        output.error(message, 2)
+    assert capsys.readouterr().err == f"error: {message}\n"
     # resource_check: warn runs it anyway, saying the same
     path.write_text(
         path.read_text().replace("vdb:\n  databases:", "vdb:\n  resource_check: warn\n  databases:", 1)
@@ -128,6 +136,12 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     loaded = load_config(path)
     plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
     assert any("fig2-media-qdrant[medium=memory]' cannot fit" in line for line in plan.warnings)
+    shown = Console(file=io.StringIO(), width=400)  # what validate, plan and run print
+    plan.print_warnings(shown)
+    lines = shown.file.getvalue().splitlines()
+    assert len(lines) == len(plan.warnings) and all(line.startswith("warning: point '") for line in lines)
+    refused = "warning: point 'fig2-media-qdrant[medium=memory]' cannot fit"
+    assert any(line.startswith(refused) for line in lines)
 
 
 def test_clients_and_the_driver_are_estimated(fixed_env: None) -> None:
