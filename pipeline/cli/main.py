@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from core.errors import PipelineError
@@ -259,11 +260,11 @@ def _resource_table(plan: Plan) -> None:
         "figures of",
         title="resource plan (estimates; docs/vector-databases.md, Resource plan)",
     )
-    for point, estimate in resources.estimates:
+    for point, estimate in resources.estimates:  # escaped: labels hold brackets ([medium=memory])
         if estimate is None:
-            table.add_row(point.label, *[""] * 8, f"{point.database}: not measured, not checked")
+            table.add_row(escape(point.label), *[""] * 8, f"{point.database}: not measured, not checked")
         else:
-            table.add_row(*estimate.row())
+            table.add_row(*map(escape, estimate.row()))
     out.print(table)
     out.print(_client_and_driver_line(plan), markup=False, highlight=False, soft_wrap=True)
     _resource_warnings(plan)
@@ -421,7 +422,7 @@ def status(
         _error(f"{path}: not a readable provenance file ({exc!r})", 2)
     out.print(f"[bold]{run_id}[/]  status [bold]{run_status}[/]  started {started}  host {host}")
     if prov.get("error"):
-        out.print(f"[red]error:[/] {prov['error']}")
+        out.print(f"[red]error:[/] {escape(prov['error'])}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
     order = ["shard", "chunk", "embed", "queries", "groundtruth"]
     stages = sorted(stages_of.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))

@@ -198,6 +198,23 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     assert "driver (the DAG and the report): about 3" in result.stdout
 
 
+def test_the_resource_table_shows_swept_labels_whole(tmp_path: Path) -> None:
+    """A swept point's label holds brackets (``faiss[hnsw_m=32]``): the table prints them as text."""
+    from tests.conftest import run_cli
+
+    config = yaml.safe_load((REPO / "configs" / "local-ann.yaml").read_text())
+    config["dataset"]["imported"]["paths"] = [str(REPO / "datasets" / "ann" / "fmnist1k")]
+    config["vdb"]["collection"]["hnsw_m"] = [16, 32]
+    config.pop("datasets", None)
+    path = tmp_path / "swept.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("plan", str(path), env={"PIPELINE_WORKDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("resource plan", 1)[1]
+    for engine in ("qdrant", "milvus", "weaviate", "faiss"):
+        assert f"│ {engine}[hnsw_m=16]" in table and f"│ {engine}[hnsw_m=32]" in table, table
+
+
 def test_a_full_disk_is_named_with_where_and_the_estimate(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
