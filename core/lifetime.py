@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +31,26 @@ from core.watchdog import REGISTRY_VAR, RUN_VAR, create_time, is_alive, terminat
 
 STATE_DIR = ".run"
 WATCHDOG = Path(watchdog.__file__).resolve()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a job's cancellation) raised in the main thread: the process stops as on
+    Ctrl-C, through every ``finally`` (the Parsl executor and its interchange, the database servers)."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end this process like Ctrl-C (:class:`Terminated`) instead of at once, and ignore a
+    repeat while it stops (SIGKILL still ends it; the watchdogs then stop what it started).
+
+    Without this the driver dies where it stands, and Parsl's interchange, a child with no watchdog of its
+    own, outlives it. Call from the main thread (``signal.signal`` works only there).
+    """
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, raise_terminated)
 
 
 class WorkdirBusyError(PipelineError):

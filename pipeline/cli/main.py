@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from core.errors import PipelineError
+from core.lifetime import Terminated, stop_on_sigterm
 from pipeline.cli import results as cli_results
 from pipeline.cli.dataset import app as dataset_app
 from pipeline.cli.output import console, out
@@ -342,6 +343,9 @@ def _run(config: Path, dataset: str | None) -> None:
         _fail(exc)
     except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
         _error(str(exc), 1)
+    except Terminated:  # SIGTERM: 128 + 15, as a shell reports a process it ended
+        console.print("[red]terminated[/] (SIGTERM): what the run started is stopped")
+        raise typer.Exit(143) from None
     except KeyboardInterrupt:
         console.print("[red]interrupted[/]")
         raise typer.Exit(130) from None
@@ -447,6 +451,7 @@ app.command()(cli_results.compare)
 
 def main() -> None:
     """Console entry point."""
+    stop_on_sigterm()  # `kill PID` stops a run as Ctrl-C does, with its cleanup
     app(prog_name="python -m pipeline")
 
 

@@ -280,6 +280,38 @@ def test_kill_of_the_run_stops_what_it_started(tmp_path: Path, stage, sections, 
 
 
 @pytest.mark.slow
+def test_sigterm_to_the_driver_alone_stops_it_as_ctrl_c_and_everything_it_started(tmp_path: Path) -> None:
+    """``kill PID`` of the driver (SIGTERM to it alone, not its group) during embedding: it stops as on
+    Ctrl-C (exit 143, one line, provenance 'interrupted') and nothing it started outlives it, Parsl's
+    interchange included (no watchdog guards it: before, SIGTERM killed the driver where it stood and the
+    interchange ran on)."""
+    config, token = write_run_config(tmp_path), uuid.uuid4().hex
+    with (tmp_path / "stderr.txt").open("w") as stderr:
+        proc = start_run(config, token, stderr=stderr)
+        try:
+            assert wait_until(lambda: len(list((tmp_path / "wd").rglob("_shards/*.json"))) >= 1, 300, 0.05)
+            # The interchange retitles itself, which overwrites its environment: found as a child instead.
+            started = psutil.Process(proc.pid).children(recursive=True)
+            names = " ".join(describe(started))
+            assert "interchange" in names, f"precondition: Parsl's interchange should be running: {names}"
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=120)
+        finally:
+            kill_run(proc)
+    alive = lambda: [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # noqa: E731
+    try:
+        assert wait_until(lambda: not alive(), BOUND), f"still alive after the run ended: {describe(alive())}"
+    finally:
+        kill_all(alive())
+    assert_nothing_survives(token, set())
+    err = (tmp_path / "stderr.txt").read_text()
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
+    (provenance,) = (tmp_path / "wd" / "runs").glob("*/provenance.json")
+    assert json.loads(provenance.read_text())["status"] == "interrupted"
+
+
+@pytest.mark.slow
 def test_next_run_stops_the_leftovers_of_a_killed_run(tmp_path: Path) -> None:
     """With its watchdogs killed first, a killed run's pool survives; the next run in the workdir stops it."""
     config, token = write_run_config(tmp_path), uuid.uuid4().hex
