@@ -7,14 +7,17 @@ drawn with ``python -m pipeline dataset synth`` from a model of the bundled all-
 top-100. Each size then runs as a user runs it: ``python -m pipeline run`` of a config taking that dataset
 as ``dataset.stored``, through Qdrant (edge), Milvus, Weaviate and FAISS (HNSW, M 16, ef_construction
 128), and ``python -m pipeline report`` rewrites its report alone, so the report's own cost is measured.
+Below a million rows every database is measured three times (``vdb.repeats``) and each figure is the median
+(an upload of 100,000 takes about 2 s on Qdrant edge and FAISS: one such figure is noise).
 
 Per size it prints, with the load average:
 - seconds of the synthetic draw, its exact ground truth, the run, and the report;
 - peak RSS of the driver, of the Parsl workers (the clients, and the in-process engines), of the database
   servers (their telemetry), sampled every 0.2 s over the whole process tree;
 - per database: upload seconds (first request -> every vector searchable), vectors/s, the acknowledged
-  rate (first request -> last acknowledgement: an engine indexing from a queue while it uploads, Weaviate,
-  differs), index seconds, disk bytes, recall@10 at ef 64, QPS;
+  rate (first request -> last acknowledgement) and the drain (last acknowledgement -> searchable: an engine
+  indexing from a queue while it uploads, Weaviate, builds its graph there), index seconds, disk bytes,
+  recall@10 at ef 64, QPS;
 - per database, the resource plan's estimate (``python -m pipeline plan`` of the same config) beside the
   measured memory, disk, upload and index time, with the error (target +-25%);
 then the growth exponent of each figure between sizes (the slope of log figure over log N: 1 is linear).
@@ -31,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -102,8 +106,16 @@ def like_dataset(work: Path) -> Path:
     return like_dataset(work)
 
 
-def scale_config(work: Path, dataset: Path, rows: int, engines: list[str]) -> Path:
-    """The run of one size: the synthetic dataset as it is, the four databases, one query setting."""
+def repeats_for(rows: int, override: int | None) -> int:
+    """Points measured per database at one size: ``--repeats`` when given, else 3 below a million rows
+    (an upload of 100,000 takes about 2 s on Qdrant edge and FAISS: one such figure is noise) and 1 from a
+    million (each upload rests on tens of seconds, each index build on minutes)."""
+    return override or (3 if rows < 1_000_000 else 1)
+
+
+def scale_config(work: Path, dataset: Path, rows: int, engines: list[str], repeats: int = 1) -> Path:
+    """The run of one size: the synthetic dataset as it is, the four databases, one query setting, each
+    point measured ``repeats`` times (each its own deployment)."""
     config = {
         "name": f"scale-{rows}",
         "workdir": str(work),
@@ -129,6 +141,7 @@ def scale_config(work: Path, dataset: Path, rows: int, engines: list[str]) -> Pa
                 "duration_s": 5,
             },
             "index_timeout_s": 14400,
+            "repeats": repeats,
         },
     }
     return common.write_config(config, work / f"scale-{rows}.yaml")
@@ -167,7 +180,8 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
         f for f in (work / "store" / "datasets").glob(f"scale-{rows}-q{args.queries}-*") if f.is_dir()
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
-    config = scale_config(runs, folder, rows, args.engines)
+    repeats = repeats_for(rows, args.repeats)
+    config = scale_config(runs, folder, rows, args.engines, repeats)
     run_seconds, run_sampler, _ = _run(["run", str(config)], common.REPO, runs / f"run-{rows}.log")
     run_dir = sorted((runs / "runs").glob(f"scale-{rows}-*"))[-1]
     report_seconds, report_sampler, _ = _run(
@@ -176,25 +190,32 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     provenance = json.loads((run_dir / "provenance.json").read_text())
     vdb_dir = Path(provenance["outputs"]["vdb"])
     results = pq.read_table(vdb_dir / "report" / "results.parquet").to_pylist()
-    engines: dict[str, dict[str, Any]] = {}
+    directories = {(p["label"], p["repeat"]): p["directory"] for p in provenance["stages"]["vdb"]["points"]}
+    measured: dict[str, dict[int, dict[str, Any]]] = {}
     for r in results:
-        entry = engines.setdefault(r["label"], {})
+        entry = measured.setdefault(r["label"], {}).setdefault(r["repeat"], {})
         if r["stage"] == "insert":
             entry.update(upload_s=r["upload_s"], insert_vectors_per_s=r["insert_vectors_per_s"])
+            # last acknowledgement -> searchable: an engine indexing from a queue (Weaviate) builds here
+            entry["drain_s"] = r["searchable_s"]
             sending = (r["upload_s"] or 0) - (r["searchable_s"] or 0)
             entry["acked_vectors_per_s"] = round(r["vectors"] / sending, 1) if sending > 0 else None
         elif r["stage"] == "index":
             entry.update(index_s=r["index_s"], disk_bytes=r["disk_bytes"])
         elif r["stage"] == "query":
             entry.update(recall=r["recall"], qps=r["qps"])
-    for label, entry in engines.items():
-        entry["server_peak_mib"] = server_peak_mib(vdb_dir / label)
+    for (label, repeat), directory in directories.items():
+        measured.setdefault(label, {}).setdefault(repeat, {})["server_peak_mib"] = server_peak_mib(
+            Path(directory)
+        )
+    engines = {label: median_figures(list(by_repeat.values())) for label, by_repeat in measured.items()}
     for label, planned in planned_figures(config).items():
         engines.setdefault(label, {})["plan"] = planned
     for entry in engines.values():
         entry["plan_error"] = plan_errors(entry)
     return {
         "rows": rows,
+        "repeats": repeats,
         "dimension": manifest["dimension"],
         "synthetic": manifest["synthetic"]["lid"],
         "seconds": {
@@ -212,6 +233,17 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
         "engines": engines,
         "load_average": os.getloadavg(),
     }
+
+
+def median_figures(repeats: list[dict[str, Any]]) -> dict[str, Any]:
+    """One database's figures at one size: the median of each over its repeats (missing ones left out),
+    with every repeat's own figures under ``repeats``."""
+    fields = sorted({k for r in repeats for k in r})
+    figures: dict[str, Any] = {}
+    for field in fields:
+        values = [r[field] for r in repeats if r.get(field) is not None]
+        figures[field] = statistics.median(values) if values else None
+    return {**figures, "repeats": repeats}
 
 
 def planned_figures(config: Path) -> dict[str, dict[str, float | None]]:
@@ -254,8 +286,8 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     """Print each size's figures and the growth exponents between consecutive sizes; return the latter."""
     for s in sizes:
         print(
-            f"\nN = {s['rows']:,} (LID synthetic {s['synthetic']['synthetic']}, "
-            f"real {s['synthetic']['real']}; load {s['load_average'][0]:.2f})"
+            f"\nN = {s['rows']:,}, median of {s.get('repeats', 1)} per database (LID synthetic "
+            f"{s['synthetic']['synthetic']}, real {s['synthetic']['real']}; load {s['load_average'][0]:.2f})"
         )
         print("  seconds: " + ", ".join(f"{k} {v:,.1f}" for k, v in s["seconds"].items()))
         print("  peak RSS MiB: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["peak_mib"].items()))
@@ -264,7 +296,8 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
             print(
                 f"  {label:<9} upload {n.get('upload_s', 0):8.1f} s  "
                 f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s (acknowledged "
-                f"{n.get('acked_vectors_per_s', 0):,.0f})  index {n.get('index_s', 0):8.1f} s  "
+                f"{n.get('acked_vectors_per_s', 0):,.0f}, then {n.get('drain_s', 0):,.1f} s to searchable)  "
+                f"index {n.get('index_s', 0):8.1f} s  "
                 f"disk {common.mib(n.get('disk_bytes', 0)):9,.1f} MiB  "
                 f"server {n.get('server_peak_mib', 0):8,.0f} MiB  "
                 f"recall {n.get('recall', 0):.3f}  QPS {n.get('qps', 0):9,.0f}"
@@ -286,7 +319,7 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         )
         for label in a["engines"]:
             ea, eb = a["engines"][label], b["engines"].get(label, {})
-            for field in ("upload_s", "index_s", "disk_bytes", "server_peak_mib"):
+            for field in ("upload_s", "drain_s", "index_s", "disk_bytes", "server_peak_mib"):
                 g[f"{label}.{field}"] = exponent(ea.get(field), eb.get(field), a["rows"], b["rows"])
             for rate in ("insert", "acked"):
                 rate_a, rate_b = ea.get(f"{rate}_vectors_per_s"), eb.get(f"{rate}_vectors_per_s")
@@ -329,11 +362,36 @@ def cost_table(sizes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return table
 
 
+def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
+    """The insert-rate target per database between the two largest sizes (``python -m benchmarks``
+    headlines the worst). An engine that builds its HNSW graph while it uploads (Weaviate's async indexing:
+    ``index_vectors_per_s`` None in ``COSTS``) is judged on its acknowledged rate, as the others, whose
+    build is the separate index stage: its build is the drain to searchable, reported with its exponent."""
+    from apps.vdb.resources import COSTS
+
+    summary = []
+    for name, ratio in growth.items():
+        if not name.endswith(".insert_rate_ratio"):
+            continue
+        label = name.split(".")[0]
+        cost = COSTS.get(label)
+        rate = "acknowledged" if cost is not None and cost.index_vectors_per_s is None else "to searchable"
+        if rate == "acknowledged":
+            ratio = growth.get(f"{label}.acked_rate_ratio")
+        if ratio is not None:
+            met = ratio >= TARGETS["insert_rate_ratio"]
+            summary.append({"database": label, "ratio": ratio, "rate": rate, "met": met})
+    return summary
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--engines", nargs="+", choices=sorted(ENGINES), default=list(ENGINES))
     parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument(
+        "--repeats", type=int, help="points per database at every size (default 3 below 1M rows, 1 from 1M)"
+    )
     parser.add_argument("--workdir", type=Path, default=common.OUT / "work" / "scale")
     args = parser.parse_args()
     work = args.workdir.resolve()
@@ -349,12 +407,12 @@ def main() -> None:
     print("\nper-engine figures for apps/vdb/resources.COSTS (the two largest sizes):")
     for label, figures in costs.items():
         print(f"  {label!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
-    # `python -m benchmarks` headlines the worst insert rate at the largest size against the one below it
-    summary = [
-        {"database": name.split(".")[0], "ratio": ratio, "met": ratio >= TARGETS["insert_rate_ratio"]}
-        for name, ratio in (list(growth.values())[-1] if growth else {}).items()
-        if name.endswith(".insert_rate_ratio") and ratio is not None
-    ]
+    summary = insert_summary(list(growth.values())[-1] if growth else {})
+    for row in summary:
+        print(
+            f"insert rate {row['database']}: {row['ratio']} x the smaller size's ({row['rate']}; target >= "
+            f"{TARGETS['insert_rate_ratio']}): {'MET' if row['met'] else 'NOT MET'}"
+        )
     path = common.write_json(
         NAME,
         {
