@@ -47,7 +47,8 @@ def stop_on_sigterm() -> None:
     """
 
     def raise_terminated(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # A handler, not SIG_IGN: a process started during the cleanup must not inherit SIGTERM ignored.
+        signal.signal(signal.SIGTERM, lambda *_: None)
         raise Terminated()
 
     signal.signal(signal.SIGTERM, raise_terminated)
