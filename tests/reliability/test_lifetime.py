@@ -51,6 +51,18 @@ def wait_until(condition: Callable[[], object], timeout: float, poll: float = 0.
     return bool(condition())
 
 
+def living(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` still running (a zombie, or one gone between the two reads, is not)."""
+    found = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
 def kill_all(procs: list[psutil.Process]) -> None:
     for proc in procs:
         try:
@@ -298,11 +310,12 @@ def test_sigterm_to_the_driver_alone_stops_it_as_ctrl_c_and_everything_it_starte
             proc.wait(timeout=120)
         finally:
             kill_run(proc)
-    alive = lambda: [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]  # noqa: E731
     try:
-        assert wait_until(lambda: not alive(), BOUND), f"still alive after the run ended: {describe(alive())}"
+        assert wait_until(lambda: not living(started), BOUND), (
+            f"still alive after the run ended: {describe(living(started))}"
+        )
     finally:
-        kill_all(alive())
+        kill_all(living(started))
     assert_nothing_survives(token, set())
     err = (tmp_path / "stderr.txt").read_text()
     assert proc.returncode == 143, err[-3000:]
@@ -329,7 +342,7 @@ def test_next_run_stops_the_leftovers_of_a_killed_run(tmp_path: Path) -> None:
         result = run_marked(config, second, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
         assert "leftover(s) of an earlier run" in result.stderr
-        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in survivors)
+        assert not living(survivors)
         assert wait_until(lambda: not marked(token) and not marked(second), BOUND)
     finally:
         kill_all(marked(token))
