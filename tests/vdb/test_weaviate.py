@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import stat
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -335,6 +336,26 @@ def test_compressed_indexes_recall_and_server_config(client, centred, variant):
     if kind == "flat":  # on_disk: BQ codes read from disk, not cached
         assert details["server_bq_cache"] is not fields.get("on_disk", False)
     assert recall(client.search(queries, k=K, ef=64).ids, truth) >= low
+
+
+@pytest.mark.slow
+def test_a_collection_of_exactly_the_training_limit_is_built_and_stays_uncompressed(client, fmnist):
+    """Weaviate compresses a shard holding more than its training limit: at exactly the limit the index
+    stage must not wait for a compression that never comes (it hung until index_timeout_s)."""
+    base, queries, truth = fmnist
+    spec = CollectionSpec(
+        name="fm_sq_at_limit",
+        dim=784,
+        metric="l2",
+        quantization="scalar",
+        options={"training_limit": len(base)},
+    )
+    started = time.monotonic()
+    load(client, base, spec)  # build_index(timeout=60) raised "index steady state not reached" before
+    assert time.monotonic() - started < 50
+    details = client.describe().details
+    assert [v for k, v in details.items() if k.endswith(".compressed")] == [False]
+    assert recall(client.search(queries, k=K, ef=64).ids, truth) >= 0.9
 
 
 @pytest.mark.slow

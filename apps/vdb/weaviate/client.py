@@ -252,7 +252,8 @@ class WeaviateClient(Client):
 
     def build_index(self, timeout: float) -> None:
         """Weaviate indexes on insert or from its async queue: wait until every shard is READY, drained,
-        and compressed once it holds the quantizer's training limit (SQ and PQ train in the background)."""
+        and compressed once it holds more than the quantizer's training limit (SQ and PQ train in the
+        background)."""
         limit = compression_training_limit(self._spec)
         single = len(self.endpoints.nodes) == 1 and self._spec.shards == 1
 
@@ -265,10 +266,12 @@ class WeaviateClient(Client):
                 f"compressed={s.compressed}"
                 for s in shards
             )
+            # Compressed once a shard's index holds MORE than the limit (the queue's checkCompressionSettings,
+            # adapters/repos/db/vector_index_queue.go, v1.36.0): exactly the limit stays uncompressed.
             due = [
                 s
                 for s in shards
-                if limit is not None and max(s.object_count, total) >= limit and not s.compressed
+                if limit is not None and max(s.object_count, total) > limit and not s.compressed
             ]
             return not due and all(
                 s.vector_queue_length == 0 and s.vector_indexing_status == "READY" for s in shards
