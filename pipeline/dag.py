@@ -8,6 +8,8 @@ complete shards inside a partial stage return at once, which is what makes ``run
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -475,6 +477,48 @@ def record_interchanges(dfk: Any) -> None:
             record_group(f"parsl interchange {executor.label}", proc.pid, None)
 
 
+# Parsl's cleanup first closes its job-status poller, which asks the interchange for its managers to
+# scale in, and can wait for ever on an interchange that has exited (parsl 2026.10.26:
+# HighThroughputExecutor.connected_managers -> CommandClient.run without a timeout): a SIGTERM to the whole
+# process group (scancel, kill -- -PGID) reaches the interchange as well as the driver. Once an interchange
+# has exited the cleanup gets what HTEX.shutdown gives an interchange to end; after that the driver goes on
+# (the cleanup thread finishes, if it can, while the run's own teardown goes on).
+INTERCHANGE_EXITED_GRACE_S = 10.0
+CLEANUP_LIMIT_S = 300.0  # any other hang: the run still ends
+
+
+def _interchanges(dfk: Any) -> list[Any]:
+    procs = [getattr(e, "interchange_proc", None) for e in dfk.executors.values()]
+    return [p for p in procs if p is not None]
+
+
+def shut_down_parsl(dfk: Any) -> None:
+    """``dfk.cleanup()``, bounded: not waited for longer than ``INTERCHANGE_EXITED_GRACE_S`` after an
+    interchange exited, nor than ``CLEANUP_LIMIT_S`` in all; then every interchange still running is
+    killed, and the worker pools' watchdogs end the pools as the driver exits."""
+    cleanup = threading.Thread(target=dfk.cleanup, name="parsl-cleanup", daemon=True)
+    cleanup.start()
+    started, exited_at = time.monotonic(), None
+    while cleanup.is_alive():
+        cleanup.join(0.2)
+        now = time.monotonic()
+        if exited_at is None and any(p.poll() is not None for p in _interchanges(dfk)):
+            exited_at = now
+        if (exited_at is not None and now - exited_at > INTERCHANGE_EXITED_GRACE_S) or (
+            now - started > CLEANUP_LIMIT_S
+        ):
+            break
+    if cleanup.is_alive():
+        log.warning(
+            "Parsl's cleanup had not ended after %.0f s (an interchange exited under it); "
+            "stopping the interchanges and going on",
+            time.monotonic() - started,
+        )
+        for proc in _interchanges(dfk):
+            if proc.poll() is None:
+                proc.kill()
+
+
 def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, str]:
     """Load the platform's Parsl config, run the DAG, and always shut Parsl down."""
     preflight(plan)
@@ -496,4 +540,4 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
             from executors.allocation import end_steps
 
             end_steps()
-        dfk.cleanup()
+        shut_down_parsl(dfk)

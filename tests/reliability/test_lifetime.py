@@ -292,11 +292,13 @@ def test_kill_of_the_run_stops_what_it_started(tmp_path: Path, stage, sections, 
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_driver_alone_stops_it_as_ctrl_c_and_everything_it_started(tmp_path: Path) -> None:
-    """``kill PID`` of the driver (SIGTERM to it alone, not its group) during embedding: it stops as on
-    Ctrl-C (exit 143, one line, provenance 'interrupted') and nothing it started outlives it, Parsl's
-    interchange included (no watchdog guards it: before, SIGTERM killed the driver where it stood and the
-    interchange ran on)."""
+@pytest.mark.parametrize("to", ["driver", "group"])
+def test_sigterm_stops_the_run_as_ctrl_c_and_everything_it_started(tmp_path: Path, to: str) -> None:
+    """SIGTERM during embedding, to the driver alone (``kill PID``) or to its whole process group
+    (``kill -- -PGID``, as scancel signals a job): it stops as on Ctrl-C (exit 143, one line, provenance
+    'interrupted') and nothing it started outlives it, Parsl's interchange included. Before, SIGTERM to the
+    driver killed it where it stood and the interchange ran on (no watchdog guards it); SIGTERM to the
+    group killed the interchange first and Parsl's cleanup then waited for ever on it."""
     config, token = write_run_config(tmp_path), uuid.uuid4().hex
     with (tmp_path / "stderr.txt").open("w") as stderr:
         proc = start_run(config, token, stderr=stderr)
@@ -306,7 +308,10 @@ def test_sigterm_to_the_driver_alone_stops_it_as_ctrl_c_and_everything_it_starte
             started = psutil.Process(proc.pid).children(recursive=True)
             names = " ".join(describe(started))
             assert "interchange" in names, f"precondition: Parsl's interchange should be running: {names}"
-            os.kill(proc.pid, signal.SIGTERM)
+            if to == "group":
+                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the group is the run's alone
+            else:
+                os.kill(proc.pid, signal.SIGTERM)
             proc.wait(timeout=120)
         finally:
             kill_run(proc)
