@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -52,6 +53,23 @@ def stop_on_sigterm() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, raise_terminated)
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Hold SIGINT pending in this thread while the block starts processes, then deliver it here.
+
+    A terminal's Ctrl-C goes to its whole foreground process group. Processes started inside the block
+    inherit the mask and never see it: Parsl's interchange (started by ``parsl.load``) otherwise dies of
+    the Ctrl-C meant for the driver, prints its traceback on the user's terminal, and Parsl's cleanup then
+    waits on it; the driver stops what it started itself, as on SIGTERM. A Ctrl-C pressed inside the block
+    is not lost: it is raised here as the block ends.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 class WorkdirBusyError(PipelineError):

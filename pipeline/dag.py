@@ -31,7 +31,7 @@ from apps.dataset.groundtruth.stage import GroundTruthConfig
 from apps.dataset.queries import QueriesConfig
 from apps.interchange import published
 from core.errors import ArtifactError, PipelineError
-from core.lifetime import record_group
+from core.lifetime import ctrl_c_held, record_group
 from core.store import atomic_write_json, ensure_writable_dir, os_error_reason, read_manifest
 from executors.jobs import BlockJobRecorder
 from executors.labels import DRIVER, WORKERS
@@ -528,7 +528,8 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
     if in_one_allocation(executor):  # the run is its own batch job
         split = current_split(executor, plan.config.vdb)
     parsl_config = parsl_config_for(executor, provenance.run_dir, plan.config.monitoring, split=split)
-    dfk = parsl.load(parsl_config)
+    with ctrl_c_held():  # the interchange and the first worker pools ignore the terminal's Ctrl-C
+        dfk = parsl.load(parsl_config)
     record_interchanges(dfk)
     try:
         with BlockJobRecorder(list(dfk.executors.values())):  # a killed driver's jobs: the next run cancels

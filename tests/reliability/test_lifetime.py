@@ -24,7 +24,7 @@ import yaml
 
 from core.lifetime import STATE_DIR, WATCHDOG, WorkdirBusyError, WorkdirLock, stop_leftovers
 from core.watchdog import RUN_VAR, create_time, mapped_semaphores, write_record
-from tests.conftest import REPO, base_config, sample_records, write_jsonl
+from tests.conftest import REPO, base_config, interruptible, sample_records, write_jsonl
 
 MARK = "PES2O_LIFETIME_TEST"  # set on the runs these tests start; every process of theirs inherits it
 BOUND = 20.0  # seconds within which a killed run's processes must be gone (watchdog poll + grace + slack)
@@ -225,7 +225,7 @@ def write_run_config(root: Path, **sections) -> Path:
     return config
 
 
-def start_run(config: Path, token: str, stderr=subprocess.DEVNULL) -> subprocess.Popen:
+def start_run(config: Path, token: str, stderr=subprocess.DEVNULL, preexec_fn=None) -> subprocess.Popen:
     """``python -m pipeline run`` in its own process group, marked with ``token``."""
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline", "run", str(config)],
@@ -235,6 +235,7 @@ def start_run(config: Path, token: str, stderr=subprocess.DEVNULL) -> subprocess
         stderr=stderr,
         text=True,
         start_new_session=True,
+        preexec_fn=preexec_fn,
     )
 
 
@@ -291,17 +292,27 @@ def test_kill_of_the_run_stops_what_it_started(tmp_path: Path, stage, sections, 
     assert_nothing_survives(token, semaphores)
 
 
+# (signal, sent to the driver alone or its whole process group, exit code, the console's line)
+STOPS = {
+    "kill-pid": (signal.SIGTERM, "driver", 143, "terminated (SIGTERM)"),  # kill PID
+    "kill-group": (signal.SIGTERM, "group", 143, "terminated (SIGTERM)"),  # kill -- -PGID, scancel
+    "ctrl-c": (signal.SIGINT, "group", 130, "interrupted"),  # a terminal's Ctrl-C: its foreground group
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("to", ["driver", "group"])
-def test_sigterm_stops_the_run_as_ctrl_c_and_everything_it_started(tmp_path: Path, to: str) -> None:
-    """SIGTERM during embedding, to the driver alone (``kill PID``) or to its whole process group
-    (``kill -- -PGID``, as scancel signals a job): it stops as on Ctrl-C (exit 143, one line, provenance
-    'interrupted') and nothing it started outlives it, Parsl's interchange included. Before, SIGTERM to the
-    driver killed it where it stood and the interchange ran on (no watchdog guards it); SIGTERM to the
-    group killed the interchange first and Parsl's cleanup then waited for ever on it."""
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_stop_signal_stops_the_run_and_everything_it_started(tmp_path: Path, stop: str) -> None:
+    """SIGTERM to the driver alone or to its process group, or a terminal's Ctrl-C (SIGINT to the group),
+    during embedding: the run stops through its cleanup (exit 143 or 130, one line, provenance
+    'interrupted', no traceback) and nothing it started outlives it, Parsl's interchange included.
+    Before, SIGTERM to the driver killed it where it stood and the interchange ran on (no watchdog guards
+    it); a signal to the group killed the interchange too (Ctrl-C with a traceback on the terminal), and
+    Parsl's cleanup then waited for ever on it."""
+    signum, to, code, line = STOPS[stop]
     config, token = write_run_config(tmp_path), uuid.uuid4().hex
     with (tmp_path / "stderr.txt").open("w") as stderr:
-        proc = start_run(config, token, stderr=stderr)
+        proc = start_run(config, token, stderr=stderr, preexec_fn=interruptible)
         try:
             assert wait_until(lambda: len(list((tmp_path / "wd").rglob("_shards/*.json"))) >= 1, 300, 0.05)
             # The interchange retitles itself, which overwrites its environment: found as a child instead.
@@ -309,9 +320,9 @@ def test_sigterm_stops_the_run_as_ctrl_c_and_everything_it_started(tmp_path: Pat
             names = " ".join(describe(started))
             assert "interchange" in names, f"precondition: Parsl's interchange should be running: {names}"
             if to == "group":
-                os.killpg(proc.pid, signal.SIGTERM)  # its own session: the group is the run's alone
+                os.killpg(proc.pid, signum)  # its own session: the group is the run's alone
             else:
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signum)
             proc.wait(timeout=120)
         finally:
             kill_run(proc)
@@ -323,8 +334,8 @@ def test_sigterm_stops_the_run_as_ctrl_c_and_everything_it_started(tmp_path: Pat
         kill_all(living(started))
     assert_nothing_survives(token, set())
     err = (tmp_path / "stderr.txt").read_text()
-    assert proc.returncode == 143, err[-3000:]
-    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
+    assert proc.returncode == code, err[-3000:]
+    assert line in err and "Traceback" not in err, err[-3000:]
     (provenance,) = (tmp_path / "wd" / "runs").glob("*/provenance.json")
     assert json.loads(provenance.read_text())["status"] == "interrupted"
 
