@@ -3,19 +3,20 @@ medium, and the time its upload and index build take, from figures measured here
 
 The model, per point (``estimate``): the rows it loads (``vdb.insert.rows``, else the whole dataset) are
 spread evenly over its ranks (``cluster.workers``; one rank locally). A rank holds, per vector, its float32
-vector ``memory_copies`` times in memory and ``disk_copies`` times on disk, plus the HNSW graph's
-layer-0 links (2 M ids of 4 bytes) and an 8-byte id, and ``fixed_mib`` of its own. Figures measured
-inside two client processes (Qdrant edge, FAISS) count each mapped copy twice: a server rank (Qdrant's
-server on HPC) is one process and gets half. On storage medium
-``memory`` the disk bytes live in ``/dev/shm``, that is in memory too. Upload and index rates were
-measured at 384 dimensions with one worker on 2 cores; they are scaled by 384 / dimension (both are bound
-by the vector bytes and distance computations), for upload multiplied by the workers, and for the index
-build (and the upload of an engine that builds while it uploads) by each rank's cores over 2 (linear: the
-study measured less, so the estimates are lower bounds on time).
+vector ``memory_copies`` times in memory and ``disk_copies`` times on disk, plus its index's links
+(``link_bytes``: an HNSW graph's layer-0 links, 2 M ids of 4 bytes) and an 8-byte id, and ``fixed_mib``
+of its own. A quantised index's codes are counted in its copies (an int8 copy is a quarter of one), so
+they scale with the dimension as its vectors do. Figures measured inside two client processes (Qdrant
+edge, FAISS) count each mapped copy twice: a server rank (Qdrant's server on HPC) is one process and gets
+half. On storage medium ``memory`` the disk bytes live in ``/dev/shm``, that is in memory too. Upload
+and index rates were measured at 384 dimensions with one worker on 2 cores; they are scaled by 384 /
+dimension (both are bound by the vector bytes and distance computations), for upload multiplied by the
+workers, and for the index build (and the upload of an engine that builds while it uploads) by each
+rank's cores over 2 (linear: the study measured less, so the estimates are lower bounds on time).
 
-``COSTS`` comes from ``python -m benchmarks.scale`` (HNSW, float32; docs/vector-databases.md, "Resource
-plan", gives the run). An index type or quantisation it did not measure uses its engine's HNSW figures,
-and the estimate says so.
+``COSTS`` comes from ``python -m benchmarks.scale``: one row per engine x index type x quantisation
+(docs/vector-databases.md, "Resource plan", gives the runs). A combination it did not measure uses its
+engine's HNSW float32 figures, and the estimate says so.
 """
 
 from __future__ import annotations
@@ -32,27 +33,73 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class EngineCost:
-    """One engine's measured cost (HNSW, float32 vectors)."""
+    """One engine's measured cost with one index type and quantisation."""
 
-    memory_copies: float  # float32 copies of each vector in the rank's resident memory
+    memory_copies: float  # float32 copies of each vector in the rank's resident memory (codes included)
     disk_copies: float  # float32 copies of each vector in its data directory
     fixed_mib: float  # resident memory of a rank holding no data
     insert_vectors_per_s: float  # one worker, two clients, batches of 1,000, at 384 dimensions
-    index_vectors_per_s: float | None  # the deferred HNSW build at 384 dimensions; None: built on upload
+    index_vectors_per_s: float | None  # the deferred index build at 384 dimensions; None: built on upload
     measured_processes: int = 1  # processes whose memory was summed: an in-process engine's two clients
 
 
-# `python -m benchmarks.scale --sizes 100000 1000000` on the 2-core Xeon (2026-11-26; the run, its load and
-# the raw figures: docs/vector-databases.md, "Resource plan"): copies = the slope of memory (disk) between
-# the two sizes less the graph, in vectors of 1,536 bytes; fixed = the intercept; rates at 1M. Qdrant
-# (edge) and FAISS run inside the two client processes, each holding the data: their copies are both
-# clients'. Weaviate builds its graph while it uploads: no separate build.
-COSTS: dict[str, EngineCost] = {
-    "qdrant": EngineCost(3.33, 0.99, 469, 35_966, 1_498, measured_processes=2),
-    "milvus": EngineCost(2.75, 4.36, 918, 12_021, 3_149),
-    "weaviate": EngineCost(2.79, 1.35, 248, 722, None),
-    "faiss": EngineCost(1.49, 2.02, 1_767, 184_129, 4_031, measured_processes=2),
+# Index types whose per-vector links the model counts apart from the copies (they grow with M, not with the
+# dimension): an HNSW graph's layer-0 links, 2 M ids of 4 bytes. Weaviate's dynamic index is HNSW past its
+# threshold. Other types keep only an 8-byte id beside their vectors (a DiskANN graph is in its disk copies).
+LINKED = ("hnsw", "dynamic")
+
+
+def link_bytes(index_type: str, hnsw_m: int) -> int:
+    """Bytes per vector besides its copies: the id, and the HNSW layer-0 links of a linked index type."""
+    return 8 + (2 * hnsw_m * 4 if index_type in LINKED else 0)
+
+
+# `python -m benchmarks.scale`, on the 2-core Xeon (the runs, their load and the raw figures:
+# docs/vector-databases.md, "Resource plan"): copies = the slope of memory (disk) between two sizes less the
+# links (M 16), in vectors of 1,536 bytes; fixed = the intercept; rates at the larger size. Qdrant (edge)
+# and FAISS run inside the two client processes, each holding the data: their copies are both clients'.
+# Weaviate builds its graph while it uploads: no separate build. Keys: (engine, index type, quantisation).
+COSTS: dict[tuple[str, str, str], EngineCost] = {
+    # HNSW float32: `--sizes 100000 1000000` (2026-11-26).
+    ("qdrant", "hnsw", "none"): EngineCost(3.33, 0.99, 469, 35_966, 1_498, measured_processes=2),
+    ("milvus", "hnsw", "none"): EngineCost(2.75, 4.36, 918, 12_021, 3_149),
+    ("weaviate", "hnsw", "none"): EngineCost(2.79, 1.35, 248, 722, None),
+    ("faiss", "hnsw", "none"): EngineCost(1.49, 2.02, 1_767, 184_129, 4_031, measured_processes=2),
+    # Every other index x quantisation built here: `--matrix` (20,000 and 100,000 rows, 2026-11-27), each
+    # figure its ratio to the engine's HNSW float32 in that run times the row above (one anchor per engine).
+    ("qdrant", "hnsw", "scalar"): EngineCost(4.73, 1.26, 596, 42_800, 5_333, measured_processes=2),
+    ("qdrant", "hnsw", "pq"): EngineCost(4.2, 1.05, 718, 43_519, 1_064, measured_processes=2),
+    ("qdrant", "hnsw", "bq"): EngineCost(4.53, 1.02, 736, 40_282, 6_067, measured_processes=2),
+    ("qdrant", "flat", "none"): EngineCost(2.46, 1.14, 732, 39_203, None, measured_processes=2),
+    ("milvus", "ivf_flat", "none"): EngineCost(6.21, 4.4, 569, 12_021, 7_148),
+    ("milvus", "ivf_flat", "scalar"): EngineCost(3.05, 3.36, 771, 12_021, 8_534),
+    ("milvus", "ivf_pq", "none"): EngineCost(5.58, 3.14, 542, 10_699, 472),
+    ("milvus", "ivf_pq", "pq"): EngineCost(3.93, 3.14, 744, 11_300, 472),
+    ("milvus", "flat", "none"): EngineCost(4.62, 3.05, 670, 10_098, None),
+    ("weaviate", "hnsw", "scalar"): EngineCost(2.62, 1.62, 213, 866, None),
+    ("weaviate", "hnsw", "pq"): EngineCost(2.09, 1.61, 265, 368, None),
+    ("weaviate", "hnsw", "bq"): EngineCost(1.45, 1.47, 335, 845, None),
+    ("weaviate", "flat", "none"): EngineCost(2.37, 2.03, 451, 10_245, None),
+    ("weaviate", "flat", "bq"): EngineCost(2.65, 2.16, 345, 10_079, None),
+    ("weaviate", "dynamic", "none"): EngineCost(2.23, 1.35, 382, 606, None),
+    ("weaviate", "dynamic", "bq"): EngineCost(1.06, 1.47, 402, 838, None),
+    ("faiss", "ivf_flat", "none"): EngineCost(0.95, 2.02, 1_802, 143_621, 44_019, measured_processes=2),
+    ("faiss", "ivf_pq", "none"): EngineCost(1.83, 1.07, 1_855, 174_923, 7_901, measured_processes=2),
+    ("faiss", "flat", "none"): EngineCost(1.55, 2.02, 1_873, 158_351, None, measured_processes=2),
 }
+
+
+def engine_cost(database: str, index_type: str, quantization: str | None) -> tuple[EngineCost | None, str]:
+    """The measured cost of ``database`` building ``index_type`` with ``quantization``, and the basis the
+    plan names; a combination not measured falls back to the engine's HNSW float32 figures, saying so
+    (None: the engine has no measured figures)."""
+    quantization = quantization or "none"
+    measured = COSTS.get((database, index_type, quantization))
+    if measured is not None:
+        return measured, " ".join(part for part in (database, index_type, quantization) if part != "none")
+    fallback = COSTS.get((database, "hnsw", "none"))
+    vectors = "float32" if quantization == "none" else quantization
+    return fallback, f"{database} hnsw ({index_type}, {vectors}: not measured)"
 
 
 # A client process (a Parsl worker running an insert or query task) holding no data: Python, Parsl's worker,
@@ -136,17 +183,14 @@ def estimate(
     """The estimate of a sweep point (``apps.vdb.sweep.SweepPoint``) loading ``rows`` of ``dim``; None for an
     engine without measured figures. ``cores``: each rank's cores (None: as measured); the index build is
     taken to speed up linearly with them (the study measured less, so the time is a lower bound)."""
-    cost = COSTS.get(point.database)
+    collection = point.config.collection
+    cost, basis = engine_cost(point.database, collection.index_type, collection.quantization)
     if cost is None:
         return None
-    collection = point.config.collection
-    basis = f"{point.database} hnsw"
-    if collection.index_type != "hnsw" or collection.quantization not in (None, "none"):
-        basis += f" ({collection.index_type}, {collection.quantization or 'float32'}: not measured)"
     rows_per_rank = -(-rows // ranks)
     ranks_per_node = min(ranks_per_node, ranks)
     vector = 4 * dim
-    graph = 2 * collection.hnsw_m * 4 + 8
+    graph = link_bytes(collection.index_type, collection.hnsw_m)
     # Measured inside two client processes, each mapping the same files: a server rank is one process.
     share = 1 if runs_in_process(point.settings) else cost.measured_processes
     rank_memory = (cost.fixed_mib * 2**20 + rows_per_rank * cost.memory_copies * vector) / share

@@ -25,6 +25,13 @@ then the growth exponent of each figure between sizes (the slope of log figure o
     .venv/bin/python -m benchmarks.scale                          # 10k, 100k, 1M: about an hour on 2 cores
     .venv/bin/python -m benchmarks.scale --sizes 10000 100000     # the two small sizes, a few minutes
     .venv/bin/python -m benchmarks.scale --engines faiss qdrant   # fewer databases
+    .venv/bin/python -m benchmarks.scale --matrix                 # every index x quantisation, 20k and 100k
+
+``--matrix`` measures every index type x quantisation each database builds (its declaration: Qdrant HNSW
+with none, scalar, pq, bq and flat; Milvus HNSW, IVF_FLAT, IVF_SQ8, IVF_PQ, DiskANN, FLAT; Weaviate HNSW
+with four quantisations, flat and dynamic with none and BQ; FAISS HNSW, IVF-flat, IVF-PQ, flat), labelled
+``engine-index-quantisation``, at 20,000 and 100,000 rows by default, and prints each figure beside its
+engine's HNSW float32 measured in the same run: the rows of ``apps.vdb.resources.COSTS`` beyond HNSW.
 """
 
 from __future__ import annotations
@@ -53,6 +60,12 @@ ENGINES = {
     "weaviate": {"name": "weaviate"},
     "faiss": {"name": "faiss"},
 }
+# The matrix's collection knobs where they differ from the defaults: IVF lists for 100,000 rows, 96 product
+# codes (4 dimensions each, as configs/local-engines.yaml), and Weaviate compressing from 10,000 objects
+# (its default, 100,000, would leave the smaller size uncompressed).
+MATRIX_COLLECTION = {"ivf_nlist": 256, "pq_m": 96, "pq_bits": 8}
+MATRIX_OPTIONS = {"weaviate": {"training_limit": 10_000}}
+MATRIX_SIZES = [20_000, 100_000]
 TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8, "plan_error": 0.25}
 
 
@@ -113,9 +126,43 @@ def repeats_for(rows: int, override: int | None) -> int:
     return override or (3 if rows < 1_000_000 else 1)
 
 
-def scale_config(work: Path, dataset: Path, rows: int, engines: list[str], repeats: int = 1) -> Path:
-    """The run of one size: the synthetic dataset as it is, the four databases, one query setting, each
-    point measured ``repeats`` times (each its own deployment)."""
+def cost_label(engine: str, index_type: str, quantization: str) -> str:
+    """A matrix point's label: ``milvus-ivf_pq-pq``."""
+    return f"{engine}-{index_type}-{quantization}"
+
+
+def matrix_entries(engines: list[str]) -> dict[str, tuple[dict[str, Any], tuple[str, str, str]]]:
+    """Every index type x quantisation each engine builds here (its declaration, less what this machine's
+    server refuses: the PyPI Milvus has no DiskANN), by label: the database entry and its ``COSTS`` key."""
+    from apps.vdb import database
+    from apps.vdb.base import CollectionConfig
+    from apps.vdb.capabilities import collection_problems
+
+    entries = {}
+    for engine in engines:
+        declared = database(ENGINES[engine]["name"])
+        settings = declared.settings(**ENGINES[engine])
+        for index_type in declared.index_types:
+            for quantization in declared.builds_with(index_type):
+                collection: dict[str, Any] = {"index_type": index_type, "quantization": quantization}
+                if quantization != "none" and engine in MATRIX_OPTIONS:
+                    collection["options"] = MATRIX_OPTIONS[engine]
+                label = cost_label(engine, index_type, quantization)
+                spec = CollectionConfig(**{**MATRIX_COLLECTION, **collection})
+                refused = collection_problems(settings, 0, spec, None)
+                if refused:
+                    print(f"not measured here: {label}: {refused[0]}")
+                    continue
+                entry = {**ENGINES[engine], "label": label, "collection": collection}
+                entries[label] = (entry, (engine, index_type, quantization))
+    return entries
+
+
+def scale_config(
+    work: Path, dataset: Path, rows: int, entries: list[dict[str, Any]], repeats: int = 1
+) -> Path:
+    """The run of one size: the synthetic dataset as it is, the database entries (each engine's HNSW, or
+    the matrix), one query setting, each point measured ``repeats`` times (each its own deployment)."""
     config = {
         "name": f"scale-{rows}",
         "workdir": str(work),
@@ -124,12 +171,13 @@ def scale_config(work: Path, dataset: Path, rows: int, engines: list[str], repea
         "geometry": {"enabled": False},
         "executor": {"platform": "local", "workers": 2},
         "vdb": {
-            "databases": [ENGINES[e] for e in engines],
+            "databases": entries,
             "collection": {
                 "index_type": "hnsw",
                 "hnsw_m": 16,
                 "ef_construction": 128,
                 "deferred_indexing": True,
+                **MATRIX_COLLECTION,
             },
             "insert": {"batch_sizes": [1000], "workers": 1, "clients_per_worker": 2, "timeout_s": 14400},
             "query": {
@@ -181,7 +229,8 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     repeats = repeats_for(rows, args.repeats)
-    config = scale_config(runs, folder, rows, args.engines, repeats)
+    entries = [e for e, _ in args.entries.values()] if args.matrix else [ENGINES[e] for e in args.engines]
+    config = scale_config(runs, folder, rows, entries, repeats)
     run_seconds, run_sampler, _ = _run(["run", str(config)], common.REPO, runs / f"run-{rows}.log")
     run_dir = sorted((runs / "runs").glob(f"scale-{rows}-*"))[-1]
     report_seconds, report_sampler, _ = _run(
@@ -291,10 +340,11 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         )
         print("  seconds: " + ", ".join(f"{k} {v:,.1f}" for k, v in s["seconds"].items()))
         print("  peak RSS MiB: " + ", ".join(f"{k} {v:,.0f}" for k, v in s["peak_mib"].items()))
+        width = max(map(len, s["engines"]), default=9)
         for label, e in sorted(s["engines"].items()):
             n = {k: v or 0 for k, v in e.items()}
             print(
-                f"  {label:<9} upload {n.get('upload_s', 0):8.1f} s  "
+                f"  {label:<{width}} upload {n.get('upload_s', 0):8.1f} s  "
                 f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s (acknowledged "
                 f"{n.get('acked_vectors_per_s', 0):,.0f}, then {n.get('drain_s', 0):,.1f} s to searchable)  "
                 f"index {n.get('index_s', 0):8.1f} s  "
@@ -303,7 +353,9 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
                 f"recall {n.get('recall', 0):.3f}  QPS {n.get('qps', 0):9,.0f}"
             )
             cells = [f"{k} {'-' if v is None else f'{v:+.0%}'}" for k, v in e.get("plan_error", {}).items()]
-            print(f"  {'':<9} plan vs measured (target +-{TARGETS['plan_error']:.0%}): {', '.join(cells)}")
+            print(
+                f"  {'':<{width}} plan vs measured (target +-{TARGETS['plan_error']:.0%}): {', '.join(cells)}"
+            )
     growth: dict[str, Any] = {}
     for a, b in itertools.pairwise(sizes):
         key = f"{a['rows']}->{b['rows']}"
@@ -335,31 +387,88 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     return growth
 
 
-def cost_table(sizes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """``apps.vdb.resources.COSTS`` from the two largest sizes: the slope of memory and disk over rows,
-    less the HNSW graph (M 16), in float32 vectors; the fixed memory at the smaller size; the rates of the
-    larger."""
-    from apps.vdb.resources import MEASURED_DIM
+def cost_key(label: str, matrix: dict[str, tuple[str, str, str]]) -> tuple[str, str, str]:
+    """The ``COSTS`` key a label measured: the matrix's, else the engine's HNSW float32."""
+    return matrix.get(label, (label, "hnsw", "none"))
+
+
+def cost_table(
+    sizes: list[dict[str, Any]], matrix: dict[str, tuple[str, str, str]] | None = None
+) -> dict[tuple[str, str, str], dict[str, float | None]]:
+    """``apps.vdb.resources.COSTS`` from the two largest sizes, by key (engine, index type, quantisation):
+    the slope of memory and disk over rows, less the links of its index type (M 16), in float32 vectors;
+    the fixed memory at the smaller size; the rates of the larger."""
+    from apps.vdb import database, runs_in_process
+    from apps.vdb.resources import MEASURED_DIM, link_bytes
 
     small, large = sizes[-2], sizes[-1]
-    vector, graph = 4 * MEASURED_DIM, 2 * 16 * 4 + 8
+    vector = 4 * MEASURED_DIM
     table = {}
     for label, big in large["engines"].items():
         little = small["engines"].get(label, {})
         rows = large["rows"] - small["rows"]
-        if not (big.get("server_peak_mib") and little.get("server_peak_mib") and big.get("index_s")):
+        if not (
+            big.get("server_peak_mib") and little.get("server_peak_mib") and big.get("index_s") is not None
+        ):
             continue
+        key = cost_key(label, matrix or {})
+        links = link_bytes(key[1], 16)
         memory_slope = (big["server_peak_mib"] - little["server_peak_mib"]) * 2**20 / rows
         disk_slope = ((big.get("disk_bytes") or 0) - (little.get("disk_bytes") or 0)) / rows
-        table[label] = {
-            "memory_copies": round(max(memory_slope - graph, 0) / vector, 2),
-            "disk_copies": round(max(disk_slope - graph, 0) / vector, 2),
+        in_process = runs_in_process(database(key[0]).settings(**ENGINES[key[0]]))
+        table[key] = {
+            "memory_copies": round(max(memory_slope - links, 0) / vector, 2),
+            "disk_copies": round(max(disk_slope - links, 0) / vector, 2),
             "fixed_mib": round(max(little["server_peak_mib"] - small["rows"] * memory_slope / 2**20, 0), 0),
             "insert_vectors_per_s": round(big["insert_vectors_per_s"], 0),
-            # an engine that builds its graph during the upload (Weaviate) reports no separate build
+            # an engine that builds its index during the upload (Weaviate) reports no separate build
             "index_vectors_per_s": round(large["rows"] / big["index_s"], 0) if big["index_s"] >= 1 else None,
+            "measured_processes": 2 if in_process else 1,  # in process: inside both client processes
         }
     return table
+
+
+RATIO_FIELDS = ("memory_copies", "disk_copies", "fixed_mib", "insert_vectors_per_s", "index_vectors_per_s")
+HNSW = ("hnsw", "none")
+
+
+def against_peer(
+    costs: dict[tuple[str, str, str], dict[str, float | None]],
+) -> dict[tuple[str, str, str], dict[str, float | None]]:
+    """Each matrix row's figures over its engine's HNSW float32 row of the same run (1: the same; None:
+    a figure either lacks, as an index built during the upload)."""
+    ratios = {}
+    for key, row in costs.items():
+        peer = costs.get((key[0], *HNSW))
+        if peer is None or key[1:] == HNSW:
+            continue
+        ratios[key] = {
+            field: round(row[field] / peer[field], 2) if row.get(field) and peer.get(field) else None
+            for field in RATIO_FIELDS
+        }
+    return ratios
+
+
+def anchored_rows(
+    ratios: dict[tuple[str, str, str], dict[str, float | None]], shipped: dict[tuple[str, str, str], Any]
+) -> dict[tuple[str, str, str], dict[str, float | None]]:
+    """The matrix's rows for ``COSTS``: each figure of the engine's shipped HNSW float32 row (measured at
+    1M) times its ratio measured here, so that every row of an engine rests on one anchor and the run's own
+    drift (a machine state, an in-process engine's varying peak) cancels out."""
+    rows = {}
+    for key, ratio in ratios.items():
+        anchor = shipped.get((key[0], *HNSW))
+        if anchor is None:
+            continue
+        row: dict[str, float | None] = {}
+        for field in RATIO_FIELDS:
+            base, factor = getattr(anchor, field), ratio[field]
+            row[field] = None if base is None or factor is None else round(base * factor, 2)
+        for field in ("fixed_mib", "insert_vectors_per_s", "index_vectors_per_s"):
+            row[field] = None if row[field] is None else round(row[field])
+        row["measured_processes"] = anchor.measured_processes
+        rows[key] = row
+    return rows
 
 
 def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
@@ -374,7 +483,7 @@ def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
         if not name.endswith(".insert_rate_ratio"):
             continue
         label = name.split(".")[0]
-        cost = COSTS.get(label)
+        cost = COSTS.get((label, "hnsw", "none"))
         rate = "acknowledged" if cost is not None and cost.index_vectors_per_s is None else "to searchable"
         if rate == "acknowledged":
             ratio = growth.get(f"{label}.acked_rate_ratio")
@@ -386,14 +495,24 @@ def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", help="rows (default 10k 100k 1M; --matrix: 20k 100k)")
     parser.add_argument("--engines", nargs="+", choices=sorted(ENGINES), default=list(ENGINES))
+    parser.add_argument(
+        "--matrix", action="store_true", help="every index type x quantisation the databases build"
+    )
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument(
-        "--repeats", type=int, help="points per database at every size (default 3 below 1M rows, 1 from 1M)"
+        "--repeats",
+        type=int,
+        help="points per database at every size (default 3 below 1M rows, 1 from 1M; --matrix: 1)",
     )
     parser.add_argument("--workdir", type=Path, default=common.OUT / "work" / "scale")
     args = parser.parse_args()
+    args.sizes = args.sizes or (MATRIX_SIZES if args.matrix else [10_000, 100_000, 1_000_000])
+    if args.matrix and args.repeats is None:
+        args.repeats = 1  # two dozen points: their slopes rest on the two sizes, not on repeats
+    args.entries = matrix_entries(args.engines) if args.matrix else {}
+    matrix = {label: key for label, (_, key) in args.entries.items()}
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     common.become_subreaper()
@@ -403,23 +522,40 @@ def main() -> None:
     runs.mkdir()
     sizes = [measure(rows, args, like, work, runs) for rows in sorted(args.sizes)]
     growth = show(sizes)
-    costs = cost_table(sizes) if len(sizes) > 1 else {}
-    print("\nper-engine figures for apps/vdb/resources.COSTS (the two largest sizes):")
-    for label, figures in costs.items():
-        print(f"  {label!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
-    summary = insert_summary(list(growth.values())[-1] if growth else {})
+    costs = cost_table(sizes, matrix) if len(sizes) > 1 else {}
+    print("\nrows for apps/vdb/resources.COSTS (the two largest sizes):")
+    for key, figures in costs.items():
+        print(f"    {key!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
+    ratios = against_peer(costs)
+    anchored: dict[tuple[str, str, str], dict[str, float | None]] = {}
+    if ratios:
+        from apps.vdb.resources import COSTS
+
+        print("\neach over its engine's HNSW float32 of this run:")
+        for key, r in ratios.items():
+            cells = "  ".join(f"{k.split('_')[0]} {'-' if v is None else v}" for k, v in r.items())
+            print(f"  {'-'.join(key):<28} {cells}")
+        anchored = anchored_rows(ratios, COSTS)
+        print(
+            "\nthose ratios times each engine's HNSW float32 row of COSTS (measured at 1M): the rows it ships"
+        )
+        for key, figures in anchored.items():
+            print(f"    {key!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
+    summary = insert_summary(list(growth.values())[-1] if growth and not matrix else {})
     for row in summary:
         print(
             f"insert rate {row['database']}: {row['ratio']} x the smaller size's ({row['rate']}; target >= "
             f"{TARGETS['insert_rate_ratio']}): {'MET' if row['met'] else 'NOT MET'}"
         )
     path = common.write_json(
-        NAME,
+        NAME + ("-matrix" if matrix else ""),
         {
             "like": str(like),
             "sizes": sizes,
             "growth": growth,
-            "costs": costs,
+            "costs": {"-".join(key): figures for key, figures in costs.items()},
+            "against_hnsw_float32": {"-".join(key): r for key, r in ratios.items()},
+            "anchored_rows": {"-".join(key): r for key, r in anchored.items()},
             "targets": TARGETS,
             "summary": summary,
         },

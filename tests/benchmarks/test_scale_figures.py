@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from benchmarks.scale.__main__ import TARGETS, insert_summary, median_figures, repeats_for
+import pytest
+
+from benchmarks.scale.__main__ import (
+    TARGETS,
+    against_peer,
+    anchored_rows,
+    cost_table,
+    insert_summary,
+    matrix_entries,
+    median_figures,
+    repeats_for,
+)
 
 
 def test_a_size_reports_the_median_of_its_repeats_and_keeps_each_one() -> None:
@@ -38,3 +49,82 @@ def test_an_engine_that_builds_while_it_uploads_is_judged_on_its_acknowledged_ra
     assert rows["qdrant"] == {"database": "qdrant", "ratio": 0.69, "rate": "to searchable", "met": False}
     assert rows["weaviate"]["rate"] == "acknowledged" and rows["weaviate"]["ratio"] == 0.85
     assert rows["weaviate"]["met"] is (TARGETS["insert_rate_ratio"] <= 0.85)
+
+
+def _size(rows: int, engines: dict[str, dict]) -> dict:
+    return {"rows": rows, "engines": engines}
+
+
+def test_the_matrix_gives_one_costs_row_per_index_and_quantisation_beside_its_hnsw_peer() -> None:
+    """Copies are the slope over rows less the index type's own links (a flat index has none), in float32
+    vectors of 384 dimensions; fixed memory the intercept; rates the larger size's; a build under a second
+    is no separate build; each row is also given over its engine's HNSW float32 row of the same run."""
+    vector, links = 4 * 384, 2 * 16 * 4 + 8
+    mib = 2**20
+
+    def engine(
+        rows: int, per_vector: float, disk_per_vector: float, fixed: float, rate: float, index_s: float
+    ):
+        return {
+            "server_peak_mib": (fixed * mib + rows * per_vector) / mib,
+            "disk_bytes": rows * disk_per_vector,
+            "insert_vectors_per_s": rate,
+            "index_s": index_s,
+        }
+
+    hnsw = (2 * vector + links, vector + links, 300)
+    flat = (vector + 8, 2 * vector + 8, 200)
+    small = _size(20_000, {"faiss-hnsw-none": engine(20_000, *hnsw, 9_000, 4.0),
+                           "faiss-flat-none": engine(20_000, *flat, 30_000, 0.1)})  # fmt: skip
+    large = _size(100_000, {"faiss-hnsw-none": engine(100_000, *hnsw, 8_000, 25.0),
+                            "faiss-flat-none": engine(100_000, *flat, 32_000, 0.2)})  # fmt: skip
+    matrix = {"faiss-hnsw-none": ("faiss", "hnsw", "none"), "faiss-flat-none": ("faiss", "flat", "none")}
+    costs = cost_table([small, large], matrix)
+    assert set(costs) == {("faiss", "hnsw", "none"), ("faiss", "flat", "none")}
+    row = costs[("faiss", "flat", "none")]
+    assert row["memory_copies"] == 1.0 and row["disk_copies"] == 2.0
+    assert row["fixed_mib"] == 200 and row["insert_vectors_per_s"] == 32_000
+    assert row["index_vectors_per_s"] is None  # 0.2 s: nothing built apart from the upload
+    assert row["measured_processes"] == 2  # FAISS runs inside both client processes
+    peer = costs[("faiss", "hnsw", "none")]
+    assert peer["memory_copies"] == 2.0 and peer["index_vectors_per_s"] == 4_000
+    ratios = against_peer(costs)
+    assert list(ratios) == [("faiss", "flat", "none")]  # the peer is not its own ratio
+    assert ratios[("faiss", "flat", "none")]["memory_copies"] == 0.5
+    assert ratios[("faiss", "flat", "none")]["insert_vectors_per_s"] == 4.0
+    assert ratios[("faiss", "flat", "none")]["index_vectors_per_s"] is None
+
+
+def test_the_matrix_holds_every_index_and_quantisation_each_database_builds_here(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from apps.vdb import database
+
+    entries = matrix_entries(["milvus", "weaviate"])
+    for name in ("milvus", "weaviate"):
+        declared = database(name)
+        expected = {(name, i, q) for i in declared.index_types for q in declared.builds_with(i)}
+        if name == "milvus":  # the PyPI server has no DiskANN: its refusal, not a failed point
+            expected.remove(("milvus", "diskann", "none"))
+        assert {key for _, key in entries.values() if key[0] == name} == expected
+    entry, key = entries["weaviate-hnsw-pq"]
+    assert key == ("weaviate", "hnsw", "pq") and entry["label"] == "weaviate-hnsw-pq"
+    assert entry["collection"]["options"]["training_limit"] < 20_000  # compressed at both sizes
+    assert "options" not in entries["weaviate-hnsw-none"][0]["collection"]
+    assert "not measured here: milvus-diskann-none" in capsys.readouterr().out
+
+
+def test_a_matrix_row_is_its_ratio_to_the_run_s_hnsw_times_the_shipped_hnsw_row() -> None:
+    """Every row of an engine rests on one anchor: the shipped HNSW float32 row (measured at 1M) times the
+    ratio measured in the matrix run; a figure the row lacks (no separate build) stays None."""
+    from apps.vdb.resources import EngineCost
+
+    flat = {"memory_copies": 0.5, "disk_copies": 1.0, "fixed_mib": 1.1, "insert_vectors_per_s": 2.0,
+            "index_vectors_per_s": None}  # fmt: skip
+    ratios = {("faiss", "flat", "none"): flat}
+    shipped = {("faiss", "hnsw", "none"): EngineCost(1.5, 2.0, 1_000, 100_000, 4_000, measured_processes=2)}
+    (row,) = anchored_rows(ratios, shipped).values()
+    assert row == {"memory_copies": 0.75, "disk_copies": 2.0, "fixed_mib": 1_100,
+                   "insert_vectors_per_s": 200_000, "index_vectors_per_s": None,
+                   "measured_processes": 2}  # fmt: skip
+    assert anchored_rows({("lancedb", "ivf_pq", "pq"): flat}, shipped) == {}  # no anchor: no row

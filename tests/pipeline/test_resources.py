@@ -38,7 +38,7 @@ def fixed_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_estimate_follows_the_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     cost = EngineCost(memory_copies=1.5, disk_copies=2.0, fixed_mib=100, insert_vectors_per_s=1000,
                       index_vectors_per_s=500)  # fmt: skip
-    monkeypatch.setitem(resources.COSTS, "qdrant", cost)
+    monkeypatch.setitem(resources.COSTS, ("qdrant", "hnsw", "none"), cost)
     config = yaml.safe_dump({
         "name": "t", "workdir": str(tmp_path),
         "dataset": {"name": "x", "stored": "x"}, "groundtruth": {"k": 10, "metric": "l2"},
@@ -56,6 +56,42 @@ def test_the_estimate_follows_the_model(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert got.index_s == pytest.approx(per_rank / (500 * 384 / 768))
     on_ssd = estimate(point, rows=1_000_000, dim=768, medium="ssd", ranks=4, ranks_per_node=2)
     assert on_ssd.node_memory == pytest.approx(2 * got.rank_memory)
+
+
+def test_each_index_and_quantisation_uses_its_own_row_and_an_unmeasured_one_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A measured (engine, index, quantisation) row prices its points with its own copies, rates and links
+    (a flat index has no graph, only the 8-byte id); a combination not measured borrows the engine's HNSW
+    float32 row and the plan's basis says so."""
+    hnsw = EngineCost(memory_copies=2.0, disk_copies=1.0, fixed_mib=0, insert_vectors_per_s=1000,
+                      index_vectors_per_s=100)  # fmt: skip
+    flat = EngineCost(memory_copies=1.0, disk_copies=3.0, fixed_mib=0, insert_vectors_per_s=4000,
+                      index_vectors_per_s=None)  # fmt: skip
+    monkeypatch.setitem(resources.COSTS, ("milvus", "hnsw", "none"), hnsw)
+    monkeypatch.setitem(resources.COSTS, ("milvus", "flat", "none"), flat)
+    monkeypatch.delitem(resources.COSTS, ("milvus", "ivf_pq", "pq"), raising=False)
+    entries = [
+        {"name": "milvus", "label": "flat", "collection": {"index_type": "flat"}},
+        {"name": "milvus", "label": "pq", "collection": {"index_type": "ivf_pq", "quantization": "pq"}},
+    ]
+    config = yaml.safe_dump({
+        "name": "t", "workdir": str(tmp_path),
+        "dataset": {"name": "x", "stored": "x"}, "groundtruth": {"k": 10, "metric": "l2"},
+        "vdb": {"databases": entries, "collection": {"hnsw_m": 16}},
+    })  # fmt: skip
+    (tmp_path / "c.yaml").write_text(config)
+    by_label = {p.label: p for p in load_config(tmp_path / "c.yaml").config.vdb.points}
+    rows, dim = 100_000, 384
+    got = estimate(by_label["flat"], rows=rows, dim=dim, medium="ssd", ranks=1, ranks_per_node=1)
+    assert got.basis == "milvus flat"
+    assert got.rank_memory == pytest.approx(rows * (1.0 * 4 * dim + 8))  # no HNSW links
+    assert got.node_disk == pytest.approx(rows * (3.0 * 4 * dim + 8))
+    assert got.upload_s == pytest.approx(rows / 4000) and got.index_s is None
+    borrowed = estimate(by_label["pq"], rows=rows, dim=dim, medium="ssd", ranks=1, ranks_per_node=1)
+    assert borrowed.basis == "milvus hnsw (ivf_pq, pq: not measured)"
+    assert borrowed.rank_memory == pytest.approx(rows * (2.0 * 4 * dim + 8))  # HNSW's copies, IVF's links
+    assert borrowed.index_s == pytest.approx(rows / 100)
 
 
 # The study's datasets (../shared/papers/000, Table I) as the configs hold them: (rows, dimension). The
