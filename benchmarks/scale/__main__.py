@@ -27,11 +27,13 @@ then the growth exponent of each figure between sizes (the slope of log figure o
     .venv/bin/python -m benchmarks.scale --engines faiss qdrant   # fewer databases
     .venv/bin/python -m benchmarks.scale --matrix                 # every index x quantisation, 20k and 100k
 
-``--matrix`` measures every index type x quantisation each database builds (its declaration: Qdrant HNSW
-with none, scalar, pq, bq and flat; Milvus HNSW, IVF_FLAT, IVF_SQ8, IVF_PQ, DiskANN, FLAT; Weaviate HNSW
-with four quantisations, flat and dynamic with none and BQ; FAISS HNSW, IVF-flat, IVF-PQ, flat), labelled
-``engine-index-quantisation``, at 20,000 and 100,000 rows by default, and prints each figure beside its
-engine's HNSW float32 measured in the same run: the rows of ``apps.vdb.resources.COSTS`` beyond HNSW.
+``--matrix`` measures every index type x quantisation each database builds here (its declaration, less
+what this machine's servers refuse: Qdrant HNSW with none, scalar, pq, bq and flat; Milvus HNSW, IVF_FLAT,
+IVF_SQ8, IVF_PQ, FLAT (the PyPI server has no DiskANN); Weaviate HNSW with four quantisations, flat and
+dynamic with none and BQ; FAISS HNSW, IVF-flat, IVF-PQ, flat), labelled ``engine-index-quantisation``, at
+20,000 and 100,000 rows by default, one point each; it prints each figure over its engine's HNSW float32
+of the same run, and those ratios times the HNSW float32 rows of ``apps.vdb.resources.COSTS``: the rows
+the plan ships beyond HNSW.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ ENGINES = {
 MATRIX_COLLECTION = {"ivf_nlist": 256, "pq_m": 96, "pq_bits": 8}
 MATRIX_OPTIONS = {"weaviate": {"training_limit": 10_000}}
 MATRIX_SIZES = [20_000, 100_000]
+HNSW = ("hnsw", "none")  # the (index, quantisation) every engine's other rows are measured against
+RATIO_FIELDS = ("memory_copies", "disk_copies", "fixed_mib", "insert_vectors_per_s", "index_vectors_per_s")
 TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8, "plan_error": 0.25}
 
 
@@ -389,7 +393,7 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def cost_key(label: str, matrix: dict[str, tuple[str, str, str]]) -> tuple[str, str, str]:
     """The ``COSTS`` key a label measured: the matrix's, else the engine's HNSW float32."""
-    return matrix.get(label, (label, "hnsw", "none"))
+    return matrix.get(label, (label, *HNSW))
 
 
 def cost_table(
@@ -426,10 +430,6 @@ def cost_table(
             "measured_processes": 2 if in_process else 1,  # in process: inside both client processes
         }
     return table
-
-
-RATIO_FIELDS = ("memory_copies", "disk_copies", "fixed_mib", "insert_vectors_per_s", "index_vectors_per_s")
-HNSW = ("hnsw", "none")
 
 
 def against_peer(
@@ -483,7 +483,7 @@ def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
         if not name.endswith(".insert_rate_ratio"):
             continue
         label = name.split(".")[0]
-        cost = COSTS.get((label, "hnsw", "none"))
+        cost = COSTS.get((label, *HNSW))
         rate = "acknowledged" if cost is not None and cost.index_vectors_per_s is None else "to searchable"
         if rate == "acknowledged":
             ratio = growth.get(f"{label}.acked_rate_ratio")
