@@ -464,6 +464,12 @@ def root_cause(exc: BaseException) -> BaseException:
     return next((e for e in leaves if isinstance(e, PipelineError)), leaves[0] if leaves else exc)
 
 
+def interchanges(dfk: Any) -> dict[str, Any]:
+    """The interchange process (``subprocess.Popen``) of each executor that started one, by label."""
+    procs = {label: getattr(e, "interchange_proc", None) for label, e in dfk.executors.items()}
+    return {label: proc for label, proc in procs.items() if proc is not None}
+
+
 def record_interchanges(dfk: Any) -> None:
     """Record each HTEX interchange this run started, by pid and start time.
 
@@ -471,10 +477,9 @@ def record_interchanges(dfk: Any) -> None:
     so the run id it inherited cannot find it: without a record, a driver killed outright leaves it
     running, and the next run could not tell it from anyone else's.
     """
-    for executor in dfk.executors.values():
-        proc = getattr(executor, "interchange_proc", None)
-        if proc is not None and proc.pid:
-            record_group(f"parsl interchange {executor.label}", proc.pid, None)
+    for label, proc in interchanges(dfk).items():
+        if proc.pid:
+            record_group(f"parsl interchange {label}", proc.pid, None)
 
 
 # Parsl's cleanup first closes its job-status poller, which asks the interchange for its managers to
@@ -487,11 +492,6 @@ INTERCHANGE_EXITED_GRACE_S = 10.0
 CLEANUP_LIMIT_S = 300.0  # any other hang: the run still ends
 
 
-def _interchanges(dfk: Any) -> list[Any]:
-    procs = [getattr(e, "interchange_proc", None) for e in dfk.executors.values()]
-    return [p for p in procs if p is not None]
-
-
 def shut_down_parsl(dfk: Any) -> None:
     """``dfk.cleanup()``, bounded: not waited for longer than ``INTERCHANGE_EXITED_GRACE_S`` after an
     interchange exited, nor than ``CLEANUP_LIMIT_S`` in all; then every interchange still running is
@@ -502,7 +502,7 @@ def shut_down_parsl(dfk: Any) -> None:
     while cleanup.is_alive():
         cleanup.join(0.2)
         now = time.monotonic()
-        if exited_at is None and any(p.poll() is not None for p in _interchanges(dfk)):
+        if exited_at is None and any(p.poll() is not None for p in interchanges(dfk).values()):
             exited_at = now
         if (exited_at is not None and now - exited_at > INTERCHANGE_EXITED_GRACE_S) or (
             now - started > CLEANUP_LIMIT_S
@@ -514,7 +514,7 @@ def shut_down_parsl(dfk: Any) -> None:
             "stopping the interchanges and going on",
             time.monotonic() - started,
         )
-        for proc in _interchanges(dfk):
+        for proc in interchanges(dfk).values():
             if proc.poll() is None:
                 proc.kill()
 

@@ -233,8 +233,7 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     repeats = repeats_for(rows, args.repeats)
-    entries = [e for e, _ in args.entries.values()] if args.matrix else [ENGINES[e] for e in args.engines]
-    config = scale_config(runs, folder, rows, entries, repeats)
+    config = scale_config(runs, folder, rows, args.databases, repeats)
     run_seconds, run_sampler, _ = _run(["run", str(config)], common.REPO, runs / f"run-{rows}.log")
     run_dir = sorted((runs / "runs").glob(f"scale-{rows}-*"))[-1]
     report_seconds, report_sampler, _ = _run(
@@ -471,6 +470,11 @@ def anchored_rows(
     return rows
 
 
+def cost_row(key: tuple[str, str, str], figures: dict[str, float | None]) -> str:
+    """One ``COSTS`` entry as it is pasted into apps/vdb/resources.py."""
+    return f"    {key!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),"
+
+
 def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
     """The insert-rate target per database between the two largest sizes (``python -m benchmarks``
     headlines the worst). An engine that builds its HNSW graph while it uploads (Weaviate's async indexing:
@@ -511,8 +515,11 @@ def main() -> None:
     args.sizes = args.sizes or (MATRIX_SIZES if args.matrix else [10_000, 100_000, 1_000_000])
     if args.matrix and args.repeats is None:
         args.repeats = 1  # two dozen points: their slopes rest on the two sizes, not on repeats
-    args.entries = matrix_entries(args.engines) if args.matrix else {}
-    matrix = {label: key for label, (_, key) in args.entries.items()}
+    points = matrix_entries(args.engines) if args.matrix else {}
+    matrix = {label: key for label, (_, key) in points.items()}
+    args.databases = (
+        [entry for entry, _ in points.values()] if args.matrix else [ENGINES[e] for e in args.engines]
+    )
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     common.become_subreaper()
@@ -525,7 +532,7 @@ def main() -> None:
     costs = cost_table(sizes, matrix) if len(sizes) > 1 else {}
     print("\nrows for apps/vdb/resources.COSTS (the two largest sizes):")
     for key, figures in costs.items():
-        print(f"    {key!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
+        print(cost_row(key, figures))
     ratios = against_peer(costs)
     anchored: dict[tuple[str, str, str], dict[str, float | None]] = {}
     if ratios:
@@ -540,7 +547,7 @@ def main() -> None:
             "\nthose ratios times each engine's HNSW float32 row of COSTS (measured at 1M): the rows it ships"
         )
         for key, figures in anchored.items():
-            print(f"    {key!r}: EngineCost({', '.join(f'{k}={v}' for k, v in figures.items())}),")
+            print(cost_row(key, figures))
     summary = insert_summary(list(growth.values())[-1] if growth and not matrix else {})
     for row in summary:
         print(
