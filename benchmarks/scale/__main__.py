@@ -7,8 +7,11 @@ drawn with ``python -m pipeline dataset synth`` from a model of the bundled all-
 top-100. Each size then runs as a user runs it: ``python -m pipeline run`` of a config taking that dataset
 as ``dataset.stored``, through Qdrant (edge), Milvus, Weaviate and FAISS (HNSW, M 16, ef_construction
 128), and ``python -m pipeline report`` rewrites its report alone, so the report's own cost is measured.
-Below a million rows every database is measured three times (``vdb.repeats``) and each figure is the median
-(an upload of 100,000 takes about 2 s on Qdrant edge and FAISS: one such figure is noise).
+Below a million rows every database is measured three times (``vdb.repeats``) and each figure is the median;
+every point uploads three times (``insert.batch_sizes`` of one size repeated, each into a fresh collection;
+Weaviate, building its graph while it uploads, once) and the insert figures are the median over every
+upload of the size (an upload of 100,000 takes 0.5-2 s on Qdrant edge and FAISS: one such figure is noise,
+and the million-row size has one point).
 
 Per size it prints, with the load average:
 - seconds of the synthetic draw, its exact ground truth, the run, and the report;
@@ -68,7 +71,14 @@ ENGINES = {
 MATRIX_COLLECTION = {"ivf_nlist": 256, "pq_m": 96, "pq_bits": 8}
 MATRIX_OPTIONS = {"weaviate": {"training_limit": 10_000}}
 MATRIX_SIZES = [20_000, 100_000]
+BATCH_SIZE = 1000
 HNSW = ("hnsw", "none")  # the (index, quantisation) every engine's other rows are measured against
+# Uploads per point (each into a fresh collection; the index stage builds the last): an upload of 100,000
+# rows takes 0.5-2 s on FAISS and Qdrant edge, and a million-row size has one point, so its insert rate
+# would otherwise rest on a single upload. An engine that builds its graph while it uploads (Weaviate: 28
+# min at 1M) uploads once.
+UPLOADS = 3
+INSERT_FIELDS = ("upload_s", "insert_vectors_per_s", "drain_s", "acked_vectors_per_s")
 RATIO_FIELDS = ("memory_copies", "disk_copies", "fixed_mib", "insert_vectors_per_s", "index_vectors_per_s")
 TARGETS = {"exponent": 1.1, "driver_rss_ratio": 1.2, "insert_rate_ratio": 0.8, "plan_error": 0.25}
 
@@ -162,11 +172,34 @@ def matrix_entries(engines: list[str]) -> dict[str, tuple[dict[str, Any], tuple[
     return entries
 
 
+def builds_while_uploading(engine: str) -> bool:
+    """Whether the engine builds its HNSW graph during the upload (Weaviate's async indexing): its
+    ``COSTS`` row has no separate index rate."""
+    from apps.vdb.resources import COSTS
+
+    cost = COSTS.get((engine, *HNSW))
+    return cost is not None and cost.index_vectors_per_s is None
+
+
+def with_uploads(entry: dict[str, Any], uploads: int) -> dict[str, Any]:
+    """A database entry uploading ``uploads`` times per point (once for an engine that builds while it
+    uploads): the same batch size repeated in its ``insert.batch_sizes``."""
+    if uploads == 1 or builds_while_uploading(entry["name"]):
+        return entry
+    return {**entry, "insert": {"batch_sizes": [BATCH_SIZE] * uploads}}
+
+
 def scale_config(
-    work: Path, dataset: Path, rows: int, entries: list[dict[str, Any]], repeats: int = 1
+    work: Path,
+    dataset: Path,
+    rows: int,
+    entries: list[dict[str, Any]],
+    repeats: int = 1,
+    uploads: int = 1,
 ) -> Path:
     """The run of one size: the synthetic dataset as it is, the database entries (each engine's HNSW, or
-    the matrix), one query setting, each point measured ``repeats`` times (each its own deployment)."""
+    the matrix), one query setting, each point measured ``repeats`` times (each its own deployment) with
+    ``uploads`` uploads each (:func:`with_uploads`)."""
     config = {
         "name": f"scale-{rows}",
         "workdir": str(work),
@@ -175,7 +208,7 @@ def scale_config(
         "geometry": {"enabled": False},
         "executor": {"platform": "local", "workers": 2},
         "vdb": {
-            "databases": entries,
+            "databases": [with_uploads(entry, uploads) for entry in entries],
             "collection": {
                 "index_type": "hnsw",
                 "hnsw_m": 16,
@@ -183,7 +216,12 @@ def scale_config(
                 "deferred_indexing": True,
                 **MATRIX_COLLECTION,
             },
-            "insert": {"batch_sizes": [1000], "workers": 1, "clients_per_worker": 2, "timeout_s": 14400},
+            "insert": {
+                "batch_sizes": [BATCH_SIZE],
+                "workers": 1,
+                "clients_per_worker": 2,
+                "timeout_s": 14400,
+            },
             "query": {
                 "ef": [64],
                 "batch_size": [32],
@@ -233,7 +271,11 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     ]
     manifest = json.loads((folder / "manifest.json").read_text())
     repeats = repeats_for(rows, args.repeats)
-    config = scale_config(runs, folder, rows, args.databases, repeats)
+    config = scale_config(runs, folder, rows, args.databases, repeats, args.uploads)
+    # A fresh draw leaves 1.5 GB a million rows dirty in the page cache, and the previous size's run its
+    # collections: the kernel writes them back 30 s later, in the middle of this run's upload unless
+    # flushed now.
+    os.sync()
     run_seconds, run_sampler, _ = _run(["run", str(config)], common.REPO, runs / f"run-{rows}.log")
     run_dir = sorted((runs / "runs").glob(f"scale-{rows}-*"))[-1]
     report_seconds, report_sampler, _ = _run(
@@ -247,11 +289,7 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     for r in results:
         entry = measured.setdefault(r["label"], {}).setdefault(r["repeat"], {})
         if r["stage"] == "insert":
-            entry.update(upload_s=r["upload_s"], insert_vectors_per_s=r["insert_vectors_per_s"])
-            # last acknowledgement -> searchable: an engine indexing from a queue (Weaviate) builds here
-            entry["drain_s"] = r["searchable_s"]
-            sending = (r["upload_s"] or 0) - (r["searchable_s"] or 0)
-            entry["acked_vectors_per_s"] = round(r["vectors"] / sending, 1) if sending > 0 else None
+            entry.setdefault("uploads", []).append(upload_figures(r))
         elif r["stage"] == "index":
             entry.update(index_s=r["index_s"], disk_bytes=r["disk_bytes"])
         elif r["stage"] == "query":
@@ -287,15 +325,32 @@ def measure(rows: int, args: argparse.Namespace, like: Path, work: Path, runs: P
     }
 
 
+def upload_figures(row: dict[str, Any]) -> dict[str, float | None]:
+    """One upload's figures from its ``insert`` row of results.parquet: seconds and vectors/s to
+    searchable, the drain (last acknowledgement -> searchable: an engine indexing from a queue, Weaviate,
+    builds here) and the acknowledged rate (first request -> last acknowledgement)."""
+    sending = (row["upload_s"] or 0) - (row["searchable_s"] or 0)
+    return {
+        "upload_s": row["upload_s"],
+        "insert_vectors_per_s": row["insert_vectors_per_s"],
+        "drain_s": row["searchable_s"],
+        "acked_vectors_per_s": round(row["vectors"] / sending, 1) if sending > 0 else None,
+    }
+
+
 def median_figures(repeats: list[dict[str, Any]]) -> dict[str, Any]:
     """One database's figures at one size: the median of each over its repeats (missing ones left out),
-    with every repeat's own figures under ``repeats``."""
-    fields = sorted({k for r in repeats for k in r})
+    the insert figures over every upload of every repeat (``uploads``); every repeat's own figures are
+    kept under ``repeats``."""
+    uploads = [u for r in repeats for u in r.get("uploads", [])]
+    per_repeat = [{k: v for k, v in r.items() if k != "uploads"} for r in repeats]
+    fields = sorted({k for r in per_repeat + uploads for k in r})
     figures: dict[str, Any] = {}
     for field in fields:
-        values = [r[field] for r in repeats if r.get(field) is not None]
+        pool = uploads if field in INSERT_FIELDS and uploads else per_repeat
+        values = [r[field] for r in pool if r.get(field) is not None]
         figures[field] = statistics.median(values) if values else None
-    return {**figures, "repeats": repeats}
+    return {**figures, "uploads": len(uploads), "repeats": repeats}
 
 
 def planned_figures(config: Path) -> dict[str, dict[str, float | None]]:
@@ -347,7 +402,7 @@ def show(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         for label, e in sorted(s["engines"].items()):
             n = {k: v or 0 for k, v in e.items()}
             print(
-                f"  {label:<{width}} upload {n.get('upload_s', 0):8.1f} s  "
+                f"  {label:<{width}} upload {n.get('upload_s', 0):8.1f} s ({n.get('uploads', 0)}x)  "
                 f"{n.get('insert_vectors_per_s', 0):10,.0f} vec/s (acknowledged "
                 f"{n.get('acked_vectors_per_s', 0):,.0f}, then {n.get('drain_s', 0):,.1f} s to searchable)  "
                 f"index {n.get('index_s', 0):8.1f} s  "
@@ -510,11 +565,18 @@ def main() -> None:
         type=int,
         help="points per database at every size (default 3 below 1M rows, 1 from 1M; --matrix: 1)",
     )
+    parser.add_argument(
+        "--uploads",
+        type=int,
+        help=f"uploads per point, median over all (default {UPLOADS}; Weaviate, building its graph while it "
+        "uploads, once; --matrix: 1)",
+    )
     parser.add_argument("--workdir", type=Path, default=common.OUT / "work" / "scale")
     args = parser.parse_args()
     args.sizes = args.sizes or (MATRIX_SIZES if args.matrix else [10_000, 100_000, 1_000_000])
     if args.matrix and args.repeats is None:
         args.repeats = 1  # two dozen points: their slopes rest on the two sizes, not on repeats
+    args.uploads = args.uploads or (1 if args.matrix else UPLOADS)
     points = matrix_entries(args.engines) if args.matrix else {}
     matrix = {label: key for label, (_, key) in points.items()}
     args.databases = (

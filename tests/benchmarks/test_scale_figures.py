@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.scale.__main__ import (
@@ -13,6 +15,8 @@ from benchmarks.scale.__main__ import (
     matrix_entries,
     median_figures,
     repeats_for,
+    scale_config,
+    upload_figures,
 )
 
 
@@ -27,6 +31,39 @@ def test_a_size_reports_the_median_of_its_repeats_and_keeps_each_one() -> None:
     assert figures["index_s"] == 32.1
     assert figures["drain_s"] is None  # nothing measured: no figure, not zero
     assert figures["repeats"] == repeats
+
+
+def test_insert_figures_are_the_median_over_every_upload_of_every_repeat() -> None:
+    """A million-row size has one point: its insert rate rests on that point's uploads, not on one."""
+
+    def upload(seconds: float, drain: float) -> dict:
+        row = {"upload_s": seconds, "searchable_s": drain, "vectors": 100_000}
+        return upload_figures({**row, "insert_vectors_per_s": 100_000 / seconds})
+
+    repeats = [
+        {"uploads": [upload(2.0, 0.0), upload(1.6, 0.1)], "index_s": 30.0},
+        {"uploads": [upload(1.7, 0.0), upload(1.8, 0.5), upload(3.0, 0.0)], "index_s": 40.0},
+    ]
+    figures = median_figures(repeats)
+    assert figures["upload_s"] == 1.8 and figures["uploads"] == 5
+    assert figures["insert_vectors_per_s"] == 100_000 / 1.8
+    assert figures["drain_s"] == 0.0
+    assert figures["acked_vectors_per_s"] == round(100_000 / 1.7, 1)  # sent in 2.0, 1.5, 1.7, 1.3, 3.0 s
+    assert figures["index_s"] == 35.0  # per point: the median of the two repeats
+
+
+def test_each_point_uploads_several_times_but_an_engine_building_while_it_uploads_once(
+    tmp_path: Path,
+) -> None:
+    import yaml
+
+    entries = [{"name": "qdrant", "mode": "edge"}, {"name": "weaviate"}]
+    path = scale_config(tmp_path, tmp_path / "dataset", 1_000_000, entries, repeats=1, uploads=3)
+    databases = yaml.safe_load(path.read_text())["vdb"]["databases"]
+    assert databases[0]["insert"] == {"batch_sizes": [1000, 1000, 1000]}
+    assert "insert" not in databases[1]  # its upload includes the graph build: 28 min at 1M
+    single = scale_config(tmp_path, tmp_path / "dataset", 1_000_000, entries, uploads=1)
+    assert all("insert" not in d for d in yaml.safe_load(single.read_text())["vdb"]["databases"])
 
 
 def test_repeats_default_to_three_below_a_million_rows_and_an_explicit_count_wins() -> None:
