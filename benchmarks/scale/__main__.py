@@ -576,6 +576,8 @@ def main() -> None:
     args.sizes = args.sizes or (MATRIX_SIZES if args.matrix else [10_000, 100_000, 1_000_000])
     if args.matrix and args.repeats is None:
         args.repeats = 1  # two dozen points: their slopes rest on the two sizes, not on repeats
+    if args.uploads is not None and args.uploads < 1:
+        parser.error(f"--uploads must be at least 1, not {args.uploads}")
     args.uploads = args.uploads or (1 if args.matrix else UPLOADS)
     points = matrix_entries(args.engines) if args.matrix else {}
     matrix = {label: key for label, (_, key) in points.items()}
