@@ -535,15 +535,12 @@ def insert_summary(growth: dict[str, float | None]) -> list[dict[str, Any]]:
     headlines the worst). An engine that builds its HNSW graph while it uploads (Weaviate's async indexing:
     ``index_vectors_per_s`` None in ``COSTS``) is judged on its acknowledged rate, as the others, whose
     build is the separate index stage: its build is the drain to searchable, reported with its exponent."""
-    from apps.vdb.resources import COSTS
-
     summary = []
     for name, ratio in growth.items():
         if not name.endswith(".insert_rate_ratio"):
             continue
         label = name.split(".")[0]
-        cost = COSTS.get((label, *HNSW))
-        rate = "acknowledged" if cost is not None and cost.index_vectors_per_s is None else "to searchable"
+        rate = "acknowledged" if builds_while_uploading(label) else "to searchable"
         if rate == "acknowledged":
             ratio = growth.get(f"{label}.acked_rate_ratio")
         if ratio is not None:
