@@ -10,7 +10,7 @@ as ``dataset.stored``, through Qdrant (edge), Milvus, Weaviate and FAISS (HNSW, 
 Below a million rows every database is measured three times (``vdb.repeats``) and each figure is the median;
 every point uploads three times (``insert.batch_sizes`` of one size repeated, each into a fresh collection;
 Weaviate, building its graph while it uploads, once) and the insert figures are the median over every
-upload of the size (an upload of 100,000 takes 0.5-2 s on Qdrant edge and FAISS: one such figure is noise,
+upload of the size (an upload of 100,000 takes 0.4-2 s on Qdrant edge and FAISS: one such figure is noise,
 and the million-row size has one point).
 
 Per size it prints, with the load average:
@@ -74,7 +74,7 @@ MATRIX_SIZES = [20_000, 100_000]
 BATCH_SIZE = 1000
 HNSW = ("hnsw", "none")  # the (index, quantisation) every engine's other rows are measured against
 # Uploads per point (each into a fresh collection; the index stage builds the last): an upload of 100,000
-# rows takes 0.5-2 s on FAISS and Qdrant edge, and a million-row size has one point, so its insert rate
+# rows takes 0.4-2 s on FAISS and Qdrant edge, and a million-row size has one point, so its insert rate
 # would otherwise rest on a single upload. An engine that builds its graph while it uploads (Weaviate: 28
 # min at 1M) uploads once.
 UPLOADS = 3
