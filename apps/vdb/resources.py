@@ -148,6 +148,7 @@ class PointEstimate:
     basis: str  # which measured figures were used
     client_memory: float | None = None  # bytes per client process; None: the engine runs in the client
     client_processes: int | None = None  # client processes on one client node
+    builds_index: bool = True  # False: a flat index, nothing to build
 
     def row(self) -> list[str]:
         """The plan table's cells."""
@@ -160,7 +161,7 @@ class PointEstimate:
             f"{gib(self.node_disk)} {self.medium}",
             f"{gib(self.client_memory)} x {self.client_processes}" if self.client_memory else "in rank",
             duration(self.upload_s),
-            duration(self.index_s) if self.index_s is not None else "in upload",
+            self.index_cell(),
             self.basis,
         ]
 
@@ -168,6 +169,13 @@ class PointEstimate:
 def gib(n_bytes: float) -> str:
     """``12.3 GiB`` (or MiB below one GiB)."""
     return f"{n_bytes / GIB:,.1f} GiB" if n_bytes >= GIB else f"{n_bytes / 2**20:,.0f} MiB"
+
+    def index_cell(self) -> str:
+        """The index build's time; ``in upload`` for an engine that builds while it uploads, ``none`` for a
+        flat index (it has nothing to build)."""
+        if self.index_s is not None:
+            return duration(self.index_s)
+        return "in upload" if self.builds_index else "none"
 
 
 def duration(seconds: float) -> str:
@@ -208,5 +216,5 @@ def estimate(
     )
     return PointEstimate(
         point.label, rows, dim, ranks, ranks_per_node, medium, rank_memory, node_memory, node_disk,
-        upload_s, index_s, basis,
+        upload_s, index_s, basis, builds_index=collection.index_type != "flat",
     )  # fmt: skip

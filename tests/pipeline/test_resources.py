@@ -88,10 +88,12 @@ def test_each_index_and_quantisation_uses_its_own_row_and_an_unmeasured_one_says
     assert got.rank_memory == pytest.approx(rows * (1.0 * 4 * dim + 8))  # no HNSW links
     assert got.node_disk == pytest.approx(rows * (3.0 * 4 * dim + 8))
     assert got.upload_s == pytest.approx(rows / 4000) and got.index_s is None
+    assert got.row()[8] == "none"  # a flat index has nothing to build: not "in upload"
     borrowed = estimate(by_label["pq"], rows=rows, dim=dim, medium="ssd", ranks=1, ranks_per_node=1)
     assert borrowed.basis == "milvus hnsw (ivf_pq, pq: not measured)"
     assert borrowed.rank_memory == pytest.approx(rows * (2.0 * 4 * dim + 8))  # HNSW's copies, IVF's links
     assert borrowed.index_s == pytest.approx(rows / 100)
+    assert borrowed.row()[8] == "17 min"  # 100,000 rows at 100 a second
 
 
 # The study's datasets (../shared/papers/000, Table I) as the configs hold them: (rows, dimension). The
