@@ -497,3 +497,41 @@ def test_results_are_the_row_ids_sent(deploy, fmnist, index_type, params) -> Non
     client.build_index(timeout=60)
     found = client.search(base[[5, 200]], k=1, ef=64).ids[:, 0]
     np.testing.assert_array_equal(found, ids[[5, 200]])
+
+
+@pytest.mark.parametrize("index_type", ["hnsw", "flat"])
+def test_the_build_sizes_the_vector_storage_once(deploy, fmnist, monkeypatch, index_type: str) -> None:
+    """FAISS grows a flat vector storage by doubling, each growth holding the old block beside a new one
+    (up to two copies of the vectors at the build's peak): ``reserve_storage`` sizes it once, so chunked
+    adds fill one block in place, and the index is the same; ``build_index`` reserves for every stored row."""
+    import faiss
+
+    base = fmnist[0]
+
+    def chunked_build(reserve: bool) -> tuple[set[int], object]:
+        index = build.new_index(spec(index_type))
+        inner = faiss.downcast_index(index.index)
+        storage = faiss.downcast_index(inner.storage) if index_type == "hnsw" else inner
+        if reserve:
+            build.reserve_storage(index, len(base))
+        blocks = set()
+        for lo in range(0, len(base), 100):
+            index.add_with_ids(base[lo : lo + 100], np.arange(lo, lo + 100))
+            blocks.add(int(storage.codes.data()))
+        assert storage.codes.size() == base.nbytes and index.ntotal == len(base)
+        return blocks, index
+
+    grown, plain = chunked_build(reserve=False)
+    assert len(grown) > 1  # without it the storage moves as it grows: what the reservation prevents
+    reserved, index = chunked_build(reserve=True)
+    assert len(reserved) == 1
+    np.testing.assert_array_equal(index.search(base[:20], 10)[1], plain.search(base[:20], 10)[1])
+
+    calls = []
+    monkeypatch.setattr(build, "reserve_storage", lambda idx, rows: calls.append(rows))
+    client = deploy[1]()
+    client.create_collection(spec(index_type))
+    load(client, base)
+    client.build_index(timeout=120)
+    assert calls == [len(base)]
+    client.close()

@@ -109,7 +109,8 @@ class FaissClient(Client):
 
     # -- index ---------------------------------------------------------------------------------------
     def build_index(self, timeout: float) -> None:
-        """Train (IVF, on a seeded sample), add every stored row, write the index atomically.
+        """Train (IVF, on a seeded sample), size the vector storage once (hnsw, flat), add every stored row,
+        write the index atomically.
 
         FAISS builds in native code that cannot be interrupted, so ``timeout`` is not enforced here.
         """
@@ -129,6 +130,7 @@ class FaissClient(Client):
             trained_on = build.train_rows(spec, rows, s.train_rows)
             index.train(build.prepare(store.sample(listing, trained_on, s.train_seed), spec))
         times["train_s"] = time.monotonic() - started
+        build.reserve_storage(index, rows)
         for ids, vectors in store.chunks(listing, s.add_rows):
             index.add_with_ids(build.prepare(vectors, spec), ids)
         times["add_s"] = time.monotonic() - started - times["train_s"]
