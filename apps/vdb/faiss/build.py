@@ -111,7 +111,7 @@ def reserve_storage(index: Any, rows: int) -> None:
     FAISS keeps those vectors in one std::vector that grows as rows are added, doubling: each growth copies
     every vector stored so far into a new block while the old one is still held. A chunked build's peak
     then held up to two copies, and whether a 1 s memory sample caught a growth decided its measured peak
-    (2.8 to 4.1 GiB at 1M x 384 in four runs of benchmarks.scale). Resizing to the final size and back to
+    (2,776 to 4,136 MiB at 1M x 384 in four runs of benchmarks.scale). Resizing to the final size and back to
     0 keeps the capacity (a std::vector never shrinks it), so the adds fill that one block in place.
     """
     import faiss
