@@ -510,8 +510,7 @@ def test_the_build_sizes_the_vector_storage_once(deploy, fmnist, monkeypatch, in
 
     def chunked_build(reserve: bool) -> tuple[set[int], object]:
         index = build.new_index(spec(index_type))
-        inner = faiss.downcast_index(index.index)
-        storage = faiss.downcast_index(inner.storage) if index_type == "hnsw" else inner
+        storage = build.vector_storage(index)
         if reserve:
             build.reserve_storage(index, len(base))
         blocks = set()

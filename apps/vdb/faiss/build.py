@@ -104,6 +104,16 @@ def new_index(spec: CollectionSpec) -> Any:
     return faiss.IndexIDMap2(inner)  # the Python wrappers keep the inner index and quantiser alive
 
 
+def vector_storage(index: Any) -> Any | None:
+    """The flat vector storage (``IndexFlatCodes``) of an ``hnsw`` or ``flat`` index from :func:`new_index`;
+    None for the IVF types, whose vectors live in their inverted lists."""
+    import faiss
+
+    inner = faiss.downcast_index(index.index)
+    storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner
+    return storage if isinstance(storage, faiss.IndexFlatCodes) else None
+
+
 def reserve_storage(index: Any, rows: int) -> None:
     """Size the vector storage of an ``hnsw`` or ``flat`` index (from :func:`new_index`) for ``rows`` before
     the build adds them; other types are left alone.
@@ -114,11 +124,8 @@ def reserve_storage(index: Any, rows: int) -> None:
     (2,776 to 4,136 MiB at 1M x 384 in four runs of benchmarks.scale). Resizing to the final size and back to
     0 keeps the capacity (a std::vector never shrinks it), so the adds fill that one block in place.
     """
-    import faiss
-
-    inner = faiss.downcast_index(index.index)
-    storage = faiss.downcast_index(inner.storage) if isinstance(inner, faiss.IndexHNSW) else inner
-    if isinstance(storage, faiss.IndexFlatCodes):
+    storage = vector_storage(index)
+    if storage is not None:
         storage.codes.resize(rows * storage.code_size)
         storage.codes.resize(0)
 
