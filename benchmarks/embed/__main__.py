@@ -190,6 +190,7 @@ class PipelineEngine:
         from parsl import python_app
 
         from apps.dataset.embedding.model import EmbeddingConfig
+        from core.lifetime import ctrl_c_held
         from executors.labels import WORKERS
         from executors.platforms import parsl_config_for
         from pipeline.config.model import LocalExecutorConfig
@@ -198,7 +199,9 @@ class PipelineEngine:
         self.embedding = EmbeddingConfig.model_validate(spec["embedding"])  # the spec travels as JSON
         self.run_dir = Path(spec["run_dir"])
         started = time.perf_counter()
-        self.dfk = parsl.load(parsl_config_for(LocalExecutorConfig(workers=spec["workers"]), self.run_dir))
+        config = parsl_config_for(LocalExecutorConfig(workers=spec["workers"]), self.run_dir)
+        with ctrl_c_held():  # the pool and its interchange must not die of a Ctrl-C meant for the benchmark
+            self.dfk = parsl.load(config)
         self.embed = python_app(embed_shard_timed, executors=[WORKERS])
         warm = python_app(warm_worker, executors=[WORKERS])
         sample = read_texts(spec["files"][:1])[:32]
@@ -238,7 +241,9 @@ class PipelineEngine:
         }
 
     def close(self) -> None:
-        self.dfk.cleanup()
+        from pipeline.dag import shut_down_parsl
+
+        shut_down_parsl(self.dfk)  # bounded, as a run's: an interchange that exited cannot hang the benchmark
         self.parsl.clear()
 
 
