@@ -452,7 +452,26 @@ app.command()(cli_results.compare)
 def main() -> None:
     """Console entry point."""
     stop_on_sigterm()  # `kill PID` stops a run as Ctrl-C does, with its cleanup
-    app(prog_name="python -m pipeline")
+    try:
+        app(prog_name="python -m pipeline")
+    except SystemExit as exc:
+        # typer ends every command on a KeyboardInterrupt with a silent 130; `run` says what stopped it
+        # itself, and any other command stopped by SIGTERM (a job's walltime, `kill PID`) says so here
+        # with the status a shell gives a process SIGTERM ended.
+        if exc.code == 130 and _caused_by(exc, Terminated):
+            console.print("[red]terminated[/] (SIGTERM)")
+            raise SystemExit(143) from None
+        raise
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` or an exception it was raised from or while handling is a ``kind``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 if __name__ == "__main__":

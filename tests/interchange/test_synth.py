@@ -8,6 +8,9 @@ truth is the exact top-k (recomputed here with numpy), and a run takes it as ``d
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -108,4 +111,32 @@ def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> 
     result = run_cli("dataset", "synth", *args, "--workdir", str(workdir))
     assert result.returncode == 2, result.stdout + result.stderr
     assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
+    assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
+
+
+def test_sigterm_mid_draw_ends_it_with_143_and_one_line_and_writes_nothing(drawn) -> None:
+    """SIGTERM (a job's walltime, ``kill PID``) during a draw: ``terminated (SIGTERM)``, exit 143 as a shell
+    reports it, no traceback, no dataset folder. Before, every command but ``run`` ended silently with 130."""
+    workdir, _, _ = drawn
+    before = sorted(p.name for p in (workdir / "store" / "datasets").iterdir())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "dataset", "synth", "--like", "fm", "--rows", "2000000",
+         "--name", "killed", "--workdir", str(workdir)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        seen = []
+        for line in proc.stderr:  # the fit is announced once the command (and its SIGTERM handler) runs
+            seen.append(line)
+            if line.startswith("fitting"):
+                break
+        assert seen and seen[-1].startswith("fitting"), "".join(seen)
+        proc.send_signal(signal.SIGTERM)
+        err = "".join(seen) + proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
     assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
