@@ -539,3 +539,55 @@ def test_the_build_sizes_the_vector_storage_once(deploy, fmnist, monkeypatch, in
     client.build_index(timeout=120)
     assert calls == [len(base)]
     client.close()
+
+
+RETAIN = """
+import json, sys, threading
+import numpy as np, psutil
+from apps.vdb import database
+from apps.vdb.base import CollectionSpec, Endpoints
+from apps.vdb.faiss import build
+from apps.vdb.faiss.settings import FaissSettings
+if sys.argv[1] == "untrimmed":
+    build.release_freed_memory = lambda: None
+rss = lambda: psutil.Process().memory_info().rss
+del bytearray(30_000_000)[:]  # a long-lived worker has freed blocks of this size: glibc's mmap threshold rose
+endpoints = Endpoints.model_validate_json(sys.argv[2])
+client = database("faiss").client(FaissSettings(threads=1), endpoints)
+ivf = CollectionSpec(name="ivf", dim=128, metric="l2", index_type="ivf_flat", ivf_nlist=64)
+client.create_collection(ivf)
+before = rss()
+thread = threading.Thread(target=client.search, args=(np.ones((4, 128), np.float32), 10, 4))
+thread.start(); thread.join()  # in a thread, as an in-process engine's client pool searches
+loaded = rss()
+client.close()
+print(json.dumps({"loaded": loaded - before, "kept": rss() - before}))
+"""
+
+
+def test_closing_a_client_returns_the_index_memory_to_the_system(deploy) -> None:
+    """An IVF index's lists (800 KB each here), read in a process whose mmap threshold has risen, stay
+    resident after the index is freed (the precondition, checked without the trim); the client's close
+    hands them back, so a Parsl worker's next task does not start with the last one's index."""
+    endpoints, new_client = deploy
+    writer = new_client()
+    writer.create_collection(
+        CollectionSpec(name="ivf", dim=128, metric="l2", index_type="ivf_flat", ivf_nlist=64)
+    )
+    rows = np.random.default_rng(0).standard_normal((100_000, 128), dtype=np.float32)  # 51 MB
+    load(writer, rows, batch=10_000)
+    writer.build_index(timeout=300)
+    writer.close()
+    seen = {}
+    for mode in ("untrimmed", "trimmed"):
+        done = subprocess.run(
+            [sys.executable, "-c", RETAIN, mode, endpoints.model_dump_json()],
+            capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    index_bytes = rows.nbytes
+    released = {mode: s["loaded"] - s["kept"] for mode, s in seen.items()}
+    assert min(s["loaded"] for s in seen.values()) > 0.8 * index_bytes, seen  # the search loaded the index
+    assert released["untrimmed"] < 0.3 * index_bytes, f"precondition: freed lists stay resident: {seen}"
+    assert released["trimmed"] > 0.8 * index_bytes, seen

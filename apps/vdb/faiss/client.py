@@ -242,9 +242,11 @@ class FaissClient(Client):
         )
 
     def close(self) -> None:
-        """Detach and release the loaded index (freed when no other client of the process holds it)."""
+        """Detach and release the loaded index (freed when no other client of the process holds it), and
+        return the freed memory to the system, not to this worker's next task (``release_freed_memory``)."""
         self.spec = self.store = None
         self.held.clear()
+        build.release_freed_memory()
 
 
 def connect(settings: FaissSettings, endpoints: Endpoints, client_index: int = 0) -> Client:
