@@ -67,10 +67,9 @@ COSTS: dict[tuple[str, str, str], EngineCost] = {
     # FAISS HNSW: `--sizes 100000 1000000 --engines faiss` (2026-11-27), after its build sized the vector
     # storage once (apps/vdb/faiss/build.reserve_storage): no more growth copies in the peak.
     ("faiss", "hnsw", "none"): EngineCost(1.17, 2.02, 840, 183_953, 2_746, measured_processes=2),
-    # Every other index x quantisation built here: `--matrix` (20,000 and 100,000 rows, 2026-11-27), each
-    # figure its ratio to the engine's HNSW float32 in that run times the row above (one anchor per engine;
-    # FAISS's IVF rows rest on its earlier HNSW row, 1.49 copies and 1,767 MiB: the storage sized once, which
-    # lowered that row, is a change to the hnsw and flat builds only).
+    # Every other index x quantisation built here: `--matrix` (20,000 and 100,000 rows, 2026-11-27; FAISS's:
+    # `--matrix --sizes 100000 1000000 --engines faiss`, 2026-11-27 19:16-19:31), each figure its ratio to the
+    # engine's HNSW float32 in that run times the row above (one anchor per engine).
     ("qdrant", "hnsw", "scalar"): EngineCost(4.73, 1.26, 596, 42_800, 5_333, measured_processes=2),
     ("qdrant", "hnsw", "pq"): EngineCost(4.2, 1.05, 718, 43_519, 1_064, measured_processes=2),
     ("qdrant", "hnsw", "bq"): EngineCost(4.53, 1.02, 736, 40_282, 6_067, measured_processes=2),
@@ -87,9 +86,9 @@ COSTS: dict[tuple[str, str, str], EngineCost] = {
     ("weaviate", "flat", "bq"): EngineCost(2.65, 2.16, 345, 10_079, None),
     ("weaviate", "dynamic", "none"): EngineCost(2.23, 1.35, 382, 606, None),
     ("weaviate", "dynamic", "bq"): EngineCost(1.06, 1.47, 402, 838, None),
-    ("faiss", "ivf_flat", "none"): EngineCost(0.95, 2.02, 1_802, 143_621, 44_019, measured_processes=2),
-    ("faiss", "ivf_pq", "none"): EngineCost(1.83, 1.07, 1_855, 174_923, 7_901, measured_processes=2),
-    ("faiss", "flat", "none"): EngineCost(1.22, 2.02, 890, 158_200, None, measured_processes=2),
+    ("faiss", "ivf_flat", "none"): EngineCost(1.75, 2.02, 554, 196_830, 93_831, measured_processes=2),
+    ("faiss", "ivf_pq", "none"): EngineCost(0.25, 1.07, 966, 193_151, 40_751, measured_processes=2),
+    ("faiss", "flat", "none"): EngineCost(1.32, 2.02, 974, 187_632, 84_302, measured_processes=2),
 }
 
 
