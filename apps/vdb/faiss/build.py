@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import os
 import threading
@@ -246,9 +245,8 @@ LOADED = Loaded()
 @functools.cache
 def _malloc_trim() -> Any:
     """glibc's ``malloc_trim``, or None (another C library, another system)."""
-    name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
+        return ctypes.CDLL(None).malloc_trim  # the symbols of the process, glibc's among them
     except (OSError, AttributeError):
         return None
 
