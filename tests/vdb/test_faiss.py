@@ -551,7 +551,8 @@ from apps.vdb.faiss.settings import FaissSettings
 if sys.argv[1] == "untrimmed":
     build.release_freed_memory = lambda: None
 rss = lambda: psutil.Process().memory_info().rss
-del bytearray(30_000_000)[:]  # a long-lived worker has freed blocks of this size: glibc's mmap threshold rose
+block = bytearray(30_000_000)  # a long-lived worker has freed blocks of this size ...
+del block  # ... which raised glibc's mmap threshold past an inverted list's size
 endpoints = Endpoints.model_validate_json(sys.argv[2])
 client = database("faiss").client(FaissSettings(threads=1), endpoints)
 ivf = CollectionSpec(name="ivf", dim=128, metric="l2", index_type="ivf_flat", ivf_nlist=64)
