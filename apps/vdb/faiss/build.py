@@ -16,8 +16,6 @@ complete index, or none; never a partial one.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
 import threading
 import uuid
@@ -240,26 +238,3 @@ class Loaded:
 
 
 LOADED = Loaded()
-
-
-@functools.cache
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None (another C library, another system)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim  # the symbols of the process, glibc's among them
-    except (OSError, AttributeError):
-        return None
-
-
-def release_freed_memory() -> None:
-    """Hand the memory this process has freed back to the system (glibc's ``malloc_trim(0)``).
-
-    An IVF index keeps each inverted list in an allocation of its own, a few MB. Once a long-lived process
-    has freed any block of up to 32 MB, glibc's mmap threshold has risen past that size, so the lists come
-    from its heaps, and freeing the index leaves them resident: a 1M x 384 IVF-flat index read in a Parsl
-    worker for a query kept 1.5 GB in it through every later point of the sweep (a standalone read: 1.2 of
-    1.5 GB kept, 42 MiB after the trim).
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)

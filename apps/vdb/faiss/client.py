@@ -28,6 +28,7 @@ from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, Sear
 from apps.vdb.faiss import build
 from apps.vdb.faiss.rows import RowStore
 from apps.vdb.faiss.settings import FaissSettings
+from core import memory
 from core.store import atomic_write_json
 
 
@@ -243,10 +244,10 @@ class FaissClient(Client):
 
     def close(self) -> None:
         """Detach and release the loaded index (freed when no other client of the process holds it), and
-        return the freed memory to the system, not to this worker's next task (``release_freed_memory``)."""
+        return the freed memory to the system, not to this worker's next task (:mod:`core.memory`)."""
         self.spec = self.store = None
         self.held.clear()
-        build.release_freed_memory()
+        memory.release_freed_memory()
 
 
 def connect(settings: FaissSettings, endpoints: Endpoints, client_index: int = 0) -> Client:

@@ -18,6 +18,7 @@ from apps.vdb.process import directory_bytes
 from apps.vdb.qdrant.client import DISTANCE, QdrantClientBase, knob
 from apps.vdb.qdrant.handles import EDGE
 from apps.vdb.qdrant.storage import edge_quantization, edge_search_params, plan
+from core import memory
 
 
 class _EdgeHandle:
@@ -171,10 +172,12 @@ class EdgeClient(QdrantClientBase):
         )
 
     def close(self) -> None:
-        """Release this client's reference to the shared shard."""
+        """Release this client's reference to the shared shard (closed with the last one), and return the
+        freed memory to the system, not to this worker's next task (:mod:`core.memory`)."""
         if self.spec is not None:
             EDGE.release(str(self._path(self.spec)))
             self.spec = None
+            memory.release_freed_memory()
 
 
 def persisted_storage(config: dict) -> dict[str, str | bool | None]:
