@@ -37,14 +37,6 @@ class ResourcePlan:
     queries: int | None = None  # the dataset's queries, when known
     queries_assumed: bool = False  # some point's query count was assumed (_ASSUMED_QUERIES)
 
-    def print_warnings(self, console: Any) -> None:
-        """The warnings kept (``vdb.resource_check: warn``, estimates beyond a timeout) on a rich console.
-        Escaped: a point's label holds brackets (``[medium=memory]``) that rich would take as markup."""
-        from rich.markup import escape
-
-        for line in self.warnings:
-            console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
-
 
 @dataclass(frozen=True)
 class Capacity:

@@ -17,6 +17,7 @@ from core.errors import PipelineError
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
 from core.store import os_error_reason
 from core.watchdog import REGISTRY_VAR, RUN_VAR
+from pipeline.cli.output import warn
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan import Plan, build_plan
 from pipeline.provenance import Provenance, create_run_dir
@@ -81,8 +82,8 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     """
     console = console or Console(stderr=True)
     plan: Plan = build_plan(loaded)
-    if plan.resources:
-        plan.resources.print_warnings(console)
+    for line in plan.resources.warnings if plan.resources else []:
+        warn(line, console)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)

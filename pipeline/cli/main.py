@@ -18,7 +18,7 @@ from core.errors import PipelineError
 from core.lifetime import Terminated, stop_on_sigterm
 from pipeline.cli import results as cli_results
 from pipeline.cli.dataset import app as dataset_app
-from pipeline.cli.output import console, out
+from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
 from pipeline.config import variants
@@ -295,8 +295,8 @@ def _client_and_driver_line(plan: Plan) -> str:
 
 
 def _resource_warnings(plan: Plan) -> None:
-    if plan.resources:
-        plan.resources.print_warnings(console)
+    for line in plan.resources.warnings if plan.resources else []:
+        warn(line)
 
 
 def _input_line(plan: Plan) -> str:

@@ -22,9 +22,9 @@ def error(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def warn(message: str) -> None:
-    """Print ``warning: message`` (escaped, as ``error``) and go on."""
-    console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+def warn(message: str, to: Console | None = None) -> None:
+    """Print ``warning: message`` (escaped, as ``error``) on ``to`` (default: :data:`console`) and go on."""
+    (to or console).print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def fail(exc: PipelineError) -> NoReturn:

@@ -175,7 +175,8 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
     assert any("fig2-media-qdrant[medium=memory]' cannot fit" in line for line in plan.warnings)
     shown = Console(file=io.StringIO(), width=400)  # what validate, plan and run print
-    plan.print_warnings(shown)
+    for line in plan.warnings:
+        output.warn(line, shown)
     lines = shown.file.getvalue().splitlines()
     assert len(lines) == len(plan.warnings) and all(line.startswith("warning: point '") for line in lines)
     refused = "warning: point 'fig2-media-qdrant[medium=memory]' cannot fit"
