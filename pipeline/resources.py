@@ -17,7 +17,8 @@ from typing import Any
 import psutil
 
 from apps.vdb import runs_in_process
-from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate, gib
+from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
+from core.format import size
 from pipeline.config.loader import LoadedConfig
 
 # The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
@@ -109,7 +110,7 @@ def problems(point_estimate: PointEstimate, node: Capacity) -> list[str]:
     found = []
     e = point_estimate
     if node.memory is not None and e.node_memory > node.memory:
-        found.append(f"about {gib(e.node_memory)} of memory per node, {node.where} has {gib(node.memory)}")
+        found.append(f"about {size(e.node_memory)} of memory per node, {node.where} has {size(node.memory)}")
     limits = {
         "memory": ("/dev/shm", node.shm),
         "ssd": ("node-local SSD", node.ssd),
@@ -118,8 +119,8 @@ def problems(point_estimate: PointEstimate, node: Capacity) -> list[str]:
     if e.medium in limits:
         what, limit = limits[e.medium]
         if limit is not None and e.node_disk > limit:
-            has = f"has {gib(limit)}" if limit else "has none"
-            found.append(f"about {gib(e.node_disk)} of data on {what} per node, {node.where} {has}")
+            has = f"has {size(limit)}" if limit else "has none"
+            found.append(f"about {size(e.node_disk)} of data on {what} per node, {node.where} {has}")
     return found
 
 
@@ -177,9 +178,9 @@ def resource_plan(
         on_client_node = (found.client_processes or 0) * (found.client_memory or 0)
         if node.clients_apart and node.memory is not None and on_client_node > node.memory:
             _check(loaded, plan, point, [
-                f"about {gib(on_client_node)} of memory for its {found.client_processes} client processes "
-                f"on one client node (about {gib(found.client_memory)} each: a row group, or {sent:,} "
-                f"queries), {node.where} has {gib(node.memory)}"
+                f"about {size(on_client_node)} of memory for its {found.client_processes} client processes "
+                f"on one client node (about {size(found.client_memory)} each: a row group, or {sent:,} "
+                f"queries), {node.where} has {size(node.memory)}"
             ], ("insert", "clients_per_worker"), (
                 "(lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries, or the "
                 "client block's workers_per_node)"

@@ -146,8 +146,8 @@ FULL_DISK_BYTES = 64 * 2**20
 def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
     """When ``exc`` ended a run whose store's disk is full: the error to report instead (where, how much
     is free, what the resource plan estimated); None otherwise. Complete stages stay complete."""
-    from apps.vdb.resources import gib
     from core.errors import describe
+    from core.format import size
     from pipeline.dag import root_cause
     from pipeline.resources import disk_usage
 
@@ -158,12 +158,12 @@ def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
         return None
     estimates = [e.node_disk for _, e in (plan.resources.estimates if plan.resources else []) if e]
     need = (
-        f"; the resource plan estimated up to {gib(max(estimates))} of database data for one point"
+        f"; the resource plan estimated up to {size(max(estimates))} of database data for one point"
         if estimates
         else ""
     )
     return PipelineError(
-        f"the disk holding {plan.store} is full ({gib(usage.free)} free of {gib(usage.total)}){need}. "
+        f"the disk holding {plan.store} is full ({size(usage.free)} free of {size(usage.total)}){need}. "
         f"The run stopped with {describe(cause)}. Free space there, or set workdir on a larger disk, and run "
         "again: complete stages are kept, nothing half-written is taken as complete"
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps.vdb import runs_in_process
+from core.format import size
 
 MEASURED_DIM = 384
 MEASURED_CORES = 2  # the machine benchmarks/scale measured COSTS on (one worker: every core)
@@ -159,10 +160,10 @@ class PointEstimate:
             self.label,
             f"{self.rows:,} x {self.dim}",
             f"{self.ranks} ({self.ranks_per_node}/node)",
-            gib(self.rank_memory),
-            gib(self.node_memory),
-            f"{gib(self.node_disk)} {self.medium}",
-            f"{gib(self.client_memory)} x {self.client_processes}" if self.client_memory else "in rank",
+            size(self.rank_memory),
+            size(self.node_memory),
+            f"{size(self.node_disk)} {self.medium}",
+            f"{size(self.client_memory)} x {self.client_processes}" if self.client_memory else "in rank",
             duration(self.upload_s),
             self.index_cell(),
             self.basis,
@@ -174,11 +175,6 @@ class PointEstimate:
         if self.index_s is not None:
             return duration(self.index_s)
         return "in upload" if self.builds_index else "none"
-
-
-def gib(n_bytes: float) -> str:
-    """``12.3 GiB`` (or MiB below one GiB)."""
-    return f"{n_bytes / GIB:,.1f} GiB" if n_bytes >= GIB else f"{n_bytes / 2**20:,.0f} MiB"
 
 
 def duration(seconds: float) -> str:

@@ -273,7 +273,8 @@ def _resource_table(plan: Plan) -> None:
 
 def _client_and_driver_line(plan: Plan) -> str:
     """How the client and driver figures were estimated, and the driver's."""
-    from apps.vdb.resources import DRIVER_MEASURED_MIB, gib
+    from apps.vdb.resources import DRIVER_MEASURED_MIB
+    from core.format import size
 
     resources = plan.resources
     cfg = plan.config
@@ -289,7 +290,7 @@ def _client_and_driver_line(plan: Plan) -> str:
         f"memory/client: each client process (x how many share a client node) holds one row group of "
         f"{cfg.dataset.row_group_rows:,} rows or {queries} (at most vdb.query.max_queries)"
         f"{assumed if resources.queries_assumed else ''}. driver (the DAG and the report): about "
-        f"{gib(resources.driver_memory)} ({DRIVER_MEASURED_MIB} MiB measured, the base vectors the report "
+        f"{size(resources.driver_memory)} ({DRIVER_MEASURED_MIB} MiB measured, the base vectors the report "
         f"fetches{prefix})"
     )
 

@@ -231,7 +231,7 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     for engine in ("qdrant", "milvus", "weaviate", "faiss"):
         assert f"│ {engine}" in table
     assert "1,000 x 784" in table
-    assert "│ 227 MiB x 2" in table  # milvus: one insert worker, two client processes
+    assert "│ 226.8 MiB x 2" in table  # milvus: one insert worker, two client processes
     assert "memory/client: each client process (x how many share a client node)" in result.stdout
     assert "or 500 queries" in result.stdout  # fmnist1k's own count
     assert "driver (the DAG and the report): about 3" in result.stdout
@@ -278,6 +278,6 @@ def test_a_full_disk_is_named_with_where_and_the_estimate(
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10 * GIB, 10 * GIB - 2**20, 2**20))
     message = str(workflow.disk_full_error(plan, error))
-    assert message.startswith(f"the disk holding {tmp_path / 'store'} is full (1 MiB free of 10.0 GiB)")
+    assert message.startswith(f"the disk holding {tmp_path / 'store'} is full (1.0 MiB free of 10.0 GiB)")
     assert "the resource plan estimated up to" in message
     assert "stopped with RuntimeError: basic_ios::clear: iostream error" in message
