@@ -33,6 +33,8 @@ OUT = REPO / "benchmarks" / "out"
 SAMPLE = REPO / "datasets" / "pes2o-sample" / "s2ag-2k.jsonl.gz"
 TERMS = REPO / "datasets" / "bvbrc-roles" / "functional_roles-2k.txt"
 LOCAL_CONFIG = REPO / "configs" / "local.yaml"
+# ../shared/data beside the clone (real corpora, ANN sets, the Qwen tokenizer), or where the variable says
+SHARED_DATA = Path(os.environ.get("PIPELINE_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

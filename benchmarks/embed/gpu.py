@@ -88,8 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--tokenizer",
         type=Path,
-        default=Path(os.environ.get("PIPELINE_SHARED_DATA", common.REPO.parent / "shared" / "data"))
-        / "qwen-tokenizer",
+        default=common.SHARED_DATA / "qwen-tokenizer",
         help="a Qwen2 vocabulary (vocab.json, merges.txt, tokenizer_config.json); default "
         "../shared/data/qwen-tokenizer",
     )

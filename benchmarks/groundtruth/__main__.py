@@ -42,7 +42,7 @@ from benchmarks import common
 
 NAME = "groundtruth"
 TARGET = 1.0
-ANN = common.REPO.parent / "shared" / "data" / "ann"
+ANN = common.SHARED_DATA / "ann"
 
 
 @dataclass

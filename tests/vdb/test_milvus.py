@@ -28,8 +28,9 @@ from apps.vdb.milvus.client import MilvusVectorClient
 from apps.vdb.milvus.deploy import MilvusDeployment, write_config
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import free_ports
+from tests.conftest import SHARED
 
-DATA = Path("/work/shared/data/ann/fmnist1k")
+DATA = SHARED / "ann" / "fmnist1k"
 MILVUS = database("milvus")
 
 

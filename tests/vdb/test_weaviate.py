@@ -25,8 +25,9 @@ from apps.vdb.weaviate.client import WeaviateClient, class_name
 from apps.vdb.weaviate.deploy import WeaviateDeployment
 from apps.vdb.weaviate.rest import node_key, rest_json
 from apps.vdb.weaviate.settings import WeaviateSettings
+from tests.conftest import SHARED
 
-DATA = Path("/work/shared/data/ann/fmnist1k")
+DATA = SHARED / "ann" / "fmnist1k"
 K = 10
 
 

@@ -29,8 +29,9 @@ from apps.interchange.vecs import read_vecs
 from apps.vdb.config import VdbConfig
 from apps.vdb.stages.mixed_config import MixedConfig
 from core.store import write_parquet_atomic
+from tests.conftest import SHARED
 
-DATA = Path("/work/shared/data/ann/fmnist1k")
+DATA = SHARED / "ann" / "fmnist1k"
 
 
 def write_dataset(directory: Path, vectors: np.ndarray, parts: int = 2, row_group: int = 100) -> Path:
