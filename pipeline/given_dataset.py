@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from apps.dataset.groundtruth import stage as gt_stage
+from apps.dataset.layout import dataset_problems, own_files
 from apps.interchange.importer import import_target
 from core.errors import InputDataError
-from core.store import complete_manifest, content_key, verify_files
+from core.store import complete_manifest, content_key, read_manifest
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_dimension, check_rows
 from pipeline.resources import resource_plan
@@ -70,19 +71,16 @@ def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
 def _given_manifest(loaded: LoadedConfig, folder: Path) -> dict[str, Any]:
     """The manifest of a stored dataset folder, refused unless complete with its queries and ground truth."""
     where = ("dataset", "stored")
-    manifest = complete_manifest(folder)
+    manifest = read_manifest(folder)
     if manifest is None:
-        raise loaded.error_at(
-            where, f"{folder} is not a complete dataset (no manifest.json, or parts missing)"
-        )
-    extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
-    if len(extra) < 2:
+        raise loaded.error_at(where, f"{folder} is not a complete dataset (no manifest.json)")
+    if len(own_files(manifest)) < 2:
         raise loaded.error_at(
             where,
             f"{folder} holds no queries or ground truth of its own (a dataset a run generated keeps them "
             "in store/queries and store/groundtruth): run the config that made it instead",
         )
-    problems = verify_files(folder, extra)
+    problems = dataset_problems(folder, manifest)
     if problems:
         raise loaded.error_at(where, f"{folder} is damaged: {problems[0]}")
     return manifest

@@ -27,6 +27,7 @@ from core.store import (
     atomic_write_json,
     atomic_write_text,
     read_manifest,
+    verify_files,
 )
 
 
@@ -88,6 +89,20 @@ def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     # A writable float32 copy: zero-copy views are read-only, which torch.from_numpy warns about.
     # flatten(), not .values: .values is the whole child array, ignoring a slice's offset and length.
     return np.array(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+
+
+def own_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The queries and ground truth a dataset keeps beside its parts (an imported or drawn one; a dataset
+    a run generated keeps them in store/queries and store/groundtruth): their manifest entries."""
+    return [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+
+
+def dataset_problems(dataset_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    """What is wrong with the files of a dataset folder: each part's size, and its own queries' and ground
+    truth's size and sha256 (small files, read whole); empty when it is whole."""
+    return verify_files(dataset_dir, manifest.get("files", [])) + verify_files(
+        dataset_dir, own_files(manifest), checksums=True
+    )
 
 
 # What an interrupted dataset directory of this pipeline holds before its first shard record: parts,

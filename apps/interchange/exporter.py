@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.dataset.layout import iter_vectors
+from apps.dataset.layout import dataset_problems, iter_vectors
 from apps.interchange import vecs
 from apps.interchange.formats import HDF5_DISTANCE, list_matrix, parquet_file
 from core.errors import ArtifactError, ConfigError, InputDataError
@@ -37,7 +37,6 @@ from core.store import (
     os_error_reason,
     read_manifest,
     staged_directory,
-    verify_files,
 )
 
 EXPORT_FORMATS = ("fvecs", "bvecs", "fbin", "u8bin", "i8bin", "npy", "hdf5", "vdbbench")
@@ -74,10 +73,7 @@ def locate(
     manifest = _manifest(dataset_dir)
     if manifest is None or manifest.get("stage") != "embed":
         raise InputDataError(f"{dataset_dir}: not a complete dataset (no dataset manifest.json)")
-    own = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
-    problems = verify_files(dataset_dir, manifest.get("files", [])) + verify_files(
-        dataset_dir, own, checksums=True
-    )
+    problems = dataset_problems(dataset_dir, manifest)
     if problems:
         raise ArtifactError(f"{dataset_dir}: damaged dataset ({problems[0]}); import or build it again")
 

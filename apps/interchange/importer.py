@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
-from apps.dataset.layout import METADATA_KEY, iter_vectors, vectors_to_arrow
+from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
 from apps.interchange.formats import Source, canonical_format, first_bad_row, open_source
 from core.errors import ArtifactError, InputDataError
@@ -43,7 +43,6 @@ from core.store import (
     read_manifest,
     sha256_file,
     staged_directory,
-    verify_files,
     write_parquet_atomic,
 )
 
@@ -251,9 +250,8 @@ def _cached(final: Path) -> dict[str, Any] | None:
     if not isinstance(manifest, dict):
         problems = [f"{final / MANIFEST}: missing or not readable JSON"]
     else:
-        extra = [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
-        problems = verify_files(final, manifest.get("files", [])) + verify_files(final, extra, checksums=True)
-        if not extra:
+        problems = dataset_problems(final, manifest)
+        if not own_files(manifest):
             problems.append(f"{final / MANIFEST}: lists no queries or ground truth")
     if problems:
         raise ArtifactError(

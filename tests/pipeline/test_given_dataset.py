@@ -179,6 +179,26 @@ def test_a_name_not_in_the_store_is_refused_naming_the_field(stored, write_confi
     assert "datasets in it: fm" in str(error.value)
 
 
+def test_a_damaged_stored_dataset_is_refused_naming_its_file(stored, tmp_path, write_config) -> None:
+    """A part cut short, or queries changed in place (same size: only the checksum shows it), is refused at
+    ``plan`` naming the file, not run against the wrong vectors."""
+    for damage in ("part", "queries"):
+        folder = tmp_path / damage
+        shutil.copytree(next((stored / "store" / "datasets").iterdir()), folder)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        target = folder / (manifest["files"][0] if damage == "part" else manifest["queries"])["file"]
+        target.chmod(0o644)
+        if damage == "part":
+            target.write_bytes(target.read_bytes()[:-100])
+        else:
+            data = bytearray(target.read_bytes())
+            data[-1] ^= 0xFF
+            target.write_bytes(bytes(data))
+        message = _refusal(write_config, given_config(stored, {"name": "fm", "stored": str(folder)}))
+        assert f"dataset.stored: {folder} is damaged: {target}: " in message
+        assert ("bytes, manifest says" if damage == "part" else "sha256 differs") in message
+
+
 def test_a_metric_other_than_the_datasets_is_refused(stored, write_config) -> None:
     config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 10, "metric": "cosine"})
     assert "groundtruth.metric: cosine differs from the dataset's metric l2" in _refusal(write_config, config)
