@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from core.config import Strict
 from core.errors import InputDataError
@@ -60,6 +60,12 @@ class ShardingConfig(Strict):
     bytes_per_shard: int | None = Field(
         None, ge=1024, description="Target UTF-8 text bytes per shard; overrides docs_per_shard when set."
     )
+
+    @model_validator(mode="after")
+    def _one_limit_set(self) -> ShardingConfig:
+        if self.docs_per_shard is None and self.bytes_per_shard is None:
+            raise ValueError("set docs_per_shard or bytes_per_shard (both are null)")
+        return self
 
 
 STAGE_VERSION = "1"

@@ -49,6 +49,15 @@ def test_wrong_type_shows_value(write_config, small_corpus, tmp_path) -> None:
     assert "'many'" in str(info.value)
 
 
+def test_sharding_without_a_limit_is_refused(write_config, small_corpus, tmp_path) -> None:
+    """docs_per_shard: null with no bytes_per_shard passed validate and ended the run in a TypeError."""
+    path = write_config(base_config(small_corpus, tmp_path, sharding={"docs_per_shard": None}))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "docs_per_shard" in text)
+    assert f"line {line - 1}: sharding: Value error, set docs_per_shard or bytes_per_shard" in str(info.value)
+
+
 def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) -> None:
     config = base_config(
         small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10, "chunk_overlap": 20}
