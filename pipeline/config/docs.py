@@ -92,7 +92,9 @@ def render() -> str:
         "",
         "Generated from the pydantic models in `pipeline/config/model.py` and the database adapters by",
         "`python -m pipeline.config.docs > docs/configuration.md`; do not edit by hand.",
-        "Unknown keys are rejected everywhere. String values may use `${VAR}` or `${VAR:-default}`.",
+        "Unknown keys are rejected everywhere. String values may use `${VAR}` or `${VAR:-default}` "
+        "(the default also when VAR is set to nothing, as in a shell); `validate` names every unset "
+        "variable at once.",
         "Paths of input data are relative to the configuration file; `workdir` to the current directory.",
         "A union of sections is chosen by its `method`, `platform` or `name` field.",
         "",

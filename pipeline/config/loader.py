@@ -171,27 +171,44 @@ def _refuse_coerced_booleans(
 
 
 def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -> Any:
-    """Replace ${NAME} / ${NAME:-default} in every string scalar, keeping structure."""
+    """Replace ${NAME} / ${NAME:-default} in every string scalar, keeping structure. The default, as in a
+    shell, also stands in for a variable set to nothing. Every unset variable is named in one error."""
+    missing: list[tuple[str, int | None, tuple]] = []
+    result = _substitute(value, node, where, missing)
+    if missing:
+        first: dict[str, tuple[int | None, tuple]] = {}  # each variable where it is first used
+        for name, line, at in missing:
+            first.setdefault(name, (line, at))
+        (name, (line, at)), *rest = first.items()
+        others = ", ".join(f"{n} ({f'line {ln}, ' if ln else ''}{_dotted(w)})" for n, (ln, w) in rest)
+        raise ConfigError(
+            f"{_dotted(at)}: environment variable {name} is not set (use ${{{name}:-default}} for a default)"
+            + (f"; also not set: {others}" if others else ""),
+            file=str(path),
+            line=line,
+        )
+    return result
+
+
+def _substitute(value: Any, node: yaml.Node | None, where: tuple, missing: list) -> Any:
+    """``_interpolate``'s walk: unset variables without a default are appended to ``missing``."""
     if isinstance(value, dict):
-        return {k: _interpolate(v, _child(node, k), path, (*where, k)) for k, v in value.items()}
+        return {k: _substitute(v, _child(node, k), (*where, k), missing) for k, v in value.items()}
     if isinstance(value, list):
-        return [_interpolate(v, _child(node, i), path, (*where, i)) for i, v in enumerate(value)]
+        return [_substitute(v, _child(node, i), (*where, i), missing) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
-        if name in os.environ:
+        if os.environ.get(name):
             return os.environ[name]
         if default is not None:
             return default
-        line = node.start_mark.line + 1 if node is not None else None
-        raise ConfigError(
-            f"{_dotted(where)}: environment variable {name} is not set "
-            f"(use ${{{name}:-default}} for a default)",
-            file=str(path),
-            line=line,
-        )
+        if name in os.environ:  # set to nothing, no default: nothing, as in a shell
+            return ""
+        missing.append((name, node.start_mark.line + 1 if node is not None else None, where))
+        return match.group(0)
 
     return _ENV_PATTERN.sub(substitute, value)
 

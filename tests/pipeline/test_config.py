@@ -85,6 +85,32 @@ def test_env_missing_is_an_error(write_config, small_corpus, tmp_path) -> None:
     assert "workdir" in str(info.value)
 
 
+def test_every_unset_variable_is_named_at_once(write_config, small_corpus, tmp_path, monkeypatch) -> None:
+    """A site config with several variables unset is fixed in one round, not one variable per validate;
+    a variable set to nothing takes its default, as in a shell."""
+    monkeypatch.setenv("TEST_EMPTY_NAME", "")
+    monkeypatch.delenv("UNSET_A", raising=False)
+    monkeypatch.delenv("UNSET_B", raising=False)
+    config = base_config(small_corpus, tmp_path, name="${TEST_EMPTY_NAME:-fallback}")
+    config["workdir"] = "${UNSET_A}/${UNSET_B}"
+    config["sharding"] = {"docs_per_shard": "${UNSET_A}"}
+    path = write_config(config)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    lines = path.read_text().splitlines()
+    workdir, shard = (
+        next(i for i, t in enumerate(lines, 1) if t.strip().startswith(k)) for k in ("workdir", "docs_")
+    )
+    assert str(info.value) == (
+        f"{path}:{workdir}: workdir: environment variable UNSET_A is not set (use ${{UNSET_A:-default}} "
+        f"for a default); also not set: UNSET_B (line {workdir}, workdir)"
+    )
+    assert f"line {shard}" not in str(info.value)  # each variable named once, where it is first used
+    config["workdir"] = str(tmp_path / "wd")
+    config["sharding"] = {"docs_per_shard": 10}
+    assert load_config(write_config(config)).config.name == "fallback"
+
+
 def test_missing_corpus_path_names_field(write_config, tmp_path) -> None:
     path = write_config(base_config(tmp_path / "nope.jsonl", tmp_path))
     with pytest.raises(ConfigError) as info:
