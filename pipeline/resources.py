@@ -176,12 +176,16 @@ def resource_plan(
             f"{medium}); load fewer rows (vdb.insert.rows), use more nodes"
         ))  # fmt: skip
         on_client_node = (found.client_processes or 0) * (found.client_memory or 0)
-        if node.clients_apart and node.memory is not None and on_client_node > node.memory:
+        # On HPC the clients have their own nodes; a local run's share this machine with the database.
+        beside = 0.0 if node.clients_apart else found.node_memory
+        if node.memory is not None and on_client_node and beside + on_client_node > node.memory:
+            each = f"about {size(found.client_memory)} each: a row group, or {sent:,} queries"
+            place = f"beside the database's {size(beside)}" if beside else "on one client node"
+            by_queries = max(point.config.query.clients) == found.client_processes
             _check(loaded, plan, point, [
                 f"about {size(on_client_node)} of memory for its {found.client_processes} client processes "
-                f"on one client node (about {size(found.client_memory)} each: a row group, or {sent:,} "
-                f"queries), {node.where} has {size(node.memory)}"
-            ], ("insert", "clients_per_worker"), (
+                f"({each}) {place}, {node.where} has {size(node.memory)}"
+            ], ("query", "clients") if by_queries else ("insert", "clients_per_worker"), (
                 "(lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries, or the "
                 "client block's workers_per_node)"
             ))  # fmt: skip

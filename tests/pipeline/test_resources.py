@@ -209,8 +209,25 @@ def test_a_client_node_that_cannot_hold_its_clients_is_refused(fixed_env: None, 
     path, line = edited_polaris(tmp_path, "    clients_per_worker: 4\n", "    clients_per_worker: 1024\n")
     message = refusal(path)
     assert message.startswith(f"{path}:{line}: vdb.insert.clients_per_worker: point 'qdrant' cannot fit:")
-    assert "for its 10240 client processes on one client node" in message
+    assert "for its 10240 client processes (about " in message
+    assert ") on one client node, a polaris node" in message
     assert "lower vdb.insert.clients_per_worker, vdb.query.clients or vdb.query.max_queries" in message
+
+
+def test_local_clients_beyond_this_machine_are_refused_at_their_field(tmp_path: Path) -> None:
+    """Locally the clients share the machine with the database: 100,000 query clients (a process each)
+    were planned without a word; they are refused at vdb.query.clients, beside the database's memory."""
+    text = (REPO / "configs" / "local-ann.yaml").read_text().replace("../datasets/", f"{REPO}/datasets/")
+    path = tmp_path / "local-ann.yaml"
+    path.write_text(text.replace("    clients: [1]\n", "    clients: [100000]\n", 1))
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "clients: [100000]" in t)
+    loaded = load_config(path)
+    with pytest.raises(ConfigError) as error:
+        resource_plan(loaded, loaded.config.vdb.points, 1000, 784, 500)
+    message = str(error.value)
+    assert message.startswith(f"{path}:{line}: vdb.query.clients: point 'milvus' cannot fit:"), message
+    assert "for its 100000 client processes (about " in message
+    assert "beside the database's " in message and ", this machine has " in message
 
 
 def test_ground_truth_blocks_beyond_a_gpus_memory_are_refused(fixed_env: None, tmp_path: Path) -> None:
