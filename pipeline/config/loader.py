@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from core.config import FieldError
 from core.errors import ConfigError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
@@ -274,6 +275,9 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
     first_line = None
     for err in exc.errors():
         loc = tuple(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, FieldError):  # a cross-field check naming its field
+            loc += cause.loc
         line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")

@@ -20,7 +20,7 @@ from apps.dataset.layout import DatasetConfig
 from apps.dataset.queries import QueriesConfig
 from apps.interchange.spec import ImportSpec
 from apps.vdb.config import CollectionConfig, InsertConfig, QuerySweepConfig, VdbConfig
-from core.config import Strict
+from core.config import FieldError, Strict
 from executors.config import ExecutorConfig, LocalExecutorConfig
 
 __all__ = [
@@ -116,7 +116,9 @@ class RunConfig(Strict):
     def _one_dataset_source(self) -> RunConfig:
         given = self.dataset
         if given.stored is not None and given.imported is not None:
-            raise ValueError("dataset.stored and dataset.imported both name the dataset: keep one")
+            raise FieldError(
+                ("dataset", "imported"), "dataset.stored and dataset.imported both name the dataset: keep one"
+            )
         if not given.given:
             missing = [name for name in ("corpus", "embedding") if getattr(self, name) is None]
             if missing:
@@ -131,9 +133,10 @@ class RunConfig(Strict):
         extra = [name for name in GENERATING_SECTIONS if getattr(self, name) != defaults.get(name)]
         extra += [f"dataset.{name}" for name in ("dir", "holdout_fraction") if getattr(given, name)]
         if extra:
-            raise ValueError(
+            raise FieldError(
+                tuple(extra[0].split(".")),
                 f"{source} takes the dataset, its queries and ground truth as they are: remove "
-                f"{', '.join(extra)} (they describe a dataset the run generates)"
+                f"{', '.join(extra)} (they describe a dataset the run generates)",
             )
         return self
 
@@ -145,7 +148,9 @@ class RunConfig(Strict):
     @model_validator(mode="after")
     def _holdout_queries_need_holdout(self) -> RunConfig:
         if self.queries and self.queries.source == "holdout" and self.dataset.holdout_fraction <= 0:
-            raise ValueError("queries.source 'holdout' needs dataset.holdout_fraction > 0")
+            raise FieldError(
+                ("queries", "source"), "queries.source 'holdout' needs dataset.holdout_fraction > 0"
+            )
         return self
 
     @model_validator(mode="after")
@@ -153,19 +158,24 @@ class RunConfig(Strict):
         if self.vdb is None:
             return self
         if self.queries is None and not self.dataset.given:
-            raise ValueError("vdb needs queries (and their ground truth) to measure recall")
+            raise FieldError(("vdb",), "vdb needs queries (and their ground truth) to measure recall")
         # every point's k: an entry may override vdb.query (apps/vdb/sweep.py)
         for point in self.vdb.points or [None]:
             query = point.config.query if point is not None else self.vdb.query
             if max(query.k) > self.groundtruth.k:
                 where = "vdb.query.k" if point is None else f"vdb.query.k of point {point.label!r}"
-                raise ValueError(f"{where} {max(query.k)} exceeds groundtruth.k {self.groundtruth.k}")
+                loc = ("query", "k") if point is None else self.vdb.written_loc(point, ("query", "k"))
+                raise FieldError(
+                    ("vdb", *loc), f"{where} {max(query.k)} exceeds groundtruth.k {self.groundtruth.k}"
+                )
         names = [
             db.name for db in self.vdb.databases
         ]  # one database twice: distinct labels (apps/vdb/sweep.py)
         unknown = set(self.vdb.optional) - set(names)
         if unknown:
-            raise ValueError(f"vdb.optional names databases not in vdb.databases: {sorted(unknown)}")
+            raise FieldError(
+                ("vdb", "optional"), f"vdb.optional names databases not in vdb.databases: {sorted(unknown)}"
+            )
         return self
 
     def resolve_path(self, value: str, base: Path) -> Path:

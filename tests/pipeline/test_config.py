@@ -58,6 +58,35 @@ def test_sharding_without_a_limit_is_refused(write_config, small_corpus, tmp_pat
     assert f"line {line - 1}: sharding: Value error, set docs_per_shard or bytes_per_shard" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("sections", "field", "at"),
+    [
+        ({"queries": {"source": "holdout"}}, "queries.source", "source: holdout"),
+        (
+            {
+                "vdb": {
+                    "databases": [
+                        {"name": "faiss"},
+                        {"name": "faiss", "label": "deep", "query": {"k": [5, 50]}},
+                    ]
+                }
+            },
+            "vdb.databases.1.query.k",
+            "k:",
+        ),
+        ({"vdb": {"databases": [{"name": "faiss"}], "optional": ["redis"]}}, "vdb.optional", "optional:"),
+    ],
+)
+def test_a_cross_field_error_points_at_its_field(write_config, small_corpus, tmp_path, sections, field, at):
+    """Checks that need two sections (holdout queries, k against the ground truth's, optional databases)
+    name the field and its line, not ``<top level>``."""
+    path = write_config(base_config(small_corpus, tmp_path, **sections))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    line = max(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith(at))
+    assert f"line {line}: {field}: Value error, " in str(info.value), str(info.value)
+
+
 def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) -> None:
     config = base_config(
         small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10, "chunk_overlap": 20}
