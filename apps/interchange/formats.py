@@ -57,6 +57,12 @@ class Source:
     metric: str | None = None  # what the file declares (HDF5's ``distance``), None when it says nothing
     ids_are_rows: bool = True  # neighbour ids are base row numbers (all but vdbbench)
     notes: list[str] = field(default_factory=list)
+    inside: dict[str, str] = field(default_factory=dict)  # role -> dataset name in the file (HDF5)
+
+    def where(self, role: str) -> str:
+        """The file holding ``role`` and, in an HDF5 file, the dataset inside it."""
+        inside = self.inside.get(role)
+        return f"{self.files[role]}: dataset {inside!r}" if inside else str(self.files[role])
 
     def check(self) -> None:
         """Shapes agree: queries' dimension with the base's, ground-truth rows with the queries."""
@@ -97,6 +103,37 @@ def first_bad_row(vectors: np.ndarray, path: Path, what: str, offset: int = 0) -
             raise InputDataError(f"{path}: {what} row {row} (0-based) holds NaN or an infinite value")
 
 
+# What a refused element type holds, for the message (numpy's own name is kept beside it).
+_KIND_NAMES = {
+    "U": "text",
+    "S": "bytes",
+    "O": "Python objects or variable-length strings",
+    "c": "complex numbers",
+    "V": "records or raw bytes",
+    "M": "dates",
+    "m": "time spans",
+    "b": "booleans",
+}
+
+
+def _type_name(dtype: np.dtype) -> str:
+    kind = _KIND_NAMES.get(dtype.kind)
+    return f"{dtype} ({kind})" if kind else str(dtype)
+
+
+def real_values(dtype: np.dtype, where: str, role: str) -> None:
+    """Refuse ``role`` values (base, query, distance) that are not real numbers: text or records fail the
+    float32 conversion without naming the file, and complex ones lose their imaginary part silently."""
+    if dtype.kind not in "biuf":
+        raise InputDataError(f"{where}: {role} values must be real numbers, not {_type_name(dtype)}")
+
+
+def integer_ids(dtype: np.dtype, where: str) -> None:
+    """Refuse neighbour ids that are not integers (floats would be truncated: 3.5 becomes row 3)."""
+    if dtype.kind not in "iu":
+        raise InputDataError(f"{where}: neighbour ids must be integers, not {_type_name(dtype)}")
+
+
 def canonical_format(name: str) -> str:
     """The family a format name (or alias) belongs to; InputDataError for an unknown one."""
     fmt = ALIASES.get(name.lower(), name.lower())
@@ -105,20 +142,29 @@ def canonical_format(name: str) -> str:
     return fmt
 
 
-def _row_batches(array: Any, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(row ids, float32 vectors) batches of anything sliceable by rows (memmap, VecsFile, h5py)."""
+def _named(path: Path | str, exc: Exception, where: str = "") -> str:
+    """``exc``'s message, led by ``path`` (and ``where``) unless the reader's message already names it."""
+    message = str(exc)
+    if message.startswith(str(path)):
+        return message
+    return f"{path}: {where}: {message}" if where else f"{path}: {message}"
+
+
+def _row_batches(array: Any, rows: int, path: Path | str) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(row ids, float32 vectors) batches of anything sliceable by rows (memmap, VecsFile, h5py) read
+    from ``path``."""
     total = len(array)
     for start in range(0, total, rows):
         stop = min(start + rows, total)
-        try:  # a VecsFile checks each row's dimension as it is read
+        try:  # a VecsFile checks each row's dimension as it is read; h5py raises OSError on a bad chunk
             vectors = np.asarray(array[start:stop], dtype=np.float32)
-        except ValueError as exc:  # the readers' messages start with the path and name the row
-            raise InputDataError(str(exc)) from None
+        except (ValueError, OSError) as exc:
+            raise InputDataError(_named(path, exc, f"rows {start}..{stop - 1}")) from None
         yield np.arange(start, stop, dtype=np.int64), vectors
 
 
-def _array_batches(array: Any) -> Callable[[int], Iterator[tuple[np.ndarray, np.ndarray]]]:
-    return lambda rows: _row_batches(array, rows)
+def _array_batches(array: Any, path: Path) -> Callable[[int], Iterator[tuple[np.ndarray, np.ndarray]]]:
+    return lambda rows: _row_batches(array, rows, path)
 
 
 def _opened(path: Path, opener: Callable[[Path], Any]) -> Any:
@@ -126,7 +172,7 @@ def _opened(path: Path, opener: Callable[[Path], Any]) -> Any:
     try:
         return opener(path)
     except ValueError as exc:  # the readers' messages start with the path
-        raise InputDataError(str(exc)) from None
+        raise InputDataError(_named(path, exc)) from None
     except OSError as exc:
         raise InputDataError(f"{path}: cannot read it: {exc.strerror or exc}") from None
 
@@ -251,17 +297,17 @@ def _open_triple(fmt: str, paths: list[Path]) -> Source:
         base = _opened(files["base"], vecs.open_npy)
         queries = _opened(files["queries"], vecs.open_npy)
         gt_ids, gt_distances = _opened(files["groundtruth"], vecs.open_npy), None
-        if gt_ids.dtype.kind not in "iu":
-            raise InputDataError(
-                f"{files['groundtruth']}: neighbour ids must be integers, not {gt_ids.dtype}"
-            )
         base_dtype = base.dtype.name
+    # .npy files may hold any element type (the others' types are fixed by their suffix)
+    real_values(base.dtype, str(files["base"]), "base")
+    real_values(queries.dtype, str(files["queries"]), "query")
+    integer_ids(gt_ids.dtype, str(files["groundtruth"]))
     return Source(
         files=files,
         rows=len(base),
         dim=int(base.shape[1]),
         base_dtype=base_dtype,
-        batches=_array_batches(base),
+        batches=_array_batches(base, files["base"]),
         query_ids=np.arange(len(queries), dtype=np.int64),
         queries=np.asarray(queries, dtype=np.float32),
         gt_ids=np.asarray(gt_ids, dtype=np.int64),
@@ -270,6 +316,19 @@ def _open_triple(fmt: str, paths: list[Path]) -> Source:
 
 
 # --- HDF5 (ann-benchmarks) ------------------------------------------------------------------------------
+
+
+# The ann-benchmarks datasets and what they hold (``distances`` is optional).
+_HDF5_ROLES = {"train": "base", "test": "query", "neighbors": "neighbour id", "distances": "distance"}
+
+
+def _h5_read(h5: Any, key: str, path: Path, dtype: Any) -> np.ndarray:
+    """Dataset ``key`` of an open HDF5 file as ``dtype``; h5py's OSError (a damaged chunk, a missing
+    filter) as an InputDataError naming the file and the dataset."""
+    try:
+        return np.asarray(h5[key], dtype)
+    except OSError as exc:
+        raise InputDataError(f"{path}: dataset {key!r}: cannot read it ({exc})") from None
 
 
 def _open_hdf5(paths: list[Path]) -> Source:
@@ -287,11 +346,22 @@ def _open_hdf5(paths: list[Path]) -> Source:
     except OSError as exc:
         raise InputDataError(f"{path}: not a readable HDF5 file ({exc})") from None
     with h5:  # queries and ground truth are read here; the base is reopened per pass (see batches)
-        for key in ("train", "test", "neighbors"):
+        for key, role in _HDF5_ROLES.items():
             if key not in h5:
+                if key == "distances":  # optional
+                    continue
                 raise InputDataError(f"{path}: no {key!r} dataset (found {', '.join(sorted(h5)) or 'none'})")
-            if h5[key].ndim != 2:
-                raise InputDataError(f"{path}: {key!r} has shape {h5[key].shape}, expected 2-D")
+            node = h5[key]
+            if not isinstance(node, h5py.Dataset):
+                raise InputDataError(
+                    f"{path}: {key!r} is an HDF5 {type(node).__name__.lower()}, not a dataset"
+                )
+            if node.ndim != 2:
+                raise InputDataError(f"{path}: {key!r} has shape {node.shape}, expected 2-D")
+            if key == "neighbors":
+                integer_ids(node.dtype, f"{path}: dataset {key!r}")
+            else:
+                real_values(node.dtype, f"{path}: dataset {key!r}", role)
         declared = h5.attrs.get("distance")
         if isinstance(declared, bytes):
             declared = declared.decode()
@@ -304,13 +374,13 @@ def _open_hdf5(paths: list[Path]) -> Source:
                 )
         rows, dim = (int(x) for x in h5["train"].shape)
         base_dtype = h5["train"].dtype.name
-        distances = np.asarray(h5["distances"], np.float32) if "distances" in h5 else None
-        queries = np.asarray(h5["test"], np.float32)
-        gt_ids = np.asarray(h5["neighbors"], np.int64)
+        distances = _h5_read(h5, "distances", path, np.float32) if "distances" in h5 else None
+        queries = _h5_read(h5, "test", path, np.float32)
+        gt_ids = _h5_read(h5, "neighbors", path, np.int64)
 
     def batches(batch_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         with h5py.File(path, "r") as base:  # h5py reads the slice asked for, nothing more
-            yield from _row_batches(base["train"], batch_rows)
+            yield from _row_batches(base["train"], batch_rows, f"{path}: dataset 'train'")
 
     return Source(
         files={"base": path, "queries": path, "groundtruth": path},
@@ -323,6 +393,7 @@ def _open_hdf5(paths: list[Path]) -> Source:
         gt_ids=gt_ids,
         gt_distances=distances,
         metric=metric,
+        inside={"base": "train", "queries": "test", "groundtruth": "neighbors"},
     )
 
 
@@ -333,8 +404,12 @@ def list_matrix(column: pa.ChunkedArray | pa.Array, path: Path, name: str, dtype
     """A list / fixed_size_list column of equal-length rows -> (n, width) array."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
-    if not (pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)):
-        raise InputDataError(f"{path}: column {name!r} is {column.type}, expected a list of numbers")
+    integral = np.dtype(dtype).kind in "iu"  # ids: floats would be truncated, not refused
+    is_list = pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type)
+    values = column.type.value_type if is_list else None
+    if values is None or not (pa.types.is_integer(values) or (pa.types.is_floating(values) and not integral)):
+        wanted = "integers" if integral else "numbers"
+        raise InputDataError(f"{path}: column {name!r} is {column.type}, expected a list of {wanted}")
     if len(column) == 0:
         return np.zeros((0, 0), dtype)
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
@@ -396,6 +471,9 @@ def _open_vdbbench(paths: list[Path]) -> Source:
     dim = list_matrix(first.column("emb"), base_path, "emb", np.float32).shape[1] if first else 0
     test = _read_all(test_path, ["id", "emb"])
     gt = _read_all(gt_path, ["id", "neighbors_id"])
+    for path, schema in ((base_path, train.schema_arrow), (test_path, test.schema), (gt_path, gt.schema)):
+        if not pa.types.is_integer(id_type := schema.field("id").type):
+            raise InputDataError(f"{path}: column 'id' is {id_type}, expected integers")
     query_ids = test.column("id").to_numpy().astype(np.int64)
     gt_query_ids = gt.column("id").to_numpy().astype(np.int64)
     if not np.array_equal(np.sort(query_ids), np.sort(gt_query_ids)):
@@ -434,6 +512,12 @@ def open_source(fmt: str, paths: list[str | Path]) -> Source:
     else:
         source = _open_triple(fmt, resolved)
     if source.rows == 0:
-        raise InputDataError(f"{source.files['base']}: the base holds no vectors")
+        raise InputDataError(f"{source.where('base')}: the base holds no vectors")
+    if source.dim == 0:
+        raise InputDataError(f"{source.where('base')}: the base's vectors have dimension 0")
+    if len(source.queries) == 0:
+        raise InputDataError(f"{source.where('queries')}: no queries (0 rows)")
+    if source.gt_ids.shape[1] == 0:  # every format's ground truth is 2-D by now
+        raise InputDataError(f"{source.where('groundtruth')}: no neighbours per query (k=0)")
     source.check()
     return source

@@ -122,8 +122,11 @@ def read_ibin_groundtruth(path: str | Path) -> tuple[np.ndarray, np.ndarray | No
     """
     path = Path(path)
     rows, k, size = _bin_header(path)
+    if rows == 0 or k == 0:  # else the size check below would contradict itself (8 bytes or 8)
+        empty = "no queries (0 rows)" if rows == 0 else "no neighbours per query (k=0)"
+        raise ValueError(f"{path}: header says {rows}x{k}: {empty}")
     ids_bytes = rows * k * 4
-    if size not in (8 + ids_bytes, 8 + 2 * ids_bytes) or k == 0:
+    if size not in (8 + ids_bytes, 8 + 2 * ids_bytes):
         raise ValueError(
             f"{path}: header says {rows}x{k}: expected {8 + ids_bytes} bytes (ids) or {8 + 2 * ids_bytes} "
             f"(ids and distances), the file has {size}"

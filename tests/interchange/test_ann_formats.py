@@ -598,3 +598,146 @@ def test_the_documented_keys_are_current(shared_data: Path, tmp_path: Path) -> N
         "bin", [bg / "base.10k.u8bin", bg / "query.100.u8bin", bg / "gt100.ibin"], "bigann10k", tmp_path
     )
     assert documented["bigann10k"] == made.directory.name.rsplit("-", 1)[1]
+
+
+# --- element types and empty shapes no format can import: one line naming the file (and HDF5 dataset) -----
+
+
+def _small_set() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """20 base vectors x 4, 3 queries and their exact top-5 (l2), all valid."""
+    base = np.random.default_rng(5).standard_normal((20, 4)).astype(np.float32)
+    queries = base[:3] + 0.01
+    order = np.argsort(((queries[:, None] - base[None]) ** 2).sum(-1), axis=1, kind="stable")
+    return base, queries, order[:, :5].astype(np.int32)
+
+
+def _npy_set(folder: Path, **arrays: np.ndarray) -> tuple[Path, Path, Path]:
+    base, queries, gt = _small_set()
+    folder.mkdir()
+    files = (folder / "base.npy", folder / "query.npy", folder / "groundtruth.npy")
+    for path, default in zip(files, (base, queries, gt), strict=True):
+        np.save(path, arrays.get(path.stem, default))
+    return files
+
+
+def _hdf5_set(path: Path, group: str | None = None, **arrays: np.ndarray) -> Path:
+    base, queries, gt = _small_set()
+    with h5py.File(path, "w") as h5:
+        for key, default in (("train", base), ("test", queries), ("neighbors", gt)):
+            if key == group:
+                h5.create_group(key).create_dataset("values", data=default)
+            else:
+                h5.create_dataset(key, data=arrays.get(key, default))
+    return path
+
+
+def _vdbbench_set(folder: Path, ids: list | None = None, neighbors: list | None = None) -> Path:
+    base, queries, gt = _small_set()
+    folder.mkdir()
+    pq.write_table(pa.table({"id": ids or list(range(20)), "emb": base.tolist()}), folder / "train.parquet")
+    pq.write_table(pa.table({"id": range(3), "emb": queries.tolist()}), folder / "test.parquet")
+    table = pa.table({"id": range(3), "neighbors_id": neighbors or gt.tolist()})
+    pq.write_table(table, folder / "neighbors.parquet")
+    return folder
+
+
+def _ibin_set(folder: Path, header: tuple[int, int]) -> list[Path]:
+    base, queries, _ = _small_set()
+    folder.mkdir()
+    files = [folder / "base.fbin", folder / "query.fbin", folder / "gt.ibin"]
+    vecs.write_bin(files[0], base.shape, [base])
+    vecs.write_bin(files[1], queries.shape, [queries])
+    files[2].write_bytes(np.array(header, "<u4").tobytes())
+    return files
+
+
+def _unimportable(tmp: Path, case: str) -> tuple[str, list[Path], str]:
+    """(format, paths, the message's expected text) of one bad-input case, made in ``tmp``."""
+    base, queries, gt = _small_set()
+    text = np.full(queries.shape, "a")
+    if case == "npy text queries":
+        b, q, g = _npy_set(tmp / "d", query=text)
+        return "npy", [tmp / "d"], f"{q}: query values must be real numbers, not <U1 (text)"
+    if case == "npy text base":
+        b, q, g = _npy_set(tmp / "d", base=np.full(base.shape, "a"))
+        return "npy", [tmp / "d"], f"{b}: base values must be real numbers, not <U1 (text)"
+    if case == "npy complex base":
+        b, q, g = _npy_set(tmp / "d", base=base.astype(np.complex64) + 1j)
+        return "npy", [tmp / "d"], f"{b}: base values must be real numbers, not complex64 (complex numbers)"
+    if case == "npy float ids":
+        b, q, g = _npy_set(tmp / "d", groundtruth=gt.astype(np.float32))
+        return "npy", [tmp / "d"], f"{g}: neighbour ids must be integers, not float32"
+    if case == "npy k=0":
+        b, q, g = _npy_set(tmp / "d", groundtruth=gt[:, :0])
+        return "npy", [tmp / "d"], f"{g}: no neighbours per query (k=0)"
+    if case == "npy no queries":
+        b, q, g = _npy_set(tmp / "d", query=queries[:0], groundtruth=gt[:0])
+        return "npy", [tmp / "d"], f"{q}: no queries (0 rows)"
+    h = tmp / "set.hdf5"
+    if case == "hdf5 text train":
+        _hdf5_set(h, train=np.full(base.shape, b"a"))
+        return "hdf5", [h], f"{h}: dataset 'train': base values must be real numbers, not |S1 (bytes)"
+    if case == "hdf5 train is a group":
+        _hdf5_set(h, group="train")
+        return "hdf5", [h], f"{h}: 'train' is an HDF5 group, not a dataset"
+    if case == "hdf5 complex test":
+        _hdf5_set(h, test=queries.astype(np.complex64))
+        return "hdf5", [h], f"{h}: dataset 'test': query values must be real numbers, not complex64"
+    if case in ("hdf5 fractional ids", "hdf5 float ids"):  # as .npy: a float type is refused, whole or not
+        _hdf5_set(h, neighbors=gt + (0.5 if case == "hdf5 fractional ids" else 0.0))
+        return "hdf5", [h], f"{h}: dataset 'neighbors': neighbour ids must be integers, not float64"
+    if case == "hdf5 k=0":
+        _hdf5_set(h, neighbors=gt[:, :0])
+        return "hdf5", [h], f"{h}: dataset 'neighbors': no neighbours per query (k=0)"
+    if case == "vdbbench text ids":
+        folder = _vdbbench_set(tmp / "v", ids=[f"d{i}" for i in range(20)])
+        return "vdbbench", [folder], f"{folder / 'train.parquet'}: column 'id' is string, expected integers"
+    if case in ("vdbbench text neighbours", "vdbbench float neighbours"):
+        ids = [[str(i) for i in row] for row in gt] if "text" in case else (gt + 0.5).tolist()
+        folder = _vdbbench_set(tmp / "v", neighbors=ids)
+        kind = "string" if "text" in case else "double"
+        return "vdbbench", [folder], (
+            f"{folder / 'neighbors.parquet'}: column 'neighbors_id' is list<element: {kind}>, "
+            "expected a list of integers"
+        )  # fmt: skip
+    rows, k = {"ibin k=0": (3, 0), "ibin no queries": (0, 5)}[case]
+    files = _ibin_set(tmp / "b", (rows, k))
+    empty = "no neighbours per query (k=0)" if k == 0 else "no queries (0 rows)"
+    return "bin", files, f"{files[2]}: header says {rows}x{k}: {empty}"
+
+
+UNIMPORTABLE = [
+    "npy text queries", "npy text base", "npy complex base", "npy float ids", "npy k=0", "npy no queries",
+    "hdf5 text train", "hdf5 train is a group", "hdf5 complex test", "hdf5 fractional ids", "hdf5 float ids",
+    "hdf5 k=0", "vdbbench text ids", "vdbbench text neighbours", "vdbbench float neighbours", "ibin k=0",
+    "ibin no queries",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", UNIMPORTABLE)
+def test_an_unimportable_element_type_or_empty_shape_is_one_line(tmp_path: Path, case: str) -> None:
+    """Text, complex or record values, float neighbour ids, a group where a dataset belongs, no queries or
+    k=0: refused at open naming the file (and the HDF5 dataset), exit 3, nothing written. Before, some
+    gave a traceback, some a message without the file, and complex values lost their imaginary part."""
+    fmt, paths, message = _unimportable(tmp_path, case)
+    args = [str(p) for p in paths]
+    code, output = _cli("dataset", "import", fmt, *args, "--name", "x", "--workdir", str(tmp_path / "w"))
+    _one_line(code, output, 3, message)
+    assert _leftovers(tmp_path / "w" / "store") == []
+
+
+@pytest.mark.parametrize("case", ["npy text queries", "hdf5 train is a group", "vdbbench text ids"])
+def test_an_unimportable_file_in_a_config_is_a_config_error(tmp_path: Path, write_config, case: str) -> None:
+    """``dataset.imported`` opens the files at validate: the same refusal, on the field's line, exit 2."""
+    fmt, paths, message = _unimportable(tmp_path, case)
+    config = {
+        "name": "imp",
+        "workdir": str(tmp_path / "w"),
+        "dataset": {"name": "imp", "imported": {"format": fmt, "paths": [str(p) for p in paths]}},
+        "groundtruth": {"k": 5, "metric": "l2"},
+        "executor": {"platform": "local", "workers": 1},
+    }
+    path = write_config(config)
+    code, output = _cli("validate", str(path))
+    _one_line(code, output, 2, f"dataset.imported.paths: {message}")
+    assert "Traceback" not in output and not (tmp_path / "w" / "store" / "datasets").exists()
