@@ -15,8 +15,8 @@ from typing import Any
 
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.layout import dataset_problems, own_files
-from apps.interchange.importer import import_target
-from core.errors import InputDataError
+from apps.interchange.importer import cached_import, import_target
+from core.errors import ArtifactError, InputDataError
 from core.store import complete_manifest, content_key, read_manifest
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_dimension, check_rows
@@ -102,7 +102,8 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
                 spec.imported.rows_per_part,
                 asked_by="groundtruth.metric",
             )
-        except InputDataError as exc:
+            cached_import(target.directory)  # an earlier import of these files: refused when damaged
+        except (InputDataError, ArtifactError) as exc:
             raise loaded.error_at(("dataset", "imported", "paths"), str(exc)) from None
         folder, key, producer = target.directory, target.key, "import"
         rows, dimension = target.source.rows, target.source.dim

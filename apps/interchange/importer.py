@@ -235,7 +235,7 @@ Ids: {"the source's `id` column" if not imp["ids_are_rows"] else "0-based row nu
 """
 
 
-def _cached(final: Path) -> dict[str, Any] | None:
+def cached_import(final: Path) -> dict[str, Any] | None:
     """The manifest of a complete earlier import at ``final``; None when there is none.
 
     ArtifactError when ``final`` holds a damaged one: its parts (sizes), queries and ground truth (sizes
@@ -338,11 +338,11 @@ def run_import(
 ) -> Imported:
     """Write ``target``'s folder (or find it written); one import of the same files at a time."""
     final, key = target.directory, target.key
-    if (done := _cached(final)) is not None:
+    if (done := cached_import(final)) is not None:
         return Imported(final, done, cached=True)
     # One import of these files at a time: a second one waits, then finds the first's dataset.
     with exclusive_lock(final.parent.parent / "locks" / "datasets" / f"{final.name}.lock") as locked:
-        if (done := _cached(final)) is not None:
+        if (done := cached_import(final)) is not None:
             return Imported(final, done, cached=True)
         final.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale(final, locked)
@@ -353,7 +353,7 @@ def run_import(
                     rows_per_part, row_group_rows, memory_budget_mb,
                 )  # fmt: skip
         except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := _cached(final)) is not None:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := cached_import(final)) is not None:
                 return Imported(final, done, cached=True)  # an unlocked concurrent import finished first
             raise
     return Imported(final, manifest)

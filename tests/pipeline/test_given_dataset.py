@@ -199,6 +199,24 @@ def test_a_damaged_stored_dataset_is_refused_naming_its_file(stored, tmp_path, w
         assert ("bytes, manifest says" if damage == "part" else "sha256 differs") in message
 
 
+def test_a_damaged_earlier_import_is_refused_at_plan(stored, tmp_path, write_config) -> None:
+    """``dataset.imported`` whose earlier import was damaged since (a ground truth cut short): refused at
+    ``plan`` naming the file, as ``dataset import`` and ``dataset.stored`` refuse it; ``plan`` called it
+    complete and ``run`` ended in a Parquet error after starting its workers."""
+    workdir = tmp_path / "wd"
+    shutil.copytree(stored, workdir)
+    folder = next((workdir / "store" / "datasets").iterdir())
+    truth = folder / "groundtruth.parquet"
+    truth.chmod(0o644)
+    truth.write_bytes(truth.read_bytes()[:100])
+    imported = {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}
+    message = _refusal(write_config, given_config(workdir, imported))
+    assert (
+        f"dataset.imported.paths: {folder} holds a damaged or incomplete dataset ({truth}: 100 bytes"
+        in message
+    )
+
+
 def test_a_metric_other_than_the_datasets_is_refused(stored, write_config) -> None:
     config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 10, "metric": "cosine"})
     assert "groundtruth.metric: cosine differs from the dataset's metric l2" in _refusal(write_config, config)
