@@ -214,7 +214,15 @@ def synth(
             )
             _error(f"--like {like!r}: {what} of that name in {store / 'datasets'}; name its folder", 2)
         folder = found[0]
-    like_manifest = read_manifest(folder) or {}
+    try:
+        like_manifest = read_manifest(folder)
+    except ValueError:  # not JSON
+        like_manifest = None
+    if not isinstance(like_manifest, dict) or like_manifest.get("stage") != "embed":
+        _error(f"--like {like!r}: {folder} is not a dataset (no dataset manifest.json in it)", 2)
+    dimension = int(like_manifest.get("dimension") or 0)
+    if pca_dims > dimension:
+        _error(f"--pca-dims {pca_dims} exceeds the real dataset's dimension {dimension}", 2)
     if k > rows:
         _error(f"--k {k} exceeds --rows {rows}", 2)
     if components * 2 > min(like_manifest.get("rows") or 0, FIT_ROWS):

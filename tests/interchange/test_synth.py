@@ -103,6 +103,8 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
         (("--like", "nope", "--rows", "100"), "--like 'nope': no dataset of that name"),
         (("--like", "fm", "--rows", "5", "--k", "10"), "--k 10 exceeds --rows 5"),
         (("--like", "fm", "--rows", "100", "--components", "900"), "--components 900"),
+        (("--like", "fm", "--rows", "100", "--pca-dims", "785"), "--pca-dims 785 exceeds the real dataset's"),
+        (("--like", str(REPO / "configs"), "--rows", "100"), "configs is not a dataset (no dataset manifest"),
     ],
 )
 def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> None:
