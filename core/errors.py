@@ -47,10 +47,9 @@ class ConfigError(PipelineError):
     exit_code = 2
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
-        where = file or "<config>"
-        if line is not None:
-            where += f":{line}"
-        super().__init__(f"{where}: {message}")
+        # No file: a command-line option, whose message names it (``--queue-limits must be ...``).
+        where = (file or "") + (f":{line}" if file and line is not None else "")
+        super().__init__(f"{where}: {message}" if where else message)
         self.file = file
         self.line = line
 

@@ -39,7 +39,7 @@ _AFFINITY = re.compile(r"none|block|block-reverse|alternating|list:[0-9,\-:]+")
 def _check_walltime(value: str) -> str:
     # fullmatch, not match + '$': '$' also matches before a trailing newline, which would end a #PBS line
     if not _WALLTIME.fullmatch(value):
-        raise ValueError(f"walltime must be HH:MM:SS, e.g. 01:00:00 (got {value!r})")
+        raise ValueError("walltime must be HH:MM:SS, e.g. 01:00:00")  # pydantic adds the value
     return value
 
 

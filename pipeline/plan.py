@@ -153,7 +153,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     if cfg.queries and cfg.queries.source == "terms":
         terms_file = cfg.resolve_path(cfg.queries.terms_file, base)
         if not terms_file.is_file():
-            raise loaded.error_at(("queries", "terms_file"), f"term list {terms_file} does not exist")
+            what = "is a directory, not a file" if terms_file.is_dir() else "does not exist"
+            raise loaded.error_at(("queries", "terms_file"), f"term list {terms_file} {what}")
         try:
             queries_stage.read_terms(terms_file, limit=1)  # reads up to the first term only
         except InputDataError as exc:

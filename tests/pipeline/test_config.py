@@ -87,6 +87,25 @@ def test_a_cross_field_error_points_at_its_field(write_config, small_corpus, tmp
     assert f"line {line}: {field}: Value error, " in str(info.value), str(info.value)
 
 
+def test_a_bad_option_is_named_without_a_placeholder_for_the_file() -> None:
+    """An option's error has no config file to name: it read ``error: <config>: --queue-limits ...``."""
+    result = run_cli("plan", str(REPO / "configs" / "local.yaml"), "--queue-limits", "bogus")
+    assert result.returncode == 2
+    assert result.stderr == "error: --queue-limits must be one of auto, live, table, not 'bogus'\n"
+
+
+@pytest.mark.parametrize("make", ["absent", "directory"])
+def test_a_terms_file_that_is_not_a_file_is_named(write_config, small_corpus, tmp_path, make) -> None:
+    terms = tmp_path / "terms"
+    if make == "directory":
+        terms.mkdir()
+    path = write_config(base_config(small_corpus, tmp_path, queries={"terms_file": str(terms)}))
+    with pytest.raises(ConfigError) as info:
+        build_plan(load_config(path))
+    what = "is a directory, not a file" if make == "directory" else "does not exist"
+    assert str(info.value).endswith(f"queries.terms_file: term list {terms} {what}")
+
+
 def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) -> None:
     config = base_config(
         small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10, "chunk_overlap": 20}
