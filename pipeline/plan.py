@@ -137,7 +137,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         return build_given_plan(loaded, store)
 
     try:
-        files = corpus_stage.expand_paths(cfg.corpus.paths, base)
+        files = corpus_stage.expand_paths(
+            cfg.corpus.paths, base, corpus_stage.CORPUS_SUFFIXES[cfg.corpus.format]
+        )
     except InputDataError as exc:
         raise loaded.error_at(("corpus", "paths"), str(exc)) from None
     try:

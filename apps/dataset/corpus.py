@@ -36,7 +36,8 @@ class CorpusConfig(Strict):
         "beir: JSONL {_id, title, text}; parquet: files with id and text columns.",
     )
     paths: list[Annotated[str, Field(min_length=1)]] = Field(  # "" would read the config's whole folder
-        description="Files, directories or glob patterns; relative paths are relative to the config file.",
+        description="Files, directories (their files of the format, recursively: .json(l)[.gz] or .parquet) "
+        "or glob patterns; relative paths are relative to the config file.",
         min_length=1,
     )
     id_column: str = Field("id", description="Parquet only: the column holding the document id.")
@@ -90,8 +91,18 @@ class ReadStats:
     skipped: list[str] = field(default_factory=list)
 
 
-def expand_paths(patterns: list[str], base: Path) -> list[Path]:
-    """Files named by paths, directories (all files inside, recursively) or globs, sorted, deduplicated.
+# The files a directory in corpus.paths contributes, by corpus format (a downloaded corpus folder also
+# holds a README, a licence, other splits' metadata: read as records they would fail or be skipped).
+CORPUS_SUFFIXES = {
+    "pes2o": (".json", ".jsonl", ".json.gz", ".jsonl.gz"),
+    "beir": (".json", ".jsonl", ".json.gz", ".jsonl.gz"),
+    "parquet": (".parquet",),
+}
+
+
+def expand_paths(patterns: list[str], base: Path, suffixes: tuple[str, ...] | None = None) -> list[Path]:
+    """Files named by paths, directories (the files inside, recursively, ending in one of ``suffixes``
+    when given) or globs, sorted, deduplicated.
 
     Raises InputDataError naming the first pattern that matches nothing.
     """
@@ -100,7 +111,16 @@ def expand_paths(patterns: list[str], base: Path) -> list[Path]:
         path = Path(pattern).expanduser()
         path = path if path.is_absolute() else base / path
         if path.is_dir():
-            found = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+            found = [
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not p.name.startswith(".") and (not suffixes or p.name.endswith(suffixes))
+            ]
+            if not found and suffixes:
+                raise InputDataError(
+                    f"corpus path {pattern!r} (resolved to {path}) holds no file ending in "
+                    f"{', '.join(suffixes)}"
+                )
         elif any(ch in str(path) for ch in "*?["):
             found = [Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
         else:

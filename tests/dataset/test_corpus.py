@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from apps.dataset.corpus import (
+    CORPUS_SUFFIXES,
     CorpusConfig,
     ReadStats,
     ShardingConfig,
@@ -87,6 +88,20 @@ def test_directory_and_glob_expand_sorted(tmp_path: Path) -> None:
     assert [p.name for p in expand_paths(["d/*.jsonl"], tmp_path)] == ["a.jsonl", "b.jsonl"]
     with pytest.raises(InputDataError, match="matches no file"):
         expand_paths(["missing/*.jsonl"], tmp_path)
+
+
+def test_a_directory_gives_the_files_of_the_corpus_format(tmp_path: Path) -> None:
+    """A downloaded corpus folder holds a README and a licence beside the records: a directory in
+    corpus.paths gives only the format's files (they were read as records and failed or were skipped)."""
+    write_jsonl(tmp_path / "d" / "part-0.jsonl", sample_records(2))
+    (tmp_path / "d" / "sub").mkdir()
+    (tmp_path / "d" / "sub" / "part-1.json.gz").write_bytes(b"")
+    (tmp_path / "d" / "README.md").write_text("# peS2o")
+    (tmp_path / "d" / "LICENSE").write_text("ODC-By")
+    suffixes = CORPUS_SUFFIXES["pes2o"]
+    assert [p.name for p in expand_paths(["d"], tmp_path, suffixes)] == ["part-0.jsonl", "part-1.json.gz"]
+    with pytest.raises(InputDataError, match=r"holds no file ending in \.parquet"):
+        expand_paths(["d"], tmp_path, CORPUS_SUFFIXES["parquet"])
 
 
 def test_shard_plan_is_deterministic(tmp_path: Path) -> None:
