@@ -92,6 +92,13 @@ class Source:
                 )
 
 
+def _as_float32(values: Any) -> np.ndarray:
+    """``values`` as float32; one beyond its range becomes inf, which :func:`first_bad_row` names (numpy's
+    overflow warning would reach the console without the file)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32)
+
+
 def first_bad_row(vectors: np.ndarray, path: Path, what: str, offset: int = 0) -> None:
     """Refuse vectors holding NaN or an infinite value, naming the file and the first such row
     (``offset``: the row number of ``vectors[0]`` in the file): every distance to it is undefined."""
@@ -100,7 +107,10 @@ def first_bad_row(vectors: np.ndarray, path: Path, what: str, offset: int = 0) -
         finite = np.isfinite(vectors[start : start + step]).all(axis=1)
         if not finite.all():
             row = offset + start + int(np.argmin(finite))
-            raise InputDataError(f"{path}: {what} row {row} (0-based) holds NaN or an infinite value")
+            raise InputDataError(
+                f"{path}: {what} row {row} (0-based) holds NaN or an infinite value (or one beyond "
+                "float32's range, ±3.4e38, which the dataset stores)"
+            )
 
 
 # What a refused element type holds, for the message (numpy's own name is kept beside it).
@@ -157,7 +167,7 @@ def _row_batches(array: Any, rows: int, path: Path | str) -> Iterator[tuple[np.n
     for start in range(0, total, rows):
         stop = min(start + rows, total)
         try:  # a VecsFile checks each row's dimension as it is read; h5py raises OSError on a bad chunk
-            vectors = np.asarray(array[start:stop], dtype=np.float32)
+            vectors = _as_float32(array[start:stop])
         except (ValueError, OSError) as exc:
             raise InputDataError(_named(path, exc, f"rows {start}..{stop - 1}")) from None
         yield np.arange(start, stop, dtype=np.int64), vectors
@@ -309,7 +319,7 @@ def _open_triple(fmt: str, paths: list[Path]) -> Source:
         base_dtype=base_dtype,
         batches=_array_batches(base, files["base"]),
         query_ids=np.arange(len(queries), dtype=np.int64),
-        queries=np.asarray(queries, dtype=np.float32),
+        queries=_as_float32(queries),
         gt_ids=np.asarray(gt_ids, dtype=np.int64),
         gt_distances=None if gt_distances is None else np.asarray(gt_distances, np.float32),
     )

@@ -664,6 +664,11 @@ def _unimportable(tmp: Path, case: str) -> tuple[str, list[Path], str]:
     if case == "npy complex base":
         b, q, g = _npy_set(tmp / "d", base=base.astype(np.complex64) + 1j)
         return "npy", [tmp / "d"], f"{b}: base values must be real numbers, not complex64 (complex numbers)"
+    if case == "npy base beyond float32":
+        big = base.astype(np.float64)
+        big[7, 1] = 1e39  # finite in the file, infinite as the float32 the dataset stores
+        b, q, g = _npy_set(tmp / "d", base=big)
+        return "npy", [tmp / "d"], f"{b}: base row 7 (0-based) holds NaN or an infinite value (or one beyond"
     if case == "npy float ids":
         b, q, g = _npy_set(tmp / "d", groundtruth=gt.astype(np.float32))
         return "npy", [tmp / "d"], f"{g}: neighbour ids must be integers, not float32"
@@ -707,7 +712,8 @@ def _unimportable(tmp: Path, case: str) -> tuple[str, list[Path], str]:
 
 
 UNIMPORTABLE = [
-    "npy text queries", "npy text base", "npy complex base", "npy float ids", "npy k=0", "npy no queries",
+    "npy text queries", "npy text base", "npy complex base", "npy base beyond float32", "npy float ids",
+    "npy k=0", "npy no queries",
     "hdf5 text train", "hdf5 train is a group", "hdf5 complex test", "hdf5 fractional ids", "hdf5 float ids",
     "hdf5 k=0", "vdbbench text ids", "vdbbench text neighbours", "vdbbench float neighbours", "ibin k=0",
     "ibin no queries",
