@@ -16,28 +16,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb.stages.query_raw import requests_path
 from core.errors import ArtifactError
 from core.store import atomic_write_json, read_manifest
 from pipeline.report_stage import write_benchmark_report
-from pipeline.runs import PointRef, RunRecord
-
-
-def read_point(run: RunRecord, point: PointRef) -> DatabaseOutcome:
-    """The outcome a point left (``manifest.json``, or ``skipped.json`` for a skipped optional one)."""
-    name = "skipped.json" if point.status == "skipped" else "manifest.json"
-    path = point.directory / name
-    try:
-        return DatabaseOutcome.model_validate_json(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArtifactError(
-            f"run {run.run_id}: point {point.label} (repeat {point.repeat}) has no {name}: {path} is missing"
-        ) from None
-    except (OSError, ValidationError) as exc:
-        raise ArtifactError(f"run {run.run_id}: {path}: not a readable point outcome ({exc})") from None
+from pipeline.runs import RunRecord
 
 
 def read_outcomes(run: RunRecord) -> list[DatabaseOutcome]:
@@ -47,7 +31,7 @@ def read_outcomes(run: RunRecord) -> list[DatabaseOutcome]:
         raise ArtifactError(
             f"run {run.run_id}: no point of its vdb stage finished ({run.vdb.directory}); nothing to report"
         )
-    outcomes = [read_point(run, point) for point in run.points]
+    outcomes = [run.outcome(point) for point in run.points]
     check_inputs(run, outcomes)
     return outcomes
 

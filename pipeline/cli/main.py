@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -400,48 +399,60 @@ def _remote_status(endpoint: str, run: str, workdir: str | None, repo_dir: str |
 @app.command()
 def status(
     run_dir: Annotated[
-        Path, typer.Argument(help="A run directory, runs/<run-id> (or a run id with --endpoint)")
+        Path, typer.Argument(help="A run id (looked up under <workdir>/runs) or a run directory")
     ],
     endpoint: Annotated[
         str | None, typer.Option(help="Read the run on a remote login node through Globus Compute")
     ] = None,
     workdir: Annotated[
-        str | None, typer.Option(help="Remote workdir holding runs/ (with --endpoint)")
+        str | None,
+        typer.Option(
+            help="Workdir whose runs/ holds the run ids (default: $PIPELINE_WORKDIR, else .; with "
+            "--endpoint, the remote one)"
+        ),
     ] = None,
     repo_dir: Annotated[str | None, typer.Option(help="Remote pipeline checkout (with --endpoint)")] = None,
 ) -> None:
     """What a run did: status, stages, tasks, outputs."""
-    from pipeline.provenance import PROVENANCE
+    from pipeline.runs import find_run
 
     if endpoint:
         _remote_status(endpoint, str(run_dir), workdir, repo_dir)
         return
-    path = run_dir / PROVENANCE
-    if not path.exists():
-        _error(f"{path} does not exist (is {run_dir} a run directory?)", 2)
-    try:
-        prov = json.loads(path.read_text())
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
-        run_id, run_status, host, stages_of = prov["run_id"], prov["status"], prov["host"], prov["stages"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        _error(f"{path}: not a readable provenance file ({exc!r})", 2)
-    out.print(f"[bold]{run_id}[/]  status [bold]{run_status}[/]  started {started}  host {host}")
+    try:  # found as report and compare find it; a damaged provenance is an ArtifactError (exit 4)
+        record = find_run(str(run_dir), Path(workdir) if workdir else None)
+    except PipelineError as exc:
+        _fail(exc)
+    prov = record.provenance
+    started = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
+        if prov.get("started") is not None
+        else "?"
+    )
+    out.print(
+        f"[bold]{escape(record.run_id)}[/]  status [bold]{escape(prov.get('status') or '?')}[/]  "
+        f"started {started}  host {escape(prov.get('host') or '?')}"
+    )
     if prov.get("error"):
         out.print(f"[red]error:[/] {escape(prov['error'])}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
     order = ["shard", "chunk", "embed", "queries", "groundtruth"]
-    stages = sorted(stages_of.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
-    for name, stage in stages:
-        rows = sum(int(t.get("rows", 0) or 0) for t in stage["tasks"])
-        seconds = f"{stage['finished'] - stage['started']:.1f}" if stage.get("finished") else "running"
+    stages = sorted(
+        record.stages.values(), key=lambda s: order.index(s.name) if s.name in order else len(order)
+    )
+    for stage in stages:
+        if stage.finished is None:
+            seconds = "running"
+        else:
+            seconds = f"{stage.finished - stage.started:.1f}" if stage.started is not None else "?"
         table.add_row(
-            name,
-            stage["key"],
-            "yes" if stage["cached"] else "",
-            str(len(stage["tasks"])),
-            f"{rows:,}" if rows else "",
+            escape(stage.name),
+            escape(stage.key),
+            "yes" if stage.cached else "",
+            str(stage.tasks),
+            f"{stage.rows:,}" if stage.rows else "",
             seconds,
-            _stage_status(Path(stage["directory"]))[0],
+            _stage_status(stage.directory)[0],
         )
     out.print(table)
 
