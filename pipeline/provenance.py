@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -150,6 +151,7 @@ class Provenance:
             "started": self.started,
             "finished": time.time() if self.status != "running" else None,
             "host": socket.gethostname(),
+            "pid": os.getpid(),  # the driver: `status` tells a run that died from one still running
             "platform": platform.platform(),
             "python": sys.version,
             "packages": package_versions(),

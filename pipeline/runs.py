@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core.errors import ArtifactError, PipelineError
@@ -78,6 +80,21 @@ class RunRecord:
     @property
     def run_id(self) -> str:
         return str(self.provenance.get("run_id") or self.run_dir.name)
+
+    def gone(self) -> str | None:
+        """Why a run recorded as running is not (its driver on this host is gone: killed, or the node
+        rebooted); None when it runs, ended, or runs on another host, where this cannot be told."""
+        prov = self.provenance
+        pid, started = prov.get("pid"), prov.get("started")
+        if prov.get("status") != "running" or prov.get("host") != socket.gethostname() or not pid:
+            return None
+        try:  # a pid taken again by a later process is gone too
+            alive = psutil.Process(int(pid)).create_time() <= (started or 0) + 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+            alive = False
+        if alive:
+            return None
+        return f"its driver (pid {pid}) is gone without finishing (killed, or the host restarted)"
 
     @property
     def config_dict(self) -> dict[str, Any]:
@@ -202,6 +219,7 @@ class _ProvenanceRecord(_Record):
     error: str | None = None
     started: float | None = None
     host: str | None = None
+    pid: int | None = None
     config: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
     stages: dict[str, _StageRecord]

@@ -429,10 +429,14 @@ def status(
         if prov.get("started") is not None
         else "?"
     )
+    gone = record.gone()
+    shown = "stopped" if gone else prov.get("status") or "?"
     out.print(
-        f"[bold]{escape(record.run_id)}[/]  status [bold]{escape(prov.get('status') or '?')}[/]  "
+        f"[bold]{escape(record.run_id)}[/]  status [bold]{escape(shown)}[/]  "
         f"started {started}  host {escape(prov.get('host') or '?')}"
     )
+    if gone:
+        out.print(f"[red]stopped:[/] {escape(gone)}; its provenance still says running")
     if prov.get("error"):
         out.print(f"[red]error:[/] {escape(prov['error'])}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -202,3 +206,28 @@ def test_an_unreadable_provenance_is_exit_4_for_every_command(real_run, tmp_path
         for command in [*commands(real_run, "badjson", tmp_path), ["status", str(run_dir)]]
     }
     assert len(messages) == 1
+
+
+@pytest.mark.slow
+def test_status_tells_a_run_whose_driver_died_from_one_running(real_run, tmp_path: Path) -> None:
+    """A run killed with SIGKILL leaves ``status: running`` in its provenance; `status` read it as running
+    forever. Its driver's pid (recorded with the host) says whether it still runs."""
+
+    def running_as(pid: int, started: float) -> Callable[[dict], None]:
+        return lambda prov: prov.update(status="running", pid=pid, host=socket.gethostname(), started=started)
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that is gone
+    killed = copy_run(real_run, tmp_path, "killed", running_as(dead.pid, time.time()))
+    stopped = run_cli("status", str(killed))
+    assert stopped.returncode == 0, stopped.stderr
+    assert "status stopped" in stopped.stdout
+    assert f"its driver (pid {dead.pid}) is gone without finishing" in stopped.stdout
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        started = psutil.Process(alive.pid).create_time() + 0.5  # the driver starts, then the run
+        live = run_cli("status", str(copy_run(real_run, tmp_path, "live", running_as(alive.pid, started))))
+    finally:
+        alive.kill()
+        alive.wait()
+    assert "status running" in live.stdout and "gone" not in live.stdout, live.stdout
