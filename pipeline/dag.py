@@ -379,6 +379,7 @@ class DagRunner:
                 str(dataset.directory),
             )
             manifest = self._track("embed", future, progress).result()
+            self._say(*(f"warning: dataset import: {line}" for line in manifest.get("warnings", [])))
         self.provenance.stage_finished("embed", manifest)
         self._start("queries")  # the dataset's own: complete with it
         self.provenance.stage_finished("queries", manifest["queries"])

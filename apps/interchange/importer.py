@@ -82,15 +82,35 @@ def _metric(source: Source, requested: str | None, asked_by: str = "--metric") -
     return requested or source.metric or "l2"
 
 
+def _zero_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows of ``vectors`` whose every value is 0."""
+    return np.flatnonzero(~np.any(vectors, axis=1))
+
+
+def _zero_line(role: str, rows: list[int] | np.ndarray, where: str) -> str | None:
+    """A cosine dataset's warning for its vectors of norm 0 (``rows``), None when there are none: their
+    distance is undefined, so the engines and the exact search each give it their own value."""
+    if not len(rows):
+        return None
+    return (
+        f"{len(rows):,} {role} vector(s) of norm 0 under metric cosine (first: {where} row {int(rows[0])}, "
+        "0-based): their distance is undefined, so engines and the exact search may rank them differently"
+    )
+
+
 def _write_parts(
     source: Source, out: Path, rows_per_part: int, row_group_rows: int, meta: dict
-) -> list[dict]:
-    """Stream the base into ``part-NNNNN.parquet`` files; return their records."""
+) -> tuple[list[dict], str | None]:
+    """Stream the base into ``part-NNNNN.parquet`` files; return their records and, for a cosine dataset,
+    a warning when some vectors have norm 0."""
     records = []
     seen: list[np.ndarray] = []
     offset = 0
+    zeros: list[int] = []  # a cosine dataset's base rows of norm 0
     for shard, (ids, vectors) in enumerate(source.batches(rows_per_part)):
         first_bad_row(vectors, source.files["base"], "base", offset)
+        if meta["metric"] == "cosine":
+            zeros += (offset + _zero_rows(vectors)).tolist()
         offset += len(vectors)
         table = pa.table(
             {
@@ -119,7 +139,7 @@ def _write_parts(
                 f"{source.files['groundtruth']}: {bad.size} neighbour id(s) not in {source.files['base']}; "
                 f"first: query {int(source.query_ids[q])}, position {col}: {int(source.gt_ids[q, col])}"
             )
-    return records
+    return records, _zero_line("base", zeros, source.where("base"))
 
 
 def compare_groundtruth(
@@ -381,7 +401,7 @@ def _build(
         "source": f"import:{fmt}",
         "metric": metric,
     }
-    parts = _write_parts(source, out, rows_per_part, row_group_rows, meta)
+    parts, zero_base = _write_parts(source, out, rows_per_part, row_group_rows, meta)
     manifest: dict[str, Any] = {
         "stage": "embed",
         "version": STAGE_VERSION,
@@ -401,6 +421,10 @@ def _build(
         }
     )
     queries_written = write_parquet_atomic(queries, out / "queries.parquet")
+    cosine = metric == "cosine"
+    zero_queries = (
+        _zero_line("query", _zero_rows(source.queries), source.where("queries")) if cosine else None
+    )
     k = min(source.gt_ids.shape[1], manifest["rows"])
     published = np.ascontiguousarray(source.gt_ids[:, :k])
     check, gt_distances = compare_groundtruth(
@@ -412,7 +436,9 @@ def _build(
         queries={"file": "queries.parquet", "count": len(source.query_ids), **queries_written},
         groundtruth={"file": "groundtruth.parquet", "k": k, "metric": metric, **gt_written},
         metric=metric,
-        warnings=[w for w in [warning_line(check, source.files["groundtruth"])] if w],
+        warnings=[
+            w for w in (warning_line(check, source.files["groundtruth"]), zero_base, zero_queries) if w
+        ],
         upstream_keys=[],
     )
     manifest["import"] = {

@@ -747,3 +747,21 @@ def test_an_unimportable_file_in_a_config_is_a_config_error(tmp_path: Path, writ
     code, output = _cli("validate", str(path))
     _one_line(code, output, 2, f"dataset.imported.paths: {message}")
     assert "Traceback" not in output and not (tmp_path / "w" / "store" / "datasets").exists()
+
+
+def test_zero_vectors_under_cosine_are_a_warning_naming_the_first(tmp_path: Path) -> None:
+    """A vector of norm 0 has no cosine distance: each engine and the exact search give it their own value.
+    The import goes on (the vectors are the source's) and says so, on the console and in the manifest."""
+    base, queries, _ = _small_set()
+    base[[4, 9]] = 0.0
+    queries[2] = 0.0
+    order = np.argsort(-(queries @ base.T), axis=1, kind="stable")[:, :5].astype(np.int32)
+    b, q, _g = _npy_set(tmp_path / "d", base=base, query=queries, groundtruth=order)
+    code, output = _cli("dataset", "import", "npy", str(tmp_path / "d"), "--name", "z", "--metric", "cosine",
+                        "--workdir", str(tmp_path / "w"))  # fmt: skip
+    assert code == 0, output
+    said = " ".join(output.split())
+    assert f"warning: 2 base vector(s) of norm 0 under metric cosine (first: {b} row 4, 0-based)" in said
+    assert f"warning: 1 query vector(s) of norm 0 under metric cosine (first: {q} row 2, 0-based)" in said
+    manifest = json.loads(next((tmp_path / "w" / "store" / "datasets").glob("z-*/manifest.json")).read_text())
+    assert sum("of norm 0 under metric cosine" in w for w in manifest["warnings"]) == 2
