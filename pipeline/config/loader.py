@@ -175,7 +175,7 @@ def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -
     """Replace ${NAME} / ${NAME:-default} in every string scalar, keeping structure. The default, as in a
     shell, also stands in for a variable set to nothing. Every unset variable is named in one error."""
     missing: list[tuple[str, int | None, tuple]] = []
-    result = _substitute(value, node, where, missing)
+    result = _substitute(value, node, path, where, missing)
     if missing:
         first: dict[str, tuple[int | None, tuple]] = {}  # each variable where it is first used
         for name, line, at in missing:
@@ -191,14 +191,21 @@ def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -
     return result
 
 
-def _substitute(value: Any, node: yaml.Node | None, where: tuple, missing: list) -> Any:
+def _substitute(value: Any, node: yaml.Node | None, path: Path, where: tuple, missing: list) -> Any:
     """``_interpolate``'s walk: unset variables without a default are appended to ``missing``."""
     if isinstance(value, dict):
-        return {k: _substitute(v, _child(node, k), (*where, k), missing) for k, v in value.items()}
+        return {k: _substitute(v, _child(node, k), path, (*where, k), missing) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, _child(node, i), (*where, i), missing) for i, v in enumerate(value)]
+        return [_substitute(v, _child(node, i), path, (*where, i), missing) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
+    if "${" in _ENV_PATTERN.sub("", value):  # "${HOME" or "${1X}": taken as text, it fails far from here
+        raise ConfigError(
+            f"{_dotted(where)}: {value!r} has a '${{' that starts no ${{NAME}} or ${{NAME:-default}} "
+            "(a name of letters, digits and _, closed by '}')",
+            file=str(path),
+            line=node.start_mark.line + 1 if node is not None else None,
+        )
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)

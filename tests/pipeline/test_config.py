@@ -159,6 +159,18 @@ def test_every_unset_variable_is_named_at_once(write_config, small_corpus, tmp_p
     assert load_config(write_config(config)).config.name == "fallback"
 
 
+@pytest.mark.parametrize("value", ["${UNCLOSED", "${1X}/wd", "a/${}/b"])
+def test_a_malformed_variable_is_named_where_it_is(write_config, small_corpus, tmp_path, value) -> None:
+    """An unclosed ``${`` was taken as text and failed far away (as a path unfit for job scripts)."""
+    config = base_config(small_corpus, tmp_path)
+    config["workdir"] = value
+    path = write_config(config)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("workdir:"))
+    assert str(info.value).startswith(f"{path}:{line}: workdir: {value!r} has a '${{' that starts no")
+
+
 def test_missing_corpus_path_names_field(write_config, tmp_path) -> None:
     path = write_config(base_config(tmp_path / "nope.jsonl", tmp_path))
     with pytest.raises(ConfigError) as info:
