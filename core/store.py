@@ -77,7 +77,7 @@ def ensure_writable_dir(path: Path) -> None:
 
 def os_error_reason(exc: OSError, path: Path) -> str:
     """Why ``path`` could not be created or written, for a one-line message."""
-    if exc.errno == errno.ENOTDIR:
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # EEXIST: mkdir of a path that is a file
         for parent in [path, *path.parents]:
             if parent.exists() and not parent.is_dir():
                 return f"{parent} is a file, not a directory"
