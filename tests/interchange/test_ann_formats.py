@@ -514,11 +514,11 @@ def test_an_unusable_workdir_or_out_dir_says_what_was_being_done(bigann, tmp_pat
     _one_line(
         code, output, 2, f"cannot create the store under {blocker}: {blocker} is a file, not a directory"
     )
-    (tmp_path / "wd" / "store").mkdir(parents=True)
-    (tmp_path / "wd" / "store" / "datasets").write_text("")  # the store's folder itself a file: EEXIST
-    code, output = _cli("dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path / "wd"))
-    datasets = tmp_path / "wd" / "store" / "datasets"
-    _one_line(code, output, 2, f"cannot create the store under {tmp_path / 'wd'}: {datasets} is a file, not")
+    workdir, datasets = tmp_path / "wd", tmp_path / "wd" / "store" / "datasets"
+    datasets.parent.mkdir(parents=True)
+    datasets.write_text("")  # the store's folder itself a file: mkdir's EEXIST
+    code, output = _cli("dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(workdir))
+    _one_line(code, output, 2, f"cannot create the store under {workdir}: {datasets} is a file, not")
     imported, _ = bigann
     code, output = _cli("dataset", "export", str(imported.directory), "npy", str(blocker / "out"))
     _one_line(code, output, 2, f"{blocker / 'out'}: cannot create the output folder: {blocker} is a file")
