@@ -39,6 +39,16 @@ def _os_reason(exc: OSError) -> str:
     return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
+def _writable_store(root: Path, store: Path) -> None:
+    """End the command (exit 2) unless the store's folders a dataset is written into can be made there:
+    a file in their place, a read-only disk, an unwritable workdir."""
+    for folder in (store / "datasets", store / "locks" / "datasets"):
+        try:
+            ensure_writable_dir(folder)
+        except OSError as exc:
+            _error(f"cannot create the store under {root}: {os_error_reason(exc, folder)}", 2)
+
+
 @app.command("import")
 def import_(
     fmt: Annotated[
@@ -73,10 +83,7 @@ def import_(
         _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
     store = root.expanduser().resolve() / "store"
-    try:
-        ensure_writable_dir(store / "datasets")
-    except OSError as exc:
-        _error(f"cannot create the store under {root}: {os_error_reason(exc, store / 'datasets')}", 2)
+    _writable_store(root, store)
     try:
         result = import_dataset(fmt, paths, name, store, metric, rows_per_part)
     except PipelineError as exc:
@@ -235,10 +242,7 @@ def synth(
         name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', like_name)}-synth-{rows}"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
-    try:
-        ensure_writable_dir(store / "datasets")
-    except OSError as exc:
-        _error(f"cannot create the store under {root}: {os_error_reason(exc, store / 'datasets')}", 2)
+    _writable_store(root, store)
     spec = SynthSpec(rows, queries, k, components, pca_dims, seed)
     say = lambda line: console.print(line, highlight=False)  # noqa: E731
     try:
