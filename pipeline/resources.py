@@ -17,7 +17,9 @@ from typing import Any
 import psutil
 
 from apps.vdb import runs_in_process
+from apps.vdb.binding import local_cpus
 from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
+from core.errors import ConfigError
 from core.format import size
 from pipeline.config.loader import LoadedConfig
 
@@ -139,6 +141,19 @@ def check_gpu_memory(loaded: LoadedConfig) -> None:
         )
 
 
+def check_local_cores(loaded: LoadedConfig, points: list[Any]) -> None:
+    """Refuse, at the field's line, a local point asking more cores (``vdb.cores_per_worker``) than this
+    machine lets the run use: its servers would be refused only when the point deploys, after the dataset."""
+    if loaded.config.vdb is None or loaded.config.executor.platform != "local":
+        return
+    for point in points:
+        try:
+            local_cpus(point.config.cores_per_worker, point.config.bind)
+        except ConfigError as exc:
+            where = loaded.config.vdb.written_loc(point, ("cores_per_worker",))
+            raise loaded.error_at(("vdb", *where), f"point {point.label!r}: {exc}") from None
+
+
 def resource_plan(
     loaded: LoadedConfig, points: list[Any], rows: int | None, dim: int, queries: int | None = None
 ) -> ResourcePlan:
@@ -146,6 +161,7 @@ def resource_plan(
     (unless ``vdb.resource_check: warn``). ``queries``: the dataset's query count, when known."""
     cfg = loaded.config
     check_gpu_memory(loaded)
+    check_local_cores(loaded, points)
     plan = ResourcePlan(rows)
     if cfg.vdb is None or rows is None:
         return plan

@@ -9,6 +9,7 @@ point, the estimate and the capacity.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,21 @@ def test_a_full_disk_is_named_with_where_and_the_estimate(
     assert message.startswith(f"the disk holding {tmp_path / 'store'} is full (1.0 MiB free of 10.0 GiB)")
     assert "the resource plan estimated up to" in message
     assert "stopped with RuntimeError: basic_ios::clear: iostream error" in message
+
+
+def test_local_cores_beyond_this_machine_are_refused_at_plan(tmp_path: Path) -> None:
+    """vdb.cores_per_worker beyond the CPUs the run may use was refused only when the point deployed, after
+    the dataset was built: plan names the field's line."""
+    too_many = len(os.sched_getaffinity(0)) + 1
+    text = (REPO / "configs" / "local-ann.yaml").read_text().replace("../datasets/", f"{REPO}/datasets/")
+    path = tmp_path / "local-ann.yaml"
+    path.write_text(text.replace("  collection:\n", f"  cores_per_worker: {too_many}\n  collection:\n", 1))
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "cores_per_worker:" in t)
+    from pipeline.plan import build_plan
+
+    with pytest.raises(ConfigError) as error:
+        build_plan(load_config(path))
+    assert str(error.value).startswith(
+        f"{path}:{line}: vdb.cores_per_worker: point 'qdrant': vdb.cores_per_worker is {too_many} but this "
+        "machine lets the run use"
+    ), str(error.value)
