@@ -146,6 +146,21 @@ class RunConfig(Strict):
         return not self.dataset.given
 
     @model_validator(mode="after")
+    def _chunks_fit_the_model(self) -> RunConfig:
+        # A chunk longer than the model's input is cut when it is embedded: its tail is silently lost.
+        size_field = {"recursive": "chunk_size", "semantic": "max_chunk_size"}.get(self.chunking.method)
+        if self.embedding is None or size_field is None:
+            return self
+        size = getattr(self.chunking, size_field)
+        if size > self.embedding.max_length:
+            raise FieldError(
+                ("chunking", size_field),
+                f"chunking.{size_field} {size} exceeds embedding.max_length {self.embedding.max_length}: "
+                "every longer chunk would be cut where the model's input ends",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _holdout_queries_need_holdout(self) -> RunConfig:
         if self.queries and self.queries.source == "holdout" and self.dataset.holdout_fraction <= 0:
             raise FieldError(

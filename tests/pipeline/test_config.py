@@ -75,6 +75,11 @@ def test_sharding_without_a_limit_is_refused(write_config, small_corpus, tmp_pat
             "k:",
         ),
         ({"vdb": {"databases": [{"name": "faiss"}], "optional": ["redis"]}}, "vdb.optional", "optional:"),
+        (
+            {"chunking": {"method": "recursive", "chunk_size": 4096, "chunk_overlap": 8}},
+            "chunking.chunk_size",
+            "chunk_size: 4096",
+        ),
     ],
 )
 def test_a_cross_field_error_points_at_its_field(write_config, small_corpus, tmp_path, sections, field, at):
