@@ -141,6 +141,22 @@ def check_gpu_memory(loaded: LoadedConfig) -> None:
         )
 
 
+def check_local_device(loaded: LoadedConfig) -> None:
+    """Refuse ``groundtruth.device: cuda`` (or ``xpu``) on a local run whose machine has none: the stage
+    would fail only after the dataset is built. HPC workers are checked where they run."""
+    cfg = loaded.config
+    device = cfg.groundtruth.device
+    if cfg.executor.platform != "local" or device not in ("cuda", "xpu"):
+        return
+    import torch  # only for a device named outright
+
+    backend = getattr(torch, device, None)
+    if backend is None or not backend.is_available():
+        raise loaded.error_at(
+            ("groundtruth", "device"), f"{device}: this machine has no {device} device; use auto or cpu"
+        )
+
+
 def check_local_cores(loaded: LoadedConfig, points: list[Any]) -> None:
     """Refuse, at the field's line, a local point asking more cores (``vdb.cores_per_worker``) than this
     machine lets the run use: its servers would be refused only when the point deploys, after the dataset."""
@@ -161,6 +177,7 @@ def resource_plan(
     (unless ``vdb.resource_check: warn``). ``queries``: the dataset's query count, when known."""
     cfg = loaded.config
     check_gpu_memory(loaded)
+    check_local_device(loaded)
     check_local_cores(loaded, points)
     plan = ResourcePlan(rows)
     if cfg.vdb is None or rows is None:

@@ -317,3 +317,25 @@ def test_local_cores_beyond_this_machine_are_refused_at_plan(tmp_path: Path) -> 
         f"{path}:{line}: vdb.cores_per_worker: point 'qdrant': vdb.cores_per_worker is {too_many} but this "
         "machine lets the run use"
     ), str(error.value)
+
+
+def test_a_local_ground_truth_device_this_machine_lacks_is_refused(
+    monkeypatch: pytest.MonkeyPatch, write_config, small_corpus, tmp_path: Path
+) -> None:
+    """groundtruth.device: cuda on a machine without CUDA failed in the stage, after the dataset was built."""
+    import torch
+
+    from tests.conftest import base_config
+
+    path = write_config(base_config(small_corpus, tmp_path, groundtruth={"device": "cuda"}))
+    loaded = load_config(path)
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "device: cuda" in t)
+    for has_cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda has=has_cuda: has)
+        if has_cuda:
+            resource_plan(loaded, [], None, 384)  # a machine with CUDA: nothing to say
+            continue
+        with pytest.raises(ConfigError) as error:
+            resource_plan(loaded, [], None, 384)
+        refused = "groundtruth.device: cuda: this machine has no cuda device; use auto or cpu"
+        assert str(error.value) == f"{path}:{line}: {refused}"
