@@ -68,7 +68,7 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     node, data = _parse(path)
     entries = _dataset_entries(data, node, path)
     if dataset is None:
-        data = _interpolate({k: v for k, v in data.items() if k != variants.SECTION}, node, path, ())
+        (data,) = _interpolate(path, ({k: v for k, v in data.items() if k != variants.SECTION}, node, ()))
     elif dataset not in entries:
         known = ", ".join(entries) if entries else "none: the file has no datasets section"
         raise ConfigError(
@@ -80,8 +80,10 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     else:
         entry = entries[dataset]
         where = (variants.SECTION, dataset)
-        base = _interpolate(variants.pruned(data, entry), node, path, ())
-        data = variants.merged(base, _interpolate(entry, _at(node, where), path, where), dataset)
+        base, own = _interpolate(
+            path, (variants.pruned(data, entry), node, ()), (entry, _at(node, where), where)
+        )
+        data = variants.merged(base, own, dataset)
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
@@ -171,11 +173,12 @@ def _refuse_coerced_booleans(
             _refuse_coerced_booleans(item, sub, node, path, (*where, i), entry)
 
 
-def _interpolate(value: Any, node: yaml.Node | None, path: Path, where: tuple) -> Any:
-    """Replace ${NAME} / ${NAME:-default} in every string scalar, keeping structure. The default, as in a
-    shell, also stands in for a variable set to nothing. Every unset variable is named in one error."""
+def _interpolate(path: Path, *parts: tuple[Any, yaml.Node | None, tuple]) -> list[Any]:
+    """Each part's value (with its YAML node and field path) with ${NAME} / ${NAME:-default} replaced in
+    every string scalar, keeping structure. The default, as in a shell, also stands in for a variable set
+    to nothing. Every unset variable of every part is named in one error."""
     missing: list[tuple[str, int | None, tuple]] = []
-    result = _substitute(value, node, path, where, missing)
+    result = [_substitute(value, node, path, where, missing) for value, node, where in parts]
     if missing:
         first: dict[str, tuple[int | None, tuple]] = {}  # each variable where it is first used
         for name, line, at in missing:
@@ -199,10 +202,12 @@ def _substitute(value: Any, node: yaml.Node | None, path: Path, where: tuple, mi
         return [_substitute(v, _child(node, i), path, (*where, i), missing) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
-    if "${" in _ENV_PATTERN.sub("", value):  # "${HOME" or "${1X}": taken as text, it fails far from here
+    # An unclosed "${HOME": taken as text, it fails far from here. A closed one that is not ours
+    # ("${PBS_NODEFILE%/*}" in worker_init) is shell for the job script and passes as written.
+    if re.search(r"\$\{[^}]*$", _ENV_PATTERN.sub("", value)):
         raise ConfigError(
-            f"{_dotted(where)}: {value!r} has a '${{' that starts no ${{NAME}} or ${{NAME:-default}} "
-            "(a name of letters, digits and _, closed by '}')",
+            f"{_dotted(where)}: {value!r} has a '${{' that no '}}' closes (write ${{NAME}} or "
+            "${NAME:-default})",
             file=str(path),
             line=node.start_mark.line + 1 if node is not None else None,
         )

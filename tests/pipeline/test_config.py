@@ -164,8 +164,24 @@ def test_every_unset_variable_is_named_at_once(write_config, small_corpus, tmp_p
     assert load_config(write_config(config)).config.name == "fallback"
 
 
-@pytest.mark.parametrize("value", ["${UNCLOSED", "${1X}/wd", "a/${}/b"])
-def test_a_malformed_variable_is_named_where_it_is(write_config, small_corpus, tmp_path, value) -> None:
+def test_unset_variables_of_a_datasets_entry_are_named_with_the_files(
+    write_config, small_corpus, tmp_path, monkeypatch
+) -> None:
+    """``--dataset NAME`` reads the file's sections and the entry's: one error names both's variables."""
+    monkeypatch.delenv("UNSET_BASE_A", raising=False)
+    monkeypatch.delenv("UNSET_ENTRY_B", raising=False)
+    config = base_config(small_corpus, tmp_path)
+    config["workdir"] = "${UNSET_BASE_A}"
+    config["datasets"] = {"other": {"dataset": {"name": "${UNSET_ENTRY_B}"}}}
+    path = write_config(config)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, "other")
+    assert "UNSET_BASE_A is not set" in str(info.value)
+    assert "also not set: UNSET_ENTRY_B (line " in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["${UNCLOSED", "a/${B:-x}/${C"])
+def test_an_unclosed_variable_is_named_where_it_is(write_config, small_corpus, tmp_path, value) -> None:
     """An unclosed ``${`` was taken as text and failed far away (as a path unfit for job scripts)."""
     config = base_config(small_corpus, tmp_path)
     config["workdir"] = value
@@ -173,7 +189,17 @@ def test_a_malformed_variable_is_named_where_it_is(write_config, small_corpus, t
     with pytest.raises(ConfigError) as info:
         load_config(path)
     line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if t.startswith("workdir:"))
-    assert str(info.value).startswith(f"{path}:{line}: workdir: {value!r} has a '${{' that starts no")
+    closes = "that no '}' closes (write ${NAME} or ${NAME:-default})"
+    assert str(info.value) == f"{path}:{line}: workdir: {value!r} has a '${{' {closes}"
+
+
+def test_shell_expansions_that_are_not_ours_pass(write_config, small_corpus, tmp_path) -> None:
+    """Shell text for a server or a job script (``${PBS_NODEFILE%/*}``) is not ours to expand or refuse."""
+    shell = "${PBS_NODEFILE%/*}:${#X}:${A:=x}"
+    config = base_config(
+        small_corpus, tmp_path, vdb={"databases": [{"name": "weaviate", "env": {"X": shell}}]}
+    )
+    assert load_config(write_config(config)).config.vdb.databases[0].env == {"X": shell}
 
 
 def test_missing_corpus_path_names_field(write_config, tmp_path) -> None:
