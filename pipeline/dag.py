@@ -188,9 +188,10 @@ class DagRunner:
         return future
 
     def _say(self, *lines: str) -> None:
-        """Console lines a user should see (worker logs never reach the console), kept in pipeline.log too."""
+        """Console lines a user should see (worker logs never reach the console), kept in pipeline.log too.
+        Text, not rich markup: a path or a point's label may hold brackets."""
         for line in lines:
-            self.console.print(line, highlight=False)
+            self.console.print(line, highlight=False, markup=False)
             log.info(line)
 
     def _start(self, name: str) -> bool:

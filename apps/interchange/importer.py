@@ -87,13 +87,14 @@ def _zero_rows(vectors: np.ndarray) -> np.ndarray:
     return np.flatnonzero(~np.any(vectors, axis=1))
 
 
-def _zero_line(role: str, rows: list[int] | np.ndarray, where: str) -> str | None:
-    """A cosine dataset's warning for its vectors of norm 0 (``rows``), None when there are none: their
-    distance is undefined, so the engines and the exact search each give it their own value."""
-    if not len(rows):
+def _zero_line(role: str, count: int, first: int, where: str) -> str | None:
+    """A cosine dataset's warning for its ``count`` vectors of norm 0 (the first at row ``first``), None
+    when there are none: their distance is undefined, so the engines and the exact search each give it
+    their own value."""
+    if not count:
         return None
     return (
-        f"{len(rows):,} {role} vector(s) of norm 0 under metric cosine (first: {where} row {int(rows[0])}, "
+        f"{count:,} {role} vector(s) of norm 0 under metric cosine (first: {where} row {first}, "
         "0-based): their distance is undefined, so engines and the exact search may rank them differently"
     )
 
@@ -106,11 +107,12 @@ def _write_parts(
     records = []
     seen: list[np.ndarray] = []
     offset = 0
-    zeros: list[int] = []  # a cosine dataset's base rows of norm 0
+    zeros, first_zero = 0, 0  # a cosine dataset's base rows of norm 0: how many, the first
     for shard, (ids, vectors) in enumerate(source.batches(rows_per_part)):
         first_bad_row(vectors, source.files["base"], "base", offset)
-        if meta["metric"] == "cosine":
-            zeros += (offset + _zero_rows(vectors)).tolist()
+        if meta["metric"] == "cosine" and (found := _zero_rows(vectors)).size:
+            first_zero = first_zero if zeros else offset + int(found[0])
+            zeros += int(found.size)
         offset += len(vectors)
         table = pa.table(
             {
@@ -139,7 +141,7 @@ def _write_parts(
                 f"{source.files['groundtruth']}: {bad.size} neighbour id(s) not in {source.files['base']}; "
                 f"first: query {int(source.query_ids[q])}, position {col}: {int(source.gt_ids[q, col])}"
             )
-    return records, _zero_line("base", zeros, source.where("base"))
+    return records, _zero_line("base", zeros, first_zero, source.where("base"))
 
 
 def compare_groundtruth(
@@ -421,10 +423,9 @@ def _build(
         }
     )
     queries_written = write_parquet_atomic(queries, out / "queries.parquet")
-    cosine = metric == "cosine"
-    zero_queries = (
-        _zero_line("query", _zero_rows(source.queries), source.where("queries")) if cosine else None
-    )
+    zero_queries = None
+    if metric == "cosine" and (found := _zero_rows(source.queries)).size:
+        zero_queries = _zero_line("query", int(found.size), int(found[0]), source.where("queries"))
     k = min(source.gt_ids.shape[1], manifest["rows"])
     published = np.ascontiguousarray(source.gt_ids[:, :k])
     check, gt_distances = compare_groundtruth(

@@ -196,7 +196,12 @@ def synth(
     queries: Annotated[int, typer.Option(min=1, help="Queries to draw")] = 1000,
     k: Annotated[int, typer.Option(min=1, max=10000, help="Exact neighbours per query")] = 100,
     components: Annotated[int, typer.Option(min=1, help="Gaussian mixture components")] = 64,
-    pca_dims: Annotated[int, typer.Option(min=1, help="Principal directions the mixture lives in")] = 24,
+    pca_dims: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Principal directions the mixture lives in (default: 24, at most the dimension)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed: the same arguments draw the same vectors")] = 0,
     workdir: Annotated[
         Path | None, typer.Option(help="Root of store/ (default: $PIPELINE_WORKDIR or the current folder)")
@@ -227,7 +232,9 @@ def synth(
     if not isinstance(like_manifest, dict) or like_manifest.get("stage") != "embed":
         _error(f"--like {like!r}: {folder} is not a dataset (no dataset manifest.json in it)", 2)
     dimension = int(like_manifest.get("dimension") or 0)
-    if pca_dims > dimension:
+    if pca_dims is None:
+        pca_dims = min(24, dimension)
+    elif pca_dims > dimension:
         _error(f"--pca-dims {pca_dims} exceeds the real dataset's dimension {dimension}", 2)
     if k > rows:
         _error(f"--k {k} exceeds --rows {rows}", 2)
