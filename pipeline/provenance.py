@@ -20,6 +20,7 @@ import yaml
 from apps.taskinfo import cpu_info, numeric_libraries
 from apps.vdb import databases
 from core.store import atomic_write_json, atomic_write_text, os_error_reason
+from core.watchdog import create_time
 from pipeline.config.loader import LoadedConfig
 
 PROVENANCE = "provenance.json"
@@ -151,7 +152,8 @@ class Provenance:
             "started": self.started,
             "finished": time.time() if self.status != "running" else None,
             "host": socket.gethostname(),
-            "pid": os.getpid(),  # the driver: `status` tells a run that died from one still running
+            # the driver, as core.watchdog identifies a process: `status` tells a dead run from a live one
+            "driver": [os.getpid(), create_time(os.getpid())],
             "platform": platform.platform(),
             "python": sys.version,
             "packages": package_versions(),

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import psutil
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from core.errors import ArtifactError, PipelineError
+from core.watchdog import is_alive
 from pipeline.config.model import RunConfig
 from pipeline.provenance import PROVENANCE
 from pipeline.sweep import POINTS_DIR, slug
@@ -81,18 +81,15 @@ class RunRecord:
     def run_id(self) -> str:
         return str(self.provenance.get("run_id") or self.run_dir.name)
 
-    def gone(self) -> str | None:
-        """Why a run recorded as running is not (its driver on this host is gone: killed, or the node
-        rebooted); None when it runs, ended, or runs on another host, where this cannot be told."""
+    def lost(self) -> str | None:
+        """Why a run recorded as running is not (its driver on this host is gone: killed, or the host
+        restarted); None when it runs, ended, or runs on another host, where this cannot be told."""
         prov = self.provenance
-        pid, started = prov.get("pid"), prov.get("started")
-        if prov.get("status") != "running" or prov.get("host") != socket.gethostname() or not pid:
+        driver = prov.get("driver")
+        if prov.get("status") != "running" or prov.get("host") != socket.gethostname() or not driver:
             return None
-        try:  # a pid taken again by a later process is gone too
-            alive = psutil.Process(int(pid)).create_time() <= (started or 0) + 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-            alive = False
-        if alive:
+        pid, started = driver
+        if is_alive(int(pid), started):
             return None
         return f"its driver (pid {pid}) is gone without finishing (killed, or the host restarted)"
 
@@ -219,7 +216,7 @@ class _ProvenanceRecord(_Record):
     error: str | None = None
     started: float | None = None
     host: str | None = None
-    pid: int | None = None
+    driver: tuple[int, float | None] | None = None  # (pid, start: core.watchdog.create_time)
     config: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
     stages: dict[str, _StageRecord]

@@ -429,14 +429,14 @@ def status(
         if prov.get("started") is not None
         else "?"
     )
-    gone = record.gone()
-    shown = "stopped" if gone else prov.get("status") or "?"
+    lost = record.lost()
+    shown = "lost" if lost else prov.get("status") or "?"
     out.print(
         f"[bold]{escape(record.run_id)}[/]  status [bold]{escape(shown)}[/]  "
         f"started {started}  host {escape(prov.get('host') or '?')}"
     )
-    if gone:
-        out.print(f"[red]stopped:[/] {escape(gone)}; its provenance still says running")
+    if lost:
+        out.print(f"[red]lost:[/] {escape(lost)}; its provenance still says running")
     if prov.get("error"):
         out.print(f"[red]error:[/] {escape(prov['error'])}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")

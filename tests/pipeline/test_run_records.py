@@ -12,16 +12,15 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 
 from core.errors import ArtifactError
+from core.watchdog import create_time
 from pipeline.runs import find_run
 from tests.conftest import base_config, run_cli, sample_records, write_jsonl
 from tests.pipeline.test_console import VDB
@@ -211,23 +210,22 @@ def test_an_unreadable_provenance_is_exit_4_for_every_command(real_run, tmp_path
 @pytest.mark.slow
 def test_status_tells_a_run_whose_driver_died_from_one_running(real_run, tmp_path: Path) -> None:
     """A run killed with SIGKILL leaves ``status: running`` in its provenance; `status` read it as running
-    forever. Its driver's pid (recorded with the host) says whether it still runs."""
+    forever. Its driver's pid and start (recorded with the host) say whether it still runs: ``lost``, as
+    the Globus Compute status says of a driver gone."""
 
-    def running_as(pid: int, started: float) -> Callable[[dict], None]:
-        return lambda prov: prov.update(status="running", pid=pid, host=socket.gethostname(), started=started)
+    def running_as(pid: int) -> Callable[[dict], None]:
+        driver = [pid, create_time(pid)]
+        return lambda prov: prov.update(status="running", driver=driver, host=socket.gethostname())
 
-    dead = subprocess.Popen(["true"])
-    dead.wait()  # a pid that is gone
-    killed = copy_run(real_run, tmp_path, "killed", running_as(dead.pid, time.time()))
-    stopped = run_cli("status", str(killed))
-    assert stopped.returncode == 0, stopped.stderr
-    assert "status stopped" in stopped.stdout
-    assert f"its driver (pid {dead.pid}) is gone without finishing" in stopped.stdout
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        started = psutil.Process(alive.pid).create_time() + 0.5  # the driver starts, then the run
-        live = run_cli("status", str(copy_run(real_run, tmp_path, "live", running_as(alive.pid, started))))
+        live = run_cli("status", str(copy_run(real_run, tmp_path, "live", running_as(alive.pid))))
+        killed = copy_run(real_run, tmp_path, "killed", running_as(alive.pid))
     finally:
         alive.kill()
         alive.wait()
-    assert "status running" in live.stdout and "gone" not in live.stdout, live.stdout
+    assert "status running" in live.stdout and "lost" not in live.stdout, live.stdout
+    lost = run_cli("status", str(killed))  # the same driver, now gone
+    assert lost.returncode == 0, lost.stderr
+    assert "status lost" in lost.stdout
+    assert f"its driver (pid {alive.pid}) is gone without finishing" in lost.stdout
