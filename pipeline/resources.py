@@ -148,10 +148,9 @@ def check_local_device(loaded: LoadedConfig) -> None:
     device = cfg.groundtruth.device
     if cfg.executor.platform != "local" or device not in ("cuda", "xpu"):
         return
-    import torch  # only for a device named outright
+    from apps.dataset.device import accelerator_available  # torch: only for a device named outright
 
-    backend = getattr(torch, device, None)
-    if backend is None or not backend.is_available():
+    if not accelerator_available(device):
         raise loaded.error_at(
             ("groundtruth", "device"), f"{device}: this machine has no {device} device; use auto or cpu"
         )

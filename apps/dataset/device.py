@@ -20,13 +20,20 @@ def pick_device(preference: str = "auto") -> str:
         return preference
     import torch  # only when asked: an OpenVINO or FAISS worker may run without it
 
-    if torch.cuda.is_available():
-        check_one_device("cuda", torch.cuda.device_count())
-        return "cuda"
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        check_one_device("xpu", torch.xpu.device_count())
-        return "xpu"
+    for backend in ("cuda", "xpu"):
+        if accelerator_available(backend):
+            check_one_device(backend, getattr(torch, backend).device_count())
+            return backend
     return "cpu"
+
+
+def accelerator_available(backend: str) -> bool:
+    """Whether torch can use a ``cuda`` or ``xpu`` device in this process (a torch without the backend:
+    no)."""
+    import torch
+
+    module = getattr(torch, backend, None)
+    return module is not None and module.is_available()
 
 
 def check_one_device(backend: str, visible: int, env: Any = None) -> None:
