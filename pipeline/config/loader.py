@@ -295,6 +295,8 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         value = err.get("input")
         shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
         where = f"line {line}: " if line else ""
-        problems.append(f"{where}{_dotted(loc)}: {err['msg']}{shown}")
+        # A check's own words, without pydantic's "Value error, " before them.
+        message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]
+        problems.append(f"{where}{_dotted(loc)}: {message}{shown}")
     message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

@@ -55,7 +55,7 @@ def test_sharding_without_a_limit_is_refused(write_config, small_corpus, tmp_pat
     with pytest.raises(ConfigError) as info:
         load_config(path)
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "docs_per_shard" in text)
-    assert f"line {line - 1}: sharding: Value error, set docs_per_shard or bytes_per_shard" in str(info.value)
+    assert f"line {line - 1}: sharding: set docs_per_shard or bytes_per_shard" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +89,8 @@ def test_a_cross_field_error_points_at_its_field(write_config, small_corpus, tmp
     with pytest.raises(ConfigError) as info:
         load_config(path)
     line = max(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith(at))
-    assert f"line {line}: {field}: Value error, " in str(info.value), str(info.value)
+    assert f"line {line}: {field}: " in str(info.value), str(info.value)
+    assert "Value error" not in str(info.value)  # the check's own words, not pydantic's prefix
 
 
 def test_a_bad_option_is_named_without_a_placeholder_for_the_file() -> None:
