@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
@@ -112,6 +113,34 @@ DaosLabel = Annotated[
 ]
 # Free text the scripts only ever receive quoted; a newline or control byte has no legitimate use there.
 PlainText = Annotated[str, _pattern(r"[^\x00-\x1f\x7f]*", "one line of text without control characters")]
+# An environment variable's name, as the servers' env files and `export` lines write it.
+EnvName = Annotated[
+    str, _pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name: letters, digits and _")
+]
+
+
+def check_server_url(value: str) -> str:
+    """An http(s) URL naming its host: ``weaviate:8080`` would otherwise parse as scheme ``weaviate`` with
+    no host, and the client would silently try 127.0.0.1."""
+    parts = urlsplit(value)
+    try:
+        port = parts.port  # a port that is not a number, or beyond 65535, raises here
+    except ValueError:
+        port = -1
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or port == -1
+        or re.search(r"[\s\x00-\x1f\x7f]", value)
+    ):
+        raise ValueError(
+            "must be a server URL such as http://host:8080 (http or https, a host, a port 0-65535)"
+        )
+    return value
+
+
+# The URL of a running server the run attaches to (instead of starting one).
+ServerUrl = Annotated[str, AfterValidator(check_server_url)]
 
 
 def safe_path_problem(path: str) -> str | None:

@@ -108,6 +108,22 @@ def test_control_bytes_name_the_field(small_corpus, tmp_path) -> None:
     _validate(_write(tmp_path, text), "config.yaml:1", "name", "control character")
 
 
+def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) -> None:
+    """``weaviate:8080`` parses as a scheme with no host: the clients would quietly try 127.0.0.1."""
+    databases = [
+        {"name": "weaviate", "url": "weaviate:8080"},
+        {"name": "qdrant", "mode": "server", "url": "http://qdrant:99999"},
+        {"name": "milvus", "uri": "tcp://milvus:19530"},
+    ]
+    config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
+    flat = _validate(
+        _write(tmp_path, config), "config.yaml", "vdb.databases.0.weaviate.url", "'weaviate:8080'"
+    )
+    for field, value in (("1.qdrant.url", "http://qdrant:99999"), ("2.milvus.uri", "tcp://milvus:19530")):
+        assert f"vdb.databases.{field}: must be a server URL such as http://host:8080" in flat, flat
+        assert repr(value) in flat, flat
+
+
 def test_directory_as_config_path(tmp_path) -> None:
     folder = tmp_path / "configdir"
     folder.mkdir()

@@ -6,10 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-# Rendered into the HPC ranks' env files (quoted there) and the servers' environment: a variable name, and a
-# value without control characters (a newline would start another line of the env file).
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-EnvValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$")]
+from executors.safe import EnvName, PlainText, ServerUrl
+
 # A dotted milvus.yaml key (dataCoord.segment.maxSize).
 DottedKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
 
@@ -20,7 +18,9 @@ class MilvusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Literal["milvus"] = "milvus"
-    uri: str | None = Field(None, description="Existing Milvus to use (http://host:19530); none is started.")
+    uri: ServerUrl | None = Field(
+        None, description="Existing Milvus to use (http://host:19530); none is started."
+    )
     token: str = Field("", description="Credentials of an existing server ('user:password' or a token).")
     data_dir: str | None = Field(
         None, description="Data dir of an existing server, for describe()'s disk bytes."
@@ -42,7 +42,7 @@ class MilvusSettings(BaseModel):
     config_overrides: dict[DottedKey, str | int | float | bool] = Field(
         default_factory=dict, description="Dotted milvus.yaml keys, e.g. {'dataCoord.segment.maxSize': 512}."
     )
-    env: dict[EnvName, EnvValue] = Field(
+    env: dict[EnvName, PlainText] = Field(
         default_factory=dict,
         description="Extra server environment, e.g. GOMAXPROCS (on HPC written quoted into the ranks' env "
         "files: $ is literal).",

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from executors.safe import EnvName
+
 # A PostgreSQL memory size: a number with an optional unit (kB, MB, GB, TB; no unit: the GUC's own, 8 kB
 # pages for shared_buffers).
 MemorySize = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,8}(kB|MB|GB|TB)?$")]
@@ -19,7 +21,6 @@ UserName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
 PgUrl = Annotated[str, StringConstraints(pattern=r"^postgres(ql)?://[^\s\x00-\x1f\x7f]+$")]
 # An absolute path without shell or SQL metacharacters.
 PlainPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_./+-]*$")]
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class PgvectorSettings(BaseModel):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from executors.safe import EnvName, check_server_url
+
+# A running server's URL, or ':memory:' (qdrant-client's local mode, for tests).
+QdrantLocation = Annotated[str, AfterValidator(lambda v: v if v == ":memory:" else check_server_url(v))]
 
 
 class QdrantSettings(BaseModel):
@@ -16,12 +21,14 @@ class QdrantSettings(BaseModel):
     mode: Literal["edge", "server"] = Field(
         "edge", description="edge: in-process qdrant-edge-py; server: qdrant-client"
     )
-    url: str | None = Field(None, description="server: existing server URL (http://host:6333), or ':memory:'")
+    url: QdrantLocation | None = Field(
+        None, description="server: existing server URL (http://host:6333), or ':memory:'"
+    )
     local_path: str | None = Field(None, description="server: qdrant-client local mode on disk (tests only)")
     binary: str = Field("qdrant", description="server: qdrant executable to start when no url is set")
     prefer_grpc: bool = Field(True, description="server: upload and query over gRPC")
     grpc_port: int = Field(6334, description="server: gRPC port of the server given by url")
-    api_key_env: str | None = Field(None, description="server: environment variable holding the API key")
+    api_key_env: EnvName | None = Field(None, description="server: environment variable holding the API key")
     timeout_s: int = Field(120, description="server: timeout of one request, seconds")
     request_points: int = Field(256, ge=1, description="server: points per upsert request (size limit)")
     wait_for_writes: bool = Field(True, description="server: upsert waits until the batch is applied")

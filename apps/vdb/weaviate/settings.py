@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
-# Rendered into the HPC ranks' env files (quoted there) and the servers' environment: a variable name, and a
-# value without control characters (a newline would start another line of the env file).
-EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-EnvValue = Annotated[str, StringConstraints(pattern=r"^[^\x00-\x1f\x7f]*$")]
+from executors.safe import EnvName, PlainText, ServerUrl
 
 
 class WeaviateSettings(BaseModel):
@@ -22,7 +19,7 @@ class WeaviateSettings(BaseModel):
         None, description="weaviate-server path; default $WEAVIATE_BIN, <repo>/.build/bin, then PATH"
     )
     nodes: int = Field(1, ge=1, description="Processes to start: 1 = single node, N > 1 = local cluster")
-    url: str | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
+    url: ServerUrl | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
     grpc_port: int = Field(50051, description="gRPC port of the node at `url`")
     async_indexing: bool = Field(True, description="ASYNC_INDEXING: index from a queue (needed by dynamic)")
     gomaxprocs: int | None = Field(None, ge=1, description="GOMAXPROCS per node (cores a node may use)")
@@ -31,7 +28,7 @@ class WeaviateSettings(BaseModel):
         ge=1,
         description="RAFT_TIMEOUTS_MULTIPLIER: 1 suits loopback (starts in ~3 s); Weaviate's default is 5",
     )
-    env: dict[EnvName, EnvValue] = Field(
+    env: dict[EnvName, PlainText] = Field(
         default_factory=dict,
         description="Extra environment for every node (on HPC written quoted into the ranks' env files: "
         "$ is literal)",
