@@ -423,15 +423,12 @@ class DagRunner:
 
 
 def preflight(plan: Plan) -> None:
-    """Before any worker starts: refuse a foreign ``dataset.dir`` and output directories we cannot write.
+    """Before any worker starts: refuse output directories we cannot write (a foreign ``dataset.dir`` was
+    refused by the plan).
 
     An unwritable store would otherwise fail inside a task, as an OSError per shard wrapped in Parsl's
     dependency errors; here it is one ConfigError naming the config line to change.
     """
-    embed = plan.stage("embed")
-    if plan.config.generates_dataset:
-        # Even when "complete": a manifest.json of someone else's without a key would pass for ours.
-        dataset_stage.check_dataset_dir(embed.directory, embed.key, plan.dimension)
     for name, stage in plan.stages.items():
         if stage.complete:
             continue

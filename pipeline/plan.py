@@ -215,6 +215,9 @@ def build_plan(loaded: LoadedConfig) -> Plan:
             / "datasets"
             / f"{cfg.dataset.name}-{model_slug(cfg.embedding.model_id, model_dir)}-{dataset_key}"
         )
+    # A foreign or other dataset.dir is refused here, so that `plan` says it and `run` before it writes
+    # anything; even when "complete": a manifest.json of someone else's without a key would pass for ours.
+    dataset_stage.check_dataset_dir(dataset_dir, dataset_key, dimension)
     embed = add("embed", dataset_stage.STAGE_VERSION, dataset_params, [chunks.key], dataset_dir)
     made = complete_manifest(dataset_dir) if embed.complete else None
     rows = made["rows"] if made else cfg.dataset.expected_rows  # for the resource plan

@@ -155,9 +155,12 @@ def test_dataset_dir_in_a_foreign_directory_is_refused(tmp_path: Path, files: di
     for name, text in files.items():
         (theirs / name).write_text(text)
     before = {p.name: p.read_bytes() for p in theirs.iterdir()}
-    result = run_cli("run", str(config_for(tmp_path, corpus, dataset={"dir": str(theirs)})))
-    assert_clean_failure(result, str(theirs), "holds no dataset of this pipeline", "README.md")
-    assert result.returncode == 4
+    config = config_for(tmp_path, corpus, dataset={"dir": str(theirs)})
+    for command in ("plan", "run"):  # plan says it too, not only the run
+        result = run_cli(command, str(config))
+        assert_clean_failure(result, str(theirs), "holds no dataset of this pipeline", "README.md")
+        assert result.returncode == 4
+    assert not (tmp_path / "wd" / "runs").exists()  # refused before the run made its directory
     assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before  # nothing added or changed
 
 
