@@ -72,31 +72,30 @@ class RunRecord:
     """
 
     run_dir: Path
-    provenance: dict[str, Any]
+    provenance: ProvenanceRecord
     stages: dict[str, StageRef]
     points: list[PointRef] = field(default_factory=list)
     _config: RunConfig | None = None
 
     @property
     def run_id(self) -> str:
-        return str(self.provenance.get("run_id") or self.run_dir.name)
+        return self.provenance.run_id or self.run_dir.name
 
     def lost(self) -> str | None:
         """Why a run recorded as running is not (its driver on this host is gone: killed, or the host
         restarted); None when it runs, ended, or runs on another host, where this cannot be told."""
         prov = self.provenance
-        driver = prov.get("driver")
-        if prov.get("status") != "running" or prov.get("host") != socket.gethostname() or not driver:
+        if prov.status != "running" or prov.host != socket.gethostname() or prov.driver is None:
             return None
-        pid, started = driver
-        if is_alive(int(pid), started):
+        pid, started = prov.driver
+        if is_alive(pid, started):
             return None
         return f"its driver (pid {pid}) is gone without finishing (killed, or the host restarted)"
 
     @property
     def config_dict(self) -> dict[str, Any]:
         """The run's resolved configuration as recorded (plain data)."""
-        return dict(self.provenance.get("config") or {})
+        return dict(self.provenance.config or {})
 
     @property
     def config(self) -> RunConfig:
@@ -105,7 +104,7 @@ class RunRecord:
             try:
                 self._config = RunConfig.model_validate(self.config_dict)
             except ValidationError as exc:
-                commit = (self.provenance.get("pipeline") or {}).get("commit")
+                commit = (self.provenance.pipeline or {}).get("commit")
                 raise ArtifactError(
                     f"run {self.run_id}: its recorded configuration no longer validates with this version "
                     f"of the pipeline ({exc.error_count()} error(s), first: {_first_error(exc)}); re-render "
@@ -210,7 +209,9 @@ class _StageRecord(_Record):
     points: list[_PointRecord] | None = None  # the vdb stage's, once a point finished
 
 
-class _ProvenanceRecord(_Record):
+class ProvenanceRecord(_Record):
+    """A run's ``provenance.json`` as the commands read it (pipeline/provenance.py writes it)."""
+
     run_id: str | None = None
     status: str | None = None
     error: str | None = None
@@ -260,7 +261,7 @@ def find_run(run: str, workdir: Path | None = None) -> RunRecord:
     path = run_dir / PROVENANCE
     provenance = _read_json(path, "provenance file")
     try:
-        recorded = _ProvenanceRecord.model_validate(provenance)
+        recorded = ProvenanceRecord.model_validate(provenance)
     except ValidationError as exc:
         raise ArtifactError(f"{path}: not a valid provenance file ({_summary(exc)})") from None
     stages = {
@@ -276,7 +277,7 @@ def find_run(run: str, workdir: Path | None = None) -> RunRecord:
         )
         for name, stage in recorded.stages.items()
     }
-    record = RunRecord(run_dir, provenance, stages)
+    record = RunRecord(run_dir, recorded, stages)
     vdb = recorded.stages.get("vdb")
     if vdb is not None:
         try:

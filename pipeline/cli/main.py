@@ -425,20 +425,18 @@ def status(
         _fail(exc)
     prov = record.provenance
     started = (
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov["started"]))
-        if prov.get("started") is not None
-        else "?"
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(prov.started)) if prov.started is not None else "?"
     )
     lost = record.lost()
-    shown = "lost" if lost else prov.get("status") or "?"
+    shown = "lost" if lost else prov.status or "?"
     out.print(
         f"[bold]{escape(record.run_id)}[/]  status [bold]{escape(shown)}[/]  "
-        f"started {started}  host {escape(prov.get('host') or '?')}"
+        f"started {started}  host {escape(prov.host or '?')}"
     )
     if lost:
         out.print(f"[red]lost:[/] {escape(lost)}; its provenance still says running")
-    if prov.get("error"):
-        out.print(f"[red]error:[/] {escape(prov['error'])}")
+    if prov.error:
+        out.print(f"[red]error:[/] {escape(prov.error)}")
     table = Table("stage", "key", "cached", "tasks", "rows", "seconds", "output")
     order = ["shard", "chunk", "embed", "queries", "groundtruth"]
     stages = sorted(
