@@ -17,51 +17,8 @@ import yaml
 from pipeline.config.loader import load_config
 from pipeline.headline import seconds
 from pipeline.plan import build_plan
-from tests.conftest import base_config, run_cli, sample_records, write_jsonl
-
-QDRANT = {
-    "name": "qdrant",
-    "mode": "edge",
-    "indexing_threshold_kb": 1,
-    "full_scan_threshold_kb": 1,
-    "default_segment_number": [1, 2],
-}
-LABELS = ("qdrant[default_segment_number=1]", "qdrant[default_segment_number=2]")
-VDB = {
-    "databases": [QDRANT],
-    "collection": {"index_type": "hnsw", "hnsw_m": 16, "ef_construction": 64},
-    "insert": {"batch_sizes": [64], "clients_per_worker": 1},
-    "query": {
-        "ef": [16, 64],
-        "batch_size": [8],
-        "clients": [1],
-        "k": [10],
-        "warmup_queries": 2,
-        "max_queries": 10,
-        "duration_s": 0.2,
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> dict:
-    """One run of two points: its stdout, run directory, report directory and workdir."""
-    root = tmp_path_factory.mktemp("console")
-    corpus = write_jsonl(root / "c.jsonl", sample_records(40))
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(base_config(corpus, root / "wd", vdb=VDB)))
-    result = run_cli("run", str(path))
-    assert result.returncode == 0, result.stderr[-4000:]
-    (run_dir,) = [p for p in (root / "wd" / "runs").iterdir() if (p / "provenance.json").is_file()]
-    prov = json.loads((run_dir / "provenance.json").read_text())
-    report_dir = Path(prov["stages"]["vdb"]["directory"]) / "report"
-    return {
-        "stdout": result.stdout,
-        "run_dir": run_dir,
-        "report": report_dir,
-        "workdir": root / "wd",
-        "config": path,
-    }
+from tests.conftest import run_cli
+from tests.pipeline.conftest import LABELS
 
 
 def headline_lines(stdout: str) -> dict[str, str]:
@@ -74,10 +31,10 @@ def without_timestamps(text: str) -> str:
 
 
 @pytest.mark.slow
-def test_run_ends_with_the_headline_and_the_report_path(finished_run) -> None:
-    stdout = finished_run["stdout"]
+def test_run_ends_with_the_headline_and_the_report_path(small_run) -> None:
+    stdout = small_run["stdout"]
     assert "best QPS" in stdout and "upload (s)" in stdout and "index (s)" in stdout
-    rows = pq.read_table(finished_run["report"] / "results.parquet").to_pylist()
+    rows = pq.read_table(small_run["report"] / "results.parquet").to_pylist()
     for label, line in headline_lines(stdout).items():
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
         assert cells[0] == label
@@ -89,28 +46,28 @@ def test_run_ends_with_the_headline_and_the_report_path(finished_run) -> None:
         (insert,) = [r for r in mine if r["stage"] == "insert"]
         (index,) = [r for r in mine if r["stage"] == "index"]
         assert cells[6:8] == [seconds(insert["upload_s"]), seconds(index["index_s"])]
-    assert f"report: {finished_run['report'] / 'report.md'}" in stdout
+    assert f"report: {small_run['report'] / 'report.md'}" in stdout
 
 
 @pytest.mark.slow
-def test_report_rewrites_the_same_report_from_the_raw_files(finished_run) -> None:
-    report = finished_run["report"] / "report.md"
+def test_report_rewrites_the_same_report_from_the_raw_files(small_run) -> None:
+    report = small_run["report"] / "report.md"
     before = report.read_text()
     report.write_text("stale\n")
-    figures = sorted(p.name for p in finished_run["report"].glob("*.png"))
-    (finished_run["report"] / "no_longer_drawn.png").write_bytes(b"stale")
-    result = run_cli("report", finished_run["run_dir"].name, "--workdir", str(finished_run["workdir"]))
+    figures = sorted(p.name for p in small_run["report"].glob("*.png"))
+    (small_run["report"] / "no_longer_drawn.png").write_bytes(b"stale")
+    result = run_cli("report", small_run["run_dir"].name, "--workdir", str(small_run["workdir"]))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in finished_run["report"].glob("*.png")) == figures
+    assert sorted(p.name for p in small_run["report"].glob("*.png")) == figures
     assert without_timestamps(report.read_text()) == without_timestamps(before)
-    assert str(finished_run["report"]) in result.stderr  # says where it wrote
+    assert str(small_run["report"]) in result.stderr  # says where it wrote
     assert set(headline_lines(result.stdout)) == set(LABELS)
     # by its directory too, and the stage still verifies (its manifest lists the rewritten files)
-    again = run_cli("report", str(finished_run["run_dir"]))
+    again = run_cli("report", str(small_run["run_dir"]))
     assert again.returncode == 0, again.stderr[-3000:]
     from core.store import complete_manifest
 
-    assert complete_manifest(finished_run["report"].parent) is not None
+    assert complete_manifest(small_run["report"].parent) is not None
 
 
 def compare_cells(stdout: str) -> dict[tuple[str, str], list[str]]:
@@ -126,8 +83,8 @@ def compare_cells(stdout: str) -> dict[tuple[str, str], list[str]]:
 
 
 @pytest.mark.slow
-def test_compare_of_a_run_with_itself_gives_ratio_one(finished_run) -> None:
-    run = str(finished_run["run_dir"])
+def test_compare_of_a_run_with_itself_gives_ratio_one(small_run) -> None:
+    run = str(small_run["run_dir"])
     result = run_cli("compare", run, run)
     assert result.returncode == 0, result.stderr[-3000:]
     cells = compare_cells(result.stdout)
@@ -139,11 +96,11 @@ def test_compare_of_a_run_with_itself_gives_ratio_one(finished_run) -> None:
 
 
 @pytest.mark.slow
-def test_compare_shows_ratios_and_the_differences_that_matter(finished_run, tmp_path: Path) -> None:
+def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_path: Path) -> None:
     """Run b: a copy of the run whose results say twice the QPS, on another dataset and hnsw_m."""
     b_dir = tmp_path / "runs" / "run-b"
-    shutil.copytree(finished_run["run_dir"], b_dir, symlinks=True)
-    rows = pq.read_table(finished_run["report"] / "results.parquet").to_pylist()
+    shutil.copytree(small_run["run_dir"], b_dir, symlinks=True)
+    rows = pq.read_table(small_run["report"] / "results.parquet").to_pylist()
     for row in rows:
         if row["stage"] == "query":
             row["qps"] *= 2
@@ -159,7 +116,7 @@ def test_compare_shows_ratios_and_the_differences_that_matter(finished_run, tmp_
     prov["stages"]["embed"]["key"] = "another-dataset"
     (b_dir / "provenance.json").write_text(json.dumps(prov))
 
-    result = run_cli("compare", str(finished_run["run_dir"]), "run-b", "--workdir", str(tmp_path))
+    result = run_cli("compare", str(small_run["run_dir"]), "run-b", "--workdir", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     cells = compare_cells(result.stdout)
     for label in LABELS:
@@ -171,17 +128,17 @@ def test_compare_shows_ratios_and_the_differences_that_matter(finished_run, tmp_
 
 
 @pytest.mark.slow
-def test_unknown_run_is_a_clear_error(finished_run) -> None:
-    for command in (["report", "no-such-run"], ["compare", str(finished_run["run_dir"]), "no-such-run"]):
-        result = run_cli(*command, "--workdir", str(finished_run["workdir"]))
+def test_unknown_run_is_a_clear_error(small_run) -> None:
+    for command in (["report", "no-such-run"], ["compare", str(small_run["run_dir"]), "no-such-run"]):
+        result = run_cli(*command, "--workdir", str(small_run["workdir"]))
         assert result.returncode != 0
         assert "no-such-run" in result.stderr and "Traceback" not in result.stderr + result.stdout
 
 
 @pytest.mark.slow
-def test_run_without_a_vdb_stage_is_a_clear_error(finished_run, tmp_path: Path) -> None:
+def test_run_without_a_vdb_stage_is_a_clear_error(small_run, tmp_path: Path) -> None:
     copy = tmp_path / "runs" / "novdb"
-    shutil.copytree(finished_run["run_dir"], copy, symlinks=True)
+    shutil.copytree(small_run["run_dir"], copy, symlinks=True)
     prov = json.loads((copy / "provenance.json").read_text())
     del prov["stages"]["vdb"]
     (copy / "provenance.json").write_text(json.dumps(prov))
@@ -191,14 +148,14 @@ def test_run_without_a_vdb_stage_is_a_clear_error(finished_run, tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_report_of_a_run_recorded_before_points_were(finished_run, tmp_path: Path) -> None:
+def test_report_of_a_run_recorded_before_points_were(small_run, tmp_path: Path) -> None:
     """A provenance without the point list (older runs): the complete stage's manifest lists the points."""
     copy = tmp_path / "runs" / "older"
-    shutil.copytree(finished_run["run_dir"], copy, symlinks=True)
+    shutil.copytree(small_run["run_dir"], copy, symlinks=True)
     prov = json.loads((copy / "provenance.json").read_text())
     del prov["stages"]["vdb"]["points"]
     (copy / "provenance.json").write_text(json.dumps(prov))
-    report = finished_run["report"] / "report.md"
+    report = small_run["report"] / "report.md"
     before = report.read_text()
     result = run_cli("report", str(copy))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -207,14 +164,14 @@ def test_report_of_a_run_recorded_before_points_were(finished_run, tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_report_names_a_missing_raw_file(finished_run) -> None:
-    prov = json.loads((finished_run["run_dir"] / "provenance.json").read_text())
+def test_report_names_a_missing_raw_file(small_run) -> None:
+    prov = json.loads((small_run["run_dir"] / "provenance.json").read_text())
     point = Path(prov["stages"]["vdb"]["points"][-1]["directory"])
     raw = sorted((point / "raw").glob("*.parquet"))[0]
     kept = raw.with_name(raw.name + ".kept")
     raw.rename(kept)
     try:
-        result = run_cli("report", str(finished_run["run_dir"]))
+        result = run_cli("report", str(small_run["run_dir"]))
     finally:
         kept.rename(raw)
     assert result.returncode != 0
@@ -223,11 +180,11 @@ def test_report_names_a_missing_raw_file(finished_run) -> None:
 
 
 @pytest.mark.slow
-def test_report_of_a_partly_finished_run(finished_run) -> None:
+def test_report_of_a_partly_small_run(small_run) -> None:
     """A sweep that failed at its third point: the report is written from the two points it finished."""
-    config = yaml.safe_load(finished_run["config"].read_text())
+    config = yaml.safe_load(small_run["config"].read_text())
     config["vdb"]["databases"][0]["default_segment_number"] = [1, 2, 3]
-    path = finished_run["config"].with_name("three.yaml")
+    path = small_run["config"].with_name("three.yaml")
     path.write_text(yaml.safe_dump(config))
     third = build_plan(load_config(path)).points[2]
     third.directory.parent.mkdir(parents=True, exist_ok=True)
@@ -237,7 +194,7 @@ def test_report_of_a_partly_finished_run(finished_run) -> None:
     finally:
         third.directory.unlink()
     assert failed.returncode != 0 and "best QPS" not in failed.stdout
-    runs = [p for p in (finished_run["workdir"] / "runs").iterdir() if p != finished_run["run_dir"]]
+    runs = [p for p in (small_run["workdir"] / "runs").iterdir() if p != small_run["run_dir"]]
     (run_dir,) = [p for p in runs if json.loads((p / "provenance.json").read_text())["status"] == "failed"]
     result = run_cli("report", str(run_dir))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -17,44 +17,29 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from core.errors import ArtifactError
 from core.watchdog import create_time
 from pipeline.runs import find_run
-from tests.conftest import base_config, run_cli, sample_records, write_jsonl
-from tests.pipeline.test_console import VDB
+from tests.conftest import run_cli
 
 DAMAGED = 4  # core.errors.ArtifactError
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory) -> dict[str, Path]:
-    """One finished run: its directory and workdir."""
-    root = tmp_path_factory.mktemp("records")
-    corpus = write_jsonl(root / "c.jsonl", sample_records(40))
-    path = root / "config.yaml"
-    path.write_text(yaml.safe_dump(base_config(corpus, root / "wd", vdb=VDB)))
-    result = run_cli("run", str(path))
-    assert result.returncode == 0, result.stderr[-4000:]
-    (run_dir,) = [p for p in (root / "wd" / "runs").iterdir() if (p / "provenance.json").is_file()]
-    return {"run_dir": run_dir, "workdir": root / "wd"}
-
-
-def copy_run(real_run: dict[str, Path], workdir: Path, name: str, edit: Callable[[dict], Any]) -> Path:
+def copy_run(small_run: dict[str, Path], workdir: Path, name: str, edit: Callable[[dict], Any]) -> Path:
     """``<workdir>/runs/<name>``: a copy of the real run whose provenance ``edit`` changed (or replaced:
     what it returns, unless None)."""
     run_dir = workdir / "runs" / name
-    shutil.copytree(real_run["run_dir"], run_dir, symlinks=True)
+    shutil.copytree(small_run["run_dir"], run_dir, symlinks=True)
     prov = json.loads((run_dir / "provenance.json").read_text())
     changed = edit(prov)
     (run_dir / "provenance.json").write_text(json.dumps(prov if changed is None else changed))
     return run_dir
 
 
-def copy_vdb_stage(real_run: dict[str, Path], workdir: Path) -> Path:
+def copy_vdb_stage(small_run: dict[str, Path], workdir: Path) -> Path:
     """A copy of the run's vdb stage directory (its manifest, report and point links) under ``workdir``."""
-    prov = json.loads((real_run["run_dir"] / "provenance.json").read_text())
+    prov = json.loads((small_run["run_dir"] / "provenance.json").read_text())
     source = Path(prov["stages"]["vdb"]["directory"])
     copy = workdir / "store" / "vdb" / source.name
     shutil.copytree(source, copy, symlinks=True)
@@ -73,12 +58,12 @@ def assert_one_line_error(result, *names: str) -> str:
     return lines[0]
 
 
-def commands(real_run: dict[str, Path], name: str, workdir: Path) -> list[list[str]]:
+def commands(small_run: dict[str, Path], name: str, workdir: Path) -> list[list[str]]:
     """Every command that reads the run ``name`` (an id under ``workdir``)."""
     options = ["--workdir", str(workdir)]
     return [
         ["report", name, *options],
-        ["compare", str(real_run["run_dir"]), name, *options],
+        ["compare", str(small_run["run_dir"]), name, *options],
         ["status", name, *options],
     ]
 
@@ -114,11 +99,11 @@ def _null_vdb(prov: dict) -> None:
     ids=["point-without-repeat", "point-without-key", "stages-a-list", "vdb-stage-null", "not-an-object"],
 )
 def test_a_damaged_provenance_is_one_line_naming_the_field(
-    real_run, tmp_path: Path, edit, field: str
+    small_run, tmp_path: Path, edit, field: str
 ) -> None:
-    run_dir = copy_run(real_run, tmp_path, "damaged", edit)
+    run_dir = copy_run(small_run, tmp_path, "damaged", edit)
     messages = set()
-    for command in commands(real_run, "damaged", tmp_path):
+    for command in commands(small_run, "damaged", tmp_path):
         result = run_cli(*command)
         messages.add(assert_one_line_error(result, str(run_dir / "provenance.json"), field))
     assert len(messages) == 1  # every command says the same
@@ -135,24 +120,24 @@ def test_a_damaged_provenance_is_one_line_naming_the_field(
     ids=["null", "point-without-key", "points-not-a-list"],
 )
 def test_a_damaged_vdb_stage_manifest_is_one_line_naming_the_field(
-    real_run, tmp_path: Path, manifest: Any, field: str
+    small_run, tmp_path: Path, manifest: Any, field: str
 ) -> None:
     """A run recorded before points were: the vdb stage's manifest lists them."""
-    stage = copy_vdb_stage(real_run, tmp_path)
+    stage = copy_vdb_stage(small_run, tmp_path)
     (stage / "manifest.json").write_text(json.dumps(manifest))
 
     def edit(prov: dict) -> None:
         del prov["stages"]["vdb"]["points"]
         prov["stages"]["vdb"]["directory"] = str(stage)
 
-    copy_run(real_run, tmp_path, "older", edit)
-    for command in commands(real_run, "older", tmp_path):
+    copy_run(small_run, tmp_path, "older", edit)
+    for command in commands(small_run, "older", tmp_path):
         assert_one_line_error(run_cli(*command), str(stage / "manifest.json"), field)
 
 
-def _with_empty_point_manifest(real_run: dict[str, Path], workdir: Path) -> tuple[Path, Path]:
+def _with_empty_point_manifest(small_run: dict[str, Path], workdir: Path) -> tuple[Path, Path]:
     """A copy of the run whose first point's ``manifest.json`` is ``{}``; (its run dir, that manifest)."""
-    prov = json.loads((real_run["run_dir"] / "provenance.json").read_text())
+    prov = json.loads((small_run["run_dir"] / "provenance.json").read_text())
     point = workdir / "store" / "vdb-points" / "damaged-point"
     shutil.copytree(prov["stages"]["vdb"]["points"][0]["directory"], point, symlinks=True)
     (point / "manifest.json").write_text("{}")
@@ -160,12 +145,12 @@ def _with_empty_point_manifest(real_run: dict[str, Path], workdir: Path) -> tupl
     def edit(prov: dict) -> None:
         prov["stages"]["vdb"]["points"][0]["directory"] = str(point)
 
-    return copy_run(real_run, workdir, "emptypoint", edit), point / "manifest.json"
+    return copy_run(small_run, workdir, "emptypoint", edit), point / "manifest.json"
 
 
 @pytest.mark.slow
-def test_a_point_outcome_of_an_empty_object_names_the_file_and_first_field(real_run, tmp_path: Path) -> None:
-    run_dir, manifest = _with_empty_point_manifest(real_run, tmp_path)
+def test_a_point_outcome_of_an_empty_object_names_the_file_and_first_field(small_run, tmp_path: Path) -> None:
+    run_dir, manifest = _with_empty_point_manifest(small_run, tmp_path)
     record = find_run(str(run_dir))
     with pytest.raises(ArtifactError) as raised:
         record.outcome(record.points[0])
@@ -175,40 +160,40 @@ def test_a_point_outcome_of_an_empty_object_names_the_file_and_first_field(real_
 
 
 @pytest.mark.slow
-def test_report_of_a_point_outcome_of_an_empty_object_is_one_line(real_run, tmp_path: Path) -> None:
-    _, manifest = _with_empty_point_manifest(real_run, tmp_path)
+def test_report_of_a_point_outcome_of_an_empty_object_is_one_line(small_run, tmp_path: Path) -> None:
+    _, manifest = _with_empty_point_manifest(small_run, tmp_path)
     result = run_cli("report", "emptypoint", "--workdir", str(tmp_path))
     assert_one_line_error(result, str(manifest), "database: Field required")
 
 
 @pytest.mark.slow
-def test_status_finds_a_run_id_as_report_does(real_run, tmp_path: Path) -> None:
-    run_id = real_run["run_dir"].name
-    by_env = run_cli("status", run_id, env={"PIPELINE_WORKDIR": str(real_run["workdir"])})
-    by_option = run_cli("status", run_id, "--workdir", str(real_run["workdir"]))
-    by_directory = run_cli("status", str(real_run["run_dir"]))
+def test_status_finds_a_run_id_as_report_does(small_run, tmp_path: Path) -> None:
+    run_id = small_run["run_dir"].name
+    by_env = run_cli("status", run_id, env={"PIPELINE_WORKDIR": str(small_run["workdir"])})
+    by_option = run_cli("status", run_id, "--workdir", str(small_run["workdir"]))
+    by_directory = run_cli("status", str(small_run["run_dir"]))
     for result in (by_env, by_option, by_directory):
         assert result.returncode == 0, result.stderr[-3000:]
         assert run_id in result.stdout and "succeeded" in result.stdout and "complete" in result.stdout
     assert by_env.stdout == by_option.stdout == by_directory.stdout
-    unknown = run_cli("status", "no-such-run", env={"PIPELINE_WORKDIR": str(real_run["workdir"])})
+    unknown = run_cli("status", "no-such-run", env={"PIPELINE_WORKDIR": str(small_run["workdir"])})
     assert unknown.returncode == 2 and "no-such-run" in unknown.stderr and run_id in unknown.stderr
     assert "Traceback" not in unknown.stderr
 
 
 @pytest.mark.slow
-def test_an_unreadable_provenance_is_exit_4_for_every_command(real_run, tmp_path: Path) -> None:
-    run_dir = copy_run(real_run, tmp_path, "badjson", lambda prov: None)
+def test_an_unreadable_provenance_is_exit_4_for_every_command(small_run, tmp_path: Path) -> None:
+    run_dir = copy_run(small_run, tmp_path, "badjson", lambda prov: None)
     (run_dir / "provenance.json").write_text("{bad json")
     messages = {
         assert_one_line_error(run_cli(*command), str(run_dir / "provenance.json"), "not JSON")
-        for command in [*commands(real_run, "badjson", tmp_path), ["status", str(run_dir)]]
+        for command in [*commands(small_run, "badjson", tmp_path), ["status", str(run_dir)]]
     }
     assert len(messages) == 1
 
 
 @pytest.mark.slow
-def test_status_tells_a_run_whose_driver_died_from_one_running(real_run, tmp_path: Path) -> None:
+def test_status_tells_a_run_whose_driver_died_from_one_running(small_run, tmp_path: Path) -> None:
     """A run killed with SIGKILL leaves ``status: running`` in its provenance; `status` read it as running
     forever. Its driver's pid and start (recorded with the host) say whether it still runs: ``lost``, as
     the Globus Compute status says of a driver gone."""
@@ -219,8 +204,8 @@ def test_status_tells_a_run_whose_driver_died_from_one_running(real_run, tmp_pat
 
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        live = run_cli("status", str(copy_run(real_run, tmp_path, "live", running_as(alive.pid))))
-        killed = copy_run(real_run, tmp_path, "killed", running_as(alive.pid))
+        live = run_cli("status", str(copy_run(small_run, tmp_path, "live", running_as(alive.pid))))
+        killed = copy_run(small_run, tmp_path, "killed", running_as(alive.pid))
     finally:
         alive.kill()
         alive.wait()
