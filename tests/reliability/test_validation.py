@@ -148,7 +148,8 @@ def test_groundtruth_k_above_known_rows(small_corpus, tmp_path) -> None:
     path = _write(tmp_path, config)
     key = build_plan(load_config(path)).stage("embed").key
     dataset.mkdir()  # a complete (empty-listed) dataset of 7 rows made by this very configuration
-    (dataset / "manifest.json").write_text(f'{{"key": "{key}", "rows": 7, "files": []}}', encoding="utf-8")
+    made = f'{{"stage": "embed", "key": "{key}", "rows": 7, "files": []}}'
+    (dataset / "manifest.json").write_text(made, encoding="utf-8")
     _validate(path, "config.yaml", "groundtruth.k", "7 rows")
 
 

@@ -191,13 +191,16 @@ def test_the_plan_refuses_more_rows_than_the_dataset_holds(tmp_path: Path) -> No
     config = base_config(corpus, tmp_path / "wd", dataset={"dir": str(directory)}, vdb=vdb)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    # the dataset as the embed stage of this configuration would have written it (dataset.dir: its key)
+    # the dataset as the embed stage of this configuration would have written it (its key and dimension;
+    # the plan refuses a dataset.dir holding another dataset)
     manifest = json.loads((directory / "manifest.json").read_text())
     vdb["insert"]["rows"] = [100, 300]
-    path.write_text(yaml.safe_dump({**config, "vdb": vdb}))
+    path.write_text(yaml.safe_dump({**config, "dataset": {"dir": str(tmp_path / "new")}, "vdb": vdb}))
     plan = build_plan(load_config(path))
     assert not plan.stage("embed").complete
-    atomic_write_json(directory / "manifest.json", {**manifest, "key": plan.stage("embed").key})
+    made = {**manifest, "key": plan.stage("embed").key, "dimension": plan.dimension}
+    atomic_write_json(directory / "manifest.json", made)
+    path.write_text(yaml.safe_dump({**config, "vdb": vdb}))
     assert [p.point.config.insert.rows for p in build_plan(load_config(path)).points] == [100, 300]
     vdb["insert"]["rows"] = [100, 400]
     path.write_text(yaml.safe_dump({**config, "vdb": vdb}))
