@@ -8,7 +8,8 @@ The Globus Compute ``Executor`` is one (``compute_executor(endpoint_id)``); test
   it outlives the function and the endpoint's worker), waits until the run directory exists and returns
   the run id;
 * :func:`read_status` reads the run's ``provenance.json`` and stage manifests and says whether the
-  process is still alive.
+  process is still alive. A run id alone is enough for a run started by :func:`start_run`, which
+  records where each run lives (``<checkout>/.submit/runs/<run id>.json``).
 
 Both are self-contained (imports inside, plain arguments and results) so that every Globus Compute
 serializer strategy, including source-based ones, can ship them.
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 SUBMIT_RECORD = "submit.json"
+SUBMITTED_RUNS = ".submit/runs"  # in the remote checkout: <run id>.json, the record start_run returned
 
 
 def start_run(
@@ -136,34 +138,60 @@ def start_run(
         "submitted": time.time(),
     }
     (Path(run_dir) / "submit.json").write_text(json.dumps(record, indent=2))
+    index = repo / ".submit" / "runs"  # SUBMITTED_RUNS: status finds the run by its id alone
+    index.mkdir(exist_ok=True)
+    (index / f"{run_id}.json").write_text(json.dumps(record, indent=2))
     return record
 
 
 def read_status(workdir: str | None, run_ref: str, repo_dir: str | None = None) -> dict[str, Any]:
-    """Remote side of ``status``: the run's state from provenance.json and its stages' manifests."""
+    """Remote side of ``status``: the run's state from provenance.json and its stages' manifests.
+
+    ``run_ref`` is a run directory, or a run id: found under ``workdir``'s ``runs/`` when given (``~`` and
+    ``$VARS`` expanded here, on the remote side), else in the checkout's record of submitted runs, else
+    under ``$PIPELINE_WORKDIR``. A run not found has status ``unknown`` and an ``error`` saying where it
+    was looked for.
+    """
     import json
     import os
+    import re
     import socket
     from pathlib import Path
 
-    ref = Path(run_ref).expanduser()
-    if ref.is_absolute():
-        run_dir = ref
-    else:
-        if workdir is None:
-            raise ValueError("a run id needs the workdir it lives in (or pass the run directory)")
-        base = Path(workdir).expanduser()
-        repo = Path(repo_dir or os.environ.get("PES2O_REPO") or ".").expanduser()
-        base = base if base.is_absolute() else repo / base
-        run_dir = base / "runs" / run_ref
+    def expand(text: str, what: str) -> Path:
+        expanded = os.path.expandvars(os.path.expanduser(text))
+        unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
+        if unset:
+            raise LookupError(f"{what} {text!r}: ${unset[0]} is not set on {socket.gethostname()}")
+        return Path(expanded)
+
+    def unknown(run_dir: Path | None, error: str) -> dict:
+        name = run_dir.name if run_dir is not None else run_ref
+        return {"run_id": name, "run_dir": str(run_dir or ""), "status": "unknown", "error": error}
+
+    repo = Path(repo_dir or os.environ.get("PES2O_REPO") or ".").expanduser()
+    try:
+        ref = expand(run_ref, "run")
+        submitted = repo / ".submit" / "runs" / f"{run_ref}.json"  # SUBMITTED_RUNS
+        workdir = workdir or (None if submitted.is_file() else os.environ.get("PIPELINE_WORKDIR"))
+        if ref.is_absolute():
+            run_dir = ref
+        elif workdir:
+            base = expand(workdir, "workdir")
+            run_dir = (base if base.is_absolute() else repo / base) / "runs" / run_ref
+        elif submitted.is_file():
+            run_dir = Path(json.loads(submitted.read_text())["run_dir"])
+        else:
+            return unknown(
+                None,
+                f"no run {run_ref} was submitted from {repo.resolve()} on {socket.gethostname()} (no "
+                f"{submitted.name} in {submitted.parent}); give its workdir (--workdir) or its run directory",
+            )
+    except LookupError as exc:
+        return unknown(None, str(exc))
     provenance = run_dir / "provenance.json"
     if not provenance.exists():
-        return {
-            "run_id": run_dir.name,
-            "run_dir": str(run_dir),
-            "status": "unknown",
-            "error": "no provenance",
-        }
+        return unknown(run_dir, f"no run there: {provenance} does not exist on {socket.gethostname()}")
     prov = json.loads(provenance.read_text())
     stages = {}
     for name, stage in prov.get("stages", {}).items():

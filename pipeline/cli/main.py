@@ -369,19 +369,34 @@ def submit(
     """Start ``run`` on a remote login node through Globus Compute; prints the run id."""
     from executors.globus import compute_executor, submit_run
 
-    with compute_executor(endpoint) as executor:
+    with _remote_errors(endpoint, "submit"), compute_executor(endpoint) as executor:
         record = submit_run(executor, config, repo_dir=repo_dir, dataset=dataset)
     out.print(f"started [bold]{record['run_id']}[/] on {record['host']} (pid {record['pid']})")
     out.print(f"run directory: {record['run_dir']}\nlog: {record['log']}")
     out.print(f"follow it with: python -m pipeline status --endpoint {endpoint} {record['run_dir']}")
 
 
+@contextmanager
+def _remote_errors(endpoint: str, command: str) -> Iterator[None]:
+    """A remote function's error, or the Globus service's, ends the command with its message (exit 1)."""
+    try:
+        yield
+    except (KeyboardInterrupt, typer.Exit):
+        raise
+    except Exception as exc:  # whatever the SDK or the remote side raised: its words, no traceback
+        _error(f"{command} through endpoint {endpoint}: {type(exc).__name__}: {exc}", 1)
+
+
 def _remote_status(endpoint: str, run: str, workdir: str | None, repo_dir: str | None) -> None:
     from executors.globus import compute_executor, remote_status
+    from pipeline.runs import RunNotFound
 
-    with compute_executor(endpoint) as executor:
+    with _remote_errors(endpoint, "status"), compute_executor(endpoint) as executor:
         state = remote_status(executor, workdir, run, repo_dir=repo_dir)
-    out.print(f"[bold]{run}[/]  status [bold]{state['status']}[/]  host {state.get('host')}")
+    if state["status"] == "unknown" and state.get("error"):
+        _error(f"status --endpoint {endpoint} {run}: {state['error']}", RunNotFound.exit_code)
+    host = escape(str(state.get("host")))
+    out.print(f"[bold]{escape(run)}[/]  status [bold]{state['status']}[/]  host {host}")
     table = Table("stage", "key", "cached", "tasks", "finished")
     for name, stage in (state.get("stages") or {}).items():
         table.add_row(
@@ -408,7 +423,8 @@ def status(
         str | None,
         typer.Option(
             help="Workdir whose runs/ holds the run ids (default: $PIPELINE_WORKDIR, else .; with "
-            "--endpoint, the remote one)"
+            "--endpoint, a remote path, expanded there; by default a run submitted from the remote "
+            "checkout is found by its id)"
         ),
     ] = None,
     repo_dir: Annotated[str | None, typer.Option(help="Remote pipeline checkout (with --endpoint)")] = None,

@@ -76,7 +76,68 @@ def test_functions_and_arguments_survive_the_compute_serializer(strategy: str | 
 
 def test_status_of_a_run_that_does_not_exist(tmp_path: Path) -> None:
     status = read_status(str(tmp_path), "nope-20260101T000000Z-abc")
-    assert status["status"] == "unknown" and status["error"] == "no provenance"
+    assert status["status"] == "unknown"
+    assert str(tmp_path / "runs" / "nope-20260101T000000Z-abc" / "provenance.json") in status["error"]
+
+
+def _finished_run(workdir: Path, run_id: str) -> Path:
+    run_dir = workdir / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    record = {"run_id": run_id, "status": "succeeded", "stages": {}}
+    (run_dir / "provenance.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_status_by_id_alone_finds_a_submitted_run(tmp_path: Path) -> None:
+    """``status --endpoint E <run-id>`` as the docs write it: the checkout's record of submitted runs says
+    where the run lives; a run id it does not know is an error saying what to give instead."""
+    run_dir = _finished_run(tmp_path / "project" / "wd", "r-20260101T000000Z-abc")
+    repo = tmp_path / "checkout"
+    (repo / ".submit" / "runs").mkdir(parents=True)  # as start_run leaves it
+    (repo / ".submit" / "runs" / f"{run_dir.name}.json").write_text(json.dumps({"run_dir": str(run_dir)}))
+    found = read_status(None, run_dir.name, repo_dir=str(repo))
+    assert found["status"] == "succeeded" and found["run_dir"] == str(run_dir)
+    missing = read_status(None, "other-20260101T000000Z-abc", repo_dir=str(repo))
+    assert missing["status"] == "unknown"
+    assert "no run other-20260101T000000Z-abc was submitted from" in missing["error"]
+    assert "--workdir" in missing["error"]
+
+
+def test_status_expands_the_workdir_on_the_remote_side(tmp_path: Path, monkeypatch) -> None:
+    """The docs quote ``--workdir '${PROJECT_DIR}/pes2o-ve'`` so that the remote side expands it."""
+    run_dir = _finished_run(tmp_path / "project" / "pes2o-ve", "r-20260101T000000Z-abc")
+    monkeypatch.setenv("PROJECT_DIR", str(tmp_path / "project"))
+    assert read_status("${PROJECT_DIR}/pes2o-ve", run_dir.name)["status"] == "succeeded"
+    monkeypatch.delenv("PROJECT_DIR")
+    unset = read_status("${PROJECT_DIR}/pes2o-ve", run_dir.name)
+    assert unset["status"] == "unknown" and "$PROJECT_DIR is not set" in unset["error"]
+
+
+def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """The command, with a local executor standing in for the endpoint: a run the remote side cannot
+    find, or a remote error, is one ``error:`` line and a non-zero exit, no traceback."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from typer.testing import CliRunner
+
+    import executors.globus
+    from pipeline.cli.main import app
+
+    monkeypatch.setattr(executors.globus, "compute_executor", lambda endpoint_id, **kw: ThreadPoolExecutor(1))
+    monkeypatch.setenv("PES2O_REPO", str(tmp_path))
+    monkeypatch.delenv("PIPELINE_WORKDIR", raising=False)
+    result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
+    assert result.exit_code == 2, result.output
+    assert "error: status --endpoint E r-20260101T000000Z-abc: no run" in " ".join(result.output.split())
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("endpoint offline")
+
+    monkeypatch.setattr(executors.globus, "read_status", broken)
+    result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
+    assert result.exit_code == 1, result.output
+    assert "error: status through endpoint E: OSError: endpoint offline" in " ".join(result.output.split())
 
 
 def test_status_marks_a_dead_driver_as_lost(tmp_path: Path) -> None:
@@ -140,6 +201,8 @@ def test_submit_runs_a_small_pipeline_and_status_reports_it_finished(tmp_path: P
             time.sleep(1)
             again = remote_status(remote, None, record["run_dir"])
         assert again["status"] == "succeeded" and again["alive"] is False
+        by_id = remote_status(remote, None, record["run_id"], repo_dir=str(repo))  # the id alone
+        assert by_id["status"] == "succeeded" and by_id["run_dir"] == record["run_dir"]
         assert len(remote.payloads) >= 3  # submit, at least one poll, the last status
 
 
