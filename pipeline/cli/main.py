@@ -207,7 +207,9 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
         status, shards = _stage_status(stage.directory)
         shown = name if stage.name == name else f"{name} ({stage.name})"  # embed (import): the dataset's role
         table.add_row(shown, stage.key, status, shards, str(stage.directory))
-    out.print(table)
+    from pipeline.headline import print_table
+
+    print_table(out, table)  # whole: the directories are what a user copies from it
     if the_plan.points:
         from pipeline.sweep import describe, sweep_cost
 
@@ -265,7 +267,9 @@ def _resource_table(plan: Plan) -> None:
             table.add_row(escape(point.label), *[""] * 8, f"{point.database}: not measured, not checked")
         else:
             table.add_row(*map(escape, estimate.row()))
-    out.print(table)
+    from pipeline.headline import print_table
+
+    print_table(out, table)
     out.print(_client_and_driver_line(plan), markup=False, highlight=False, soft_wrap=True)
     _resource_warnings(plan)
 

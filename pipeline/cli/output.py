@@ -10,8 +10,10 @@ from rich.markup import escape
 
 from core.errors import PipelineError
 
-console = Console(stderr=True)  # messages, progress, errors
-out = Console()  # results a user may pipe
+# Soft wrap: a line is never broken by rich, only by the terminal showing it, so a path, a job script or a
+# qsub line piped to a file or `less` (80 columns to rich) stays whole and can be copied.
+console = Console(stderr=True, soft_wrap=True)  # messages, progress, errors
+out = Console(soft_wrap=True)  # results a user may pipe
 
 
 def error(message: str, code: int) -> NoReturn:

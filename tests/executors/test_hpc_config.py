@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,19 @@ def test_polaris_config_validates_on_the_command_line(hpc_env: Path) -> None:
     result = run_cli("validate", "configs/polaris.yaml", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
+
+
+def test_plan_piped_keeps_paths_and_submit_lines_whole(hpc_env: Path) -> None:
+    """Piped (80 columns to rich), `plan` once cut the stage folders with an ellipsis and broke the qsub
+    lines and job script paths across lines; a user copies them from this output."""
+    result = run_cli("plan", "configs/polaris.yaml", timeout=300, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    store = hpc_env / "project" / "pes2o-ve" / "store"
+    for name in ("shard", "chunk", "queries", "groundtruth", "vdb"):
+        assert re.search(rf"{re.escape(str(store / name))}/[0-9a-f]{{16}} ", result.stdout), name
+    submits = [line for line in result.stdout.splitlines() if line.startswith("# submit:")]
+    assert submits and all(re.fullmatch(r"# submit: qsub .* /\S+", line) for line in submits), submits[:3]
+    assert "…" not in result.stdout
 
 
 def test_no_user_or_project_names_are_hard_coded() -> None:
