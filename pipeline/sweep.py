@@ -85,10 +85,13 @@ def plan_points(vdb: VdbConfig, store: Path, upstream: list[str], metric: str) -
 
 
 def query_settings(point: SweepPoint) -> int:
-    """Query settings a point measures: ef x batch size x clients x k (x offered rates, open loop)."""
-    query = point.config.query
-    count = len(query.ef) * len(query.batch_size) * len(query.clients) * len(query.k)
-    return count * (len(query.rate) if isinstance(query.rate, list) else 1)
+    """Query settings a point measures, as its query stage sweeps them (an in-process engine with one
+    client, no ef for an index without a search knob; ``rate: auto`` adds its steps at run time)."""
+    from apps.vdb import runs_in_process
+    from apps.vdb.stages.query_sweep import sweep
+
+    config = point.config
+    return len(sweep(config.query, config.collection.index_type, runs_in_process(point.settings)))
 
 
 def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None) -> str:

@@ -372,6 +372,24 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     assert line.endswith("at least 2 min of measured query windows (deploy time comes on top)")
 
 
+def test_the_sweep_cost_counts_the_settings_the_query_stage_runs(tmp_path: Path) -> None:
+    """An in-process engine serves one client, a flat index has no ef, each offered rate follows its
+    closed-loop setting: the count is that of the stage's own sweep, not the product of the lists."""
+    from pipeline.sweep import query_settings
+
+    query = {"ef": [16, 32], "batch_size": [1], "clients": [1, 2], "k": [10]}
+    cases = [
+        ({"databases": [{"name": "faiss"}], "query": query}, 2),  # clients 1 only
+        ({"databases": [{"name": "milvus"}], "query": query}, 4),
+        ({"databases": [{"name": "milvus"}], "collection": {"index_type": "flat"}, "query": query}, 2),
+        ({"databases": [{"name": "milvus"}], "query": {**query, "rate": [100.0, 200.0]}}, 12),
+    ]
+    for vdb_config, expected in cases:
+        vdb = VdbConfig.model_validate(vdb_config)
+        (point,) = vdb.points
+        assert query_settings(point) == expected, vdb_config
+
+
 def test_a_finished_sweep_costs_nothing(tmp_path: Path) -> None:
     from dataclasses import replace
 
