@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import AfterValidator
 
@@ -135,6 +135,17 @@ def check_server_url(value: str) -> str:
     ):
         raise ValueError(
             "must be a server URL such as http://host:8080 (http or https, a host, a port 0-65535)"
+        )
+    return no_password_in_url(value)
+
+
+def no_password_in_url(value: str) -> str:
+    """A URL with a password in it is refused: the resolved config is written into the run's provenance."""
+    parts = urlsplit(value)
+    if parts.password is not None or "password" in parse_qs(parts.query):  # libpq takes ?password= too
+        raise ValueError(
+            "must not hold a password (the config is recorded in the run's provenance): put it in an "
+            "environment variable and name that in the database's *_env setting"
         )
     return value
 

@@ -114,6 +114,8 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         {"name": "weaviate", "url": "weaviate:8080"},
         {"name": "qdrant", "mode": "server", "url": "http://qdrant:99999"},
         {"name": "milvus", "uri": "tcp://milvus:19530"},
+        {"name": "pgvector", "url": "postgresql://me:secret@db/postgres"},
+        {"name": "pgvector", "label": "pg-query", "url": "postgresql://me@db/postgres?password=secret"},
     ]
     config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
     flat = _validate(
@@ -122,6 +124,8 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
     for field, value in (("1.qdrant.url", "http://qdrant:99999"), ("2.milvus.uri", "tcp://milvus:19530")):
         assert f"vdb.databases.{field}: must be a server URL such as http://host:8080" in flat, flat
         assert repr(value) in flat, flat
+    for index in (3, 4):  # the recorded config would hold the password
+        assert f"vdb.databases.{index}.pgvector.url: must not hold a password" in flat, flat
 
 
 def test_directory_as_config_path(tmp_path) -> None:

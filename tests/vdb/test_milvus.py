@@ -257,10 +257,15 @@ def test_dimension_mismatch(server, client, fmnist) -> None:
 
 
 @pytest.mark.slow
-def test_attach_to_existing_server_by_uri(server, tmp_path: Path) -> None:
+def test_attach_to_existing_server_by_uri(server, tmp_path: Path, monkeypatch) -> None:
     node = server[1].nodes[0]
     password = Path(str(node.extra["password_file"])).read_text().strip()
-    settings = MilvusSettings(uri=f"http://{node.host}:{node.port}", token=f"root:{password}")
+    # the credentials come from the variable token_env names: a value in the config would be in provenance
+    settings = MilvusSettings(uri=f"http://{node.host}:{node.port}", token_env="MILVUS_TEST_TOKEN")
+    monkeypatch.delenv("MILVUS_TEST_TOKEN", raising=False)
+    with pytest.raises(DatabaseError, match="token_env names MILVUS_TEST_TOKEN, which is not set"):
+        MilvusDeployment(settings).start(tmp_path, timeout=30)
+    monkeypatch.setenv("MILVUS_TEST_TOKEN", f"root:{password}")
     attached = MilvusDeployment(settings)
     endpoints = attached.start(tmp_path, timeout=30)
     assert endpoints.server_version == server[1].server_version and endpoints.nodes[0].port == node.port

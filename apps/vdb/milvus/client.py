@@ -23,7 +23,7 @@ from pymilvus import DataType, MilvusClient, MilvusException
 
 from apps.vdb.base import Client, CollectionSpec, DatabaseError, Endpoints, SearchResult, StorageStats
 from apps.vdb.milvus import DATABASE
-from apps.vdb.milvus.env import node_token
+from apps.vdb.milvus.env import external_token, node_token
 from apps.vdb.milvus.indexes import build_params, index_search_params, milvus_index_type
 from apps.vdb.milvus.settings import NO_DISKANN, MilvusSettings
 from apps.vdb.noproxy import GRPC_NO_PROXY, bypass_proxy
@@ -97,7 +97,7 @@ class MilvusVectorClient(Client):
         self._template: Any = None  # (collection, one-row InsertRequest) for packed inserts; False: off
         self._search_template: Any = None  # (key, SearchRequest, ...) for packed searches; False: off
         bypass_proxy([self.uri])
-        token = settings.token if settings.uri else node_token(node, settings.token)
+        token = external_token(settings) if settings.uri else node_token(node)
         with _errors(f"connect to {self.uri}"):
             self.client = MilvusClient(
                 uri=self.uri,

@@ -39,7 +39,7 @@ import yaml
 from pymilvus import MilvusClient, MilvusException
 
 from apps.vdb.base import DatabaseError, Deployment, Endpoint, Endpoints
-from apps.vdb.milvus.env import AUTH_KEY, PASSWORD_FILE, ROOT, root_token, server_env
+from apps.vdb.milvus.env import AUTH_KEY, PASSWORD_FILE, ROOT, external_token, root_token, server_env
 from apps.vdb.milvus.settings import MilvusSettings
 from apps.vdb.process import ServerProcess, free_ports, http_ok, port_in_use
 from apps.vdb.secret import new_secret, read_secret
@@ -203,7 +203,7 @@ class MilvusDeployment(Deployment):
         s = self.settings
         if s.uri:
             url = urlparse(s.uri)
-            version = _server_version(s.uri, s.token, timeout)
+            version = _server_version(s.uri, external_token(s), timeout)
             node = Endpoint(host=url.hostname or "localhost", port=url.port or 19530)
             return Endpoints(
                 database="milvus", nodes=[node], data_dir=s.data_dir or "", server_version=version

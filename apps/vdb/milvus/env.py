@@ -7,9 +7,10 @@ server and :mod:`apps.vdb.milvus.ranks` for the image's, which reads :data:`ROOT
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from apps.vdb.base import Endpoint
+from apps.vdb.base import DatabaseError, Endpoint
 from apps.vdb.secret import endpoint_secret
 
 AUTH_KEY = "common.security.authorizationEnabled"  # milvus.yaml: every request needs a user's password
@@ -27,9 +28,19 @@ def root_token(password: str) -> str:
 
 def node_token(node: Endpoint | None, fallback: str = "") -> str:
     """The token for a server this project started (root with the password in the file ``node`` names,
-    ``extra["password_file"]``), else ``fallback`` (the ``token`` setting of a server given by ``uri``)."""
+    ``extra["password_file"]``), else ``fallback`` (:func:`external_token` of a server given by ``uri``)."""
     password = endpoint_secret(node, "password_file", "milvus: the root password file")
     return fallback if password is None else root_token(password)
+
+
+def external_token(settings: Any) -> str:
+    """The credentials of a server given by ``uri``: the variable ``token_env`` names ('' without one)."""
+    if not settings.token_env:
+        return ""
+    token = os.environ.get(settings.token_env)
+    if token is None:
+        raise DatabaseError(f"milvus: token_env names {settings.token_env}, which is not set here")
+    return token
 
 
 def server_env(

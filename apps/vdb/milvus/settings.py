@@ -21,7 +21,11 @@ class MilvusSettings(BaseModel):
     uri: ServerUrl | None = Field(
         None, description="Existing Milvus to use (http://host:19530); none is started."
     )
-    token: str = Field("", description="Credentials of an existing server ('user:password' or a token).")
+    token_env: EnvName | None = Field(
+        None,
+        description="uri: environment variable holding the server's credentials ('user:password' or a "
+        "token; a value here would be written into the run's provenance)",
+    )
     data_dir: str | None = Field(
         None, description="Data dir of an existing server, for describe()'s disk bytes."
     )

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from executors.safe import EnvName
+from executors.safe import EnvName, no_password_in_url
 
 # A PostgreSQL memory size: a number with an optional unit (kB, MB, GB, TB; no unit: the GUC's own, 8 kB
 # pages for shared_buffers).
@@ -18,7 +18,11 @@ MemorySize = Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]{0,8}(kB|MB|G
 # A Unix user name (the server's user when this process is root).
 UserName = Annotated[str, StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
 # A libpq URI without control bytes or spaces (passed to psycopg only, never to a shell).
-PgUrl = Annotated[str, StringConstraints(pattern=r"^postgres(ql)?://[^\s\x00-\x1f\x7f]+$")]
+PgUrl = Annotated[
+    str,
+    StringConstraints(pattern=r"^postgres(ql)?://[^\s\x00-\x1f\x7f]+$"),
+    AfterValidator(no_password_in_url),
+]
 # An absolute path without shell or SQL metacharacters.
 PlainPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_./+-]*$")]
 
