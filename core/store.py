@@ -51,9 +51,15 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def _temp_beside(path: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(name)
+    """A new empty file beside ``path``, to fill and rename onto it: mode 0o666 less the umask, as any
+    ``open`` makes (``mkstemp``'s 0o600 would hide datasets and reports from a project's other members)."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # less the umask
+            return tmp
+        except FileExistsError:
+            continue
 
 
 def _publish(tmp: Path, path: Path) -> None:
