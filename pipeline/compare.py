@@ -137,6 +137,8 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
     pb_ = _label_params(read_results(b.report_dir / "results.parquet"))
     for label in sorted(set(pa_) & set(pb_)):
         notes += [f"{label}: {line}" for line in _differences(pa_[label], pb_[label])]
+    for label in sorted(set(pa_) ^ set(pb_)):  # a database or point one of the runs did not measure
+        notes.append(f"{label}: only in {a.run_id if label in pa_ else b.run_id}")
     return notes
 
 

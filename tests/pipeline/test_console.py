@@ -128,6 +128,25 @@ def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_pat
 
 
 @pytest.mark.slow
+def test_compare_names_a_point_only_one_run_measured(small_run, tmp_path: Path) -> None:
+    """Run b measured one of the two points: the comparison says so, not 'same ... point parameters'."""
+    b_dir = tmp_path / "runs" / "run-b"
+    shutil.copytree(small_run["run_dir"], b_dir, symlinks=True)
+    rows = pq.read_table(small_run["report"] / "results.parquet").to_pylist()
+    (tmp_path / "vdb-b" / "report").mkdir(parents=True)
+    kept = [row for row in rows if row["label"] != LABELS[1]]
+    pq.write_table(pa.Table.from_pylist(kept), tmp_path / "vdb-b" / "report" / "results.parquet")
+    prov = json.loads((b_dir / "provenance.json").read_text())
+    prov["run_id"] = "run-b"
+    prov["stages"]["vdb"]["directory"] = str(tmp_path / "vdb-b")
+    (b_dir / "provenance.json").write_text(json.dumps(prov))
+    result = run_cli("compare", str(small_run["run_dir"]), "run-b", "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{LABELS[1]}: only in {small_run['run_dir'].name}" in result.stdout
+    assert "configuration: same" not in result.stdout
+
+
+@pytest.mark.slow
 def test_unknown_run_is_a_clear_error(small_run) -> None:
     for command in (["report", "no-such-run"], ["compare", str(small_run["run_dir"]), "no-such-run"]):
         result = run_cli(*command, "--workdir", str(small_run["workdir"]))
