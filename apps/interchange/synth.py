@@ -259,8 +259,8 @@ def card(manifest: dict[str, Any]) -> str:
             f"real rows; the directions keep {synth['variance_kept']:.1%} of their variance",
             f"- metric {manifest['metric']}; {synth['queries']:,} queries drawn from the same model; exact "
             f"top-{synth['k']} ground truth",
-            f"- intrinsic dimension (MLE, k = {lid['k']}, {LID_ROWS:,} rows): synthetic {lid['synthetic']}, "
-            f"real {lid['real']}",
+            f"- intrinsic dimension (MLE combined, k = {lid['k']}, {LID_ROWS:,} rows): synthetic "
+            f"{lid['synthetic']}, real {lid['real']}",
             f"- seed {synth['seed']}: the same arguments draw the same vectors",
             "",
         ]

@@ -29,7 +29,8 @@ GroundtruthFile = Annotated[
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="Import an ANN benchmark dataset (with its queries and ground truth) or export one.",
+    help="Import an ANN benchmark dataset (with its queries and ground truth), export one, draw a "
+    "synthetic one like it (synth), or measure its geometry.",
 )
 
 
@@ -264,8 +265,8 @@ def synth(
         f"  {manifest['rows']:,} vectors x {manifest['dimension']}, "
         f"{manifest['queries']['count']:,} queries, "
         f"exact top-{manifest['groundtruth']['k']}, metric {manifest['metric']}\n"
-        f"  intrinsic dimension (MLE, k = {lid['k']}): synthetic {lid['synthetic']}, real {lid['real']} "
-        f"({lid['synthetic'] / lid['real'] - 1:+.0%})",
+        f"  intrinsic dimension (MLE combined, k = {lid['k']}): synthetic {lid['synthetic']}, "
+        f"real {lid['real']} ({lid['synthetic'] / lid['real'] - 1:+.0%})",
         highlight=False,
         soft_wrap=True,
     )

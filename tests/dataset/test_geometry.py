@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -209,6 +210,8 @@ def test_geometry_command_prints_the_figures(fmnist_dataset: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "LID (MLE, k=20)" in result.stdout and "relative contrast (He et al. 2012)" in result.stdout
     assert "nearest distances from groundtruth" in result.stdout
+    # the combined (harmonic-mean) estimate, the figure `dataset synth` compares, is printed and named
+    assert re.search(r"LID \(MLE, k=20\) mean [\d.]+, median [\d.]+, combined [\d.]+;", result.stdout)
     bad = run_cli("dataset", "geometry", str(fmnist_dataset), "--k", "1")
     assert bad.returncode == 2 and "--k" in bad.stderr
 

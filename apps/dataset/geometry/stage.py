@@ -172,10 +172,13 @@ def report_section(record: GeometryRecord | None) -> list[str]:
 
 
 def summary_lines(record: GeometryRecord, name: str) -> list[str]:
-    """A few console lines with the record's figures (``python -m pipeline dataset geometry``)."""
+    """A few console lines with the record's figures (``python -m pipeline dataset geometry``); LID's
+    "combined" is the harmonic mean of the local estimates, the figure ``dataset synth`` compares."""
 
     def lid(value: Any) -> str:
-        return "—" if value is None else f"mean {num(value.mean)}, median {num(value.median)}"
+        if value is None:
+            return "—"
+        return f"mean {num(value.mean)}, median {num(value.median)}, combined {num(value.harmonic)}"
 
     lines = [
         f"{name}: {_sample_line(record)}",
