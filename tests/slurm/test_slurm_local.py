@@ -283,7 +283,9 @@ def test_the_dataset_and_ground_truth_equal_those_of_the_local_config(
         assert plan.stage(stage).complete, f"local.yaml's {stage} key is not the Slurm run's"
 
     embed, chunks = plan.stage("embed"), plan.stage("chunk")
-    parts = json.loads((embed.directory / "manifest.json").read_text())["files"]
+    manifest = json.loads((embed.directory / "manifest.json").read_text())
+    assert cfg.dataset.expected_rows == manifest["rows"]  # local.yaml's resource plan N is the real count
+    parts = manifest["files"]
     assert len(parts) > 1
     for part in (parts[0], parts[-1]):
         embed_stage.embed_shard(
