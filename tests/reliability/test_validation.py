@@ -116,6 +116,7 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         {"name": "milvus", "uri": "tcp://milvus:19530"},
         {"name": "pgvector", "url": "postgresql://me:secret@db/postgres"},
         {"name": "pgvector", "label": "pg-query", "url": "postgresql://me@db/postgres?password=secret"},
+        {"name": "weaviate", "label": "w-tls", "url": "https://weaviate:8443"},  # its client would use http
     ]
     config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
     flat = _validate(
@@ -126,6 +127,7 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         assert repr(value) in flat, flat
     for index in (3, 4):  # the recorded config would hold the password
         assert f"vdb.databases.{index}.pgvector.url: must not hold a password" in flat, flat
+    assert "vdb.databases.5.weaviate.url: must be http://host:port" in flat, flat
 
 
 def test_directory_as_config_path(tmp_path) -> None:

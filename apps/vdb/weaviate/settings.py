@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from executors.safe import EnvName, PlainText, ServerUrl
+
+
+def _plain_http(url: str) -> str:
+    if not url.startswith("http://"):  # an https URL would be polled and queried over http
+        raise ValueError("must be http://host:port: the client reaches an attached node without TLS")
+    return url
+
+
+# A running node to attach to: http only, reached anonymously (apps/vdb/weaviate/client.py).
+NodeUrl = Annotated[ServerUrl, AfterValidator(_plain_http)]
 
 
 class WeaviateSettings(BaseModel):
@@ -19,7 +29,9 @@ class WeaviateSettings(BaseModel):
         None, description="weaviate-server path; default $WEAVIATE_BIN, <repo>/.build/bin, then PATH"
     )
     nodes: int = Field(1, ge=1, description="Processes to start: 1 = single node, N > 1 = local cluster")
-    url: ServerUrl | None = Field(None, description="HTTP URL of a running node: attach instead of starting")
+    url: NodeUrl | None = Field(
+        None, description="http:// URL of a running node (reached without a key): attach instead of starting"
+    )
     grpc_port: int = Field(50051, description="gRPC port of the node at `url`")
     async_indexing: bool = Field(True, description="ASYNC_INDEXING: index from a queue (needed by dynamic)")
     gomaxprocs: int | None = Field(None, ge=1, description="GOMAXPROCS per node (cores a node may use)")
