@@ -119,22 +119,27 @@ EnvName = Annotated[
 ]
 
 
-def check_server_url(value: str) -> str:
-    """An http(s) URL naming its host: ``weaviate:8080`` would otherwise parse as scheme ``weaviate`` with
-    no host, and the client would silently try 127.0.0.1."""
-    parts = urlsplit(value)
+class SecretValueError(ValueError):
+    """A refused value that holds a secret: the config loader prints the message, never the value."""
+
+
+def check_server_url(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A URL of one of ``schemes`` naming its host: ``weaviate:8080`` would otherwise parse as scheme
+    ``weaviate`` with no host, and the client would silently try 127.0.0.1."""
+    parts = urlsplit(value)  # the scheme comes back in lower case
     try:
         port = parts.port  # a port that is not a number, or beyond 65535, raises here
     except ValueError:
         port = -1
     if (
-        parts.scheme not in ("http", "https")
+        parts.scheme not in schemes
         or not parts.hostname
         or port == -1
         or re.search(r"[\s\x00-\x1f\x7f]", value)
     ):
         raise ValueError(
-            "must be a server URL such as http://host:8080 (http or https, a host, a port 0-65535)"
+            f"must be a server URL such as {schemes[0]}://host:8080 ({' or '.join(schemes)}, a host, a port "
+            "0-65535)"
         )
     return no_password_in_url(value)
 
@@ -143,7 +148,7 @@ def no_password_in_url(value: str) -> str:
     """A URL with a password in it is refused: the resolved config is written into the run's provenance."""
     parts = urlsplit(value)
     if parts.password is not None or "password" in parse_qs(parts.query):  # libpq takes ?password= too
-        raise ValueError(
+        raise SecretValueError(
             "must not hold a password (the config is recorded in the run's provenance): put it in an "
             "environment variable and name that in the database's *_env setting"
         )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from core.config import FieldError
 from core.errors import ConfigError
+from executors.safe import SecretValueError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
 from pipeline.config.yaml_guard import parse_yaml
@@ -293,7 +294,8 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")
-        shown = "" if err["type"] == "missing" or isinstance(value, dict) else f" (got {value!r})"
+        hidden = err["type"] == "missing" or isinstance(value, dict) or isinstance(cause, SecretValueError)
+        shown = "" if hidden else f" (got {value!r})"  # a refused secret is not printed back
         where = f"line {line}: " if line else ""
         # A check's own words, without pydantic's "Value error, " before them.
         message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]

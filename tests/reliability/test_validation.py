@@ -113,7 +113,7 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
     databases = [
         {"name": "weaviate", "url": "weaviate:8080"},
         {"name": "qdrant", "mode": "server", "url": "http://qdrant:99999"},
-        {"name": "milvus", "uri": "tcp://milvus:19530"},
+        {"name": "milvus", "uri": "tcpx://milvus:19530"},  # pymilvus takes http(s) and tcp
         {"name": "pgvector", "url": "postgresql://me:secret@db/postgres"},
         {"name": "pgvector", "label": "pg-query", "url": "postgresql://me@db/postgres?password=secret"},
         {"name": "weaviate", "label": "w-tls", "url": "https://weaviate:8443"},  # its client would use http
@@ -122,12 +122,26 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
     flat = _validate(
         _write(tmp_path, config), "config.yaml", "vdb.databases.0.weaviate.url", "'weaviate:8080'"
     )
-    for field, value in (("1.qdrant.url", "http://qdrant:99999"), ("2.milvus.uri", "tcp://milvus:19530")):
-        assert f"vdb.databases.{field}: must be a server URL such as http://host:8080" in flat, flat
-        assert repr(value) in flat, flat
-    for index in (3, 4):  # the recorded config would hold the password
+    assert "vdb.databases.1.qdrant.url: must be a server URL such as http://host:8080" in flat, flat
+    assert "'http://qdrant:99999'" in flat, flat
+    milvus = "vdb.databases.2.milvus.uri: must be a server URL such as http://host:8080 (http or https or tcp"
+    assert milvus in flat, flat
+    for index in (3, 4):  # the recorded config would hold the password, and so would the error
         assert f"vdb.databases.{index}.pgvector.url: must not hold a password" in flat, flat
+    assert "secret" not in flat, flat
     assert "vdb.databases.5.weaviate.url: must be http://host:port" in flat, flat
+
+
+def test_milvus_token_moved_to_token_env(small_corpus, tmp_path) -> None:
+    """A credential written as ``token:`` is refused without being printed; the ``token: ''`` that runs
+    recorded before ``token_env`` existed still reads, so their reports can be re-rendered."""
+    from apps.vdb.milvus.settings import MilvusSettings
+
+    databases = [{"name": "milvus", "uri": "http://milvus:19530", "token": "root:hunter3"}]
+    config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
+    flat = _validate(_write(tmp_path, config), "vdb.databases.0.milvus", "token was replaced by token_env")
+    assert "hunter3" not in flat, flat
+    assert MilvusSettings.model_validate({"name": "milvus", "token": ""}).token_env is None
 
 
 def test_directory_as_config_path(tmp_path) -> None:

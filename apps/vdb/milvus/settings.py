@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from executors.safe import EnvName, PlainText, ServerUrl
+from executors.safe import EnvName, PlainText, check_server_url
 
+# An existing server: pymilvus takes tcp:// beside http(s)://.
+MilvusUri = Annotated[str, AfterValidator(lambda v: check_server_url(v, ("http", "https", "tcp")))]
 # A dotted milvus.yaml key (dataCoord.segment.maxSize).
 DottedKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")]
 
@@ -18,7 +20,7 @@ class MilvusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Literal["milvus"] = "milvus"
-    uri: ServerUrl | None = Field(
+    uri: MilvusUri | None = Field(
         None, description="Existing Milvus to use (http://host:19530); none is started."
     )
     token_env: EnvName | None = Field(
@@ -62,6 +64,20 @@ class MilvusSettings(BaseModel):
     default_ef: int = Field(64, ge=1, description="HNSW ef when a search gives none (raised to k if lower).")
     default_nprobe: int = Field(16, ge=1, description="IVF nprobe when a search gives none (ef is nprobe).")
     request_timeout: float = Field(120.0, gt=0, description="Timeout of one client request, in seconds.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _token_became_token_env(cls, data: Any) -> Any:
+        """Runs recorded before ``token_env`` hold ``token: ''`` (dropped, so their reports re-render); a
+        value is refused without being echoed: it is a credential."""
+        if isinstance(data, dict) and "token" in data:
+            if data["token"]:
+                raise ValueError(
+                    "token was replaced by token_env: put the credentials in an environment variable and "
+                    "name the variable there"
+                )
+            data = {key: value for key, value in data.items() if key != "token"}
+        return data
 
 
 # Why the local server cannot build DISKANN: the PyPI package's knowhere has no DiskANN (the index build

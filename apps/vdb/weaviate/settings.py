@@ -10,7 +10,7 @@ from executors.safe import EnvName, PlainText, ServerUrl
 
 
 def _plain_http(url: str) -> str:
-    if not url.startswith("http://"):  # an https URL would be polled and queried over http
+    if not url.lower().startswith("http://"):  # an https URL would be polled and queried over http
         raise ValueError("must be http://host:port: the client reaches an attached node without TLS")
     return url
 
