@@ -13,9 +13,10 @@ from apps.vdb.declaration import Database, Lazy
 from apps.vdb.qdrant.settings import QdrantSettings, index_problems, with_threads
 
 
-def _edge(settings: QdrantSettings) -> bool:
-    """Edge runs the engine inside the client process: there is no server to deploy."""
-    return settings.mode == "edge"
+def _in_process(settings: QdrantSettings) -> bool:
+    """Edge, and qdrant-client's local mode (``url: ':memory:'`` or ``local_path``), run the engine inside
+    the client process: there is no server to deploy, and one client."""
+    return settings.mode == "edge" or settings.url == ":memory:" or settings.local_path is not None
 
 
 DATABASE = Database(
@@ -25,7 +26,7 @@ DATABASE = Database(
     index_types=("hnsw", "flat"),
     deployment=Lazy("apps.vdb.qdrant.deploy:QdrantDeployment"),
     client=Lazy("apps.vdb.qdrant.connect:connect"),
-    in_process=_edge,
+    in_process=_in_process,
     # Quantisation and on-disk vectors: apps/vdb/qdrant/storage.py.
     quantizations={"hnsw": ("none", "scalar", "pq", "bq")},
     on_disk=("hnsw", "flat"),
