@@ -26,6 +26,7 @@ from core.format import table
 from core.store import (
     atomic_write_json,
     atomic_write_text,
+    os_error_reason,
     read_manifest,
     verify_files,
 )
@@ -116,8 +117,17 @@ def check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
 
     ``dataset.dir`` is chosen by the user: a non-empty directory that is not a dataset of this pipeline
     (no embed manifest, no shard records, files we never write) is refused untouched, since writing
-    there would overwrite its README.md with the dataset card and mix part files among its files.
+    there would overwrite its README.md with the dataset card and mix part files among its files. One
+    that cannot be read (permissions) is an ArtifactError too, naming it.
     """
+    try:
+        _check_dataset_dir(dataset_dir, key, dimension)
+    except OSError as exc:
+        reason = os_error_reason(exc, dataset_dir)
+        raise ArtifactError(f"dataset.dir {dataset_dir} cannot be read: {reason}") from None
+
+
+def _check_dataset_dir(dataset_dir: Path, key: str, dimension: int) -> None:
     if not dataset_dir.exists():
         return
     if not dataset_dir.is_dir():

@@ -194,6 +194,21 @@ def test_dataset_dir_checks_accept_our_own_partial_and_finished_datasets(tmp_pat
     assert not (tmp_path / "new").exists()
 
 
+def test_an_unreadable_dataset_dir_is_named_not_a_traceback(tmp_path: Path, monkeypatch) -> None:
+    """A dataset.dir the user may not list (another user's, mode 0311) is one error naming it: plan
+    checks it now, and its PermissionError used to escape as a traceback."""
+    from apps.dataset import layout
+    from core.errors import ArtifactError
+
+    def unreadable(directory: Path) -> None:
+        raise PermissionError(13, "Permission denied", str(directory))
+
+    monkeypatch.setattr(layout, "_existing_dataset", unreadable)  # root can list any directory
+    (tmp_path / "theirs").mkdir()
+    with pytest.raises(ArtifactError, match=r"dataset.dir .*theirs cannot be read: Permission denied"):
+        layout.check_dataset_dir(tmp_path / "theirs", "k1", 384)
+
+
 # --- errors inside Parsl tasks --------------------------------------------------------------------------
 
 
