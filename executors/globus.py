@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 SUBMIT_RECORD = "submit.json"
-SUBMITTED_RUNS = ".submit/runs"  # in the remote checkout: <run id>.json, the record start_run returned
 
 
 def start_run(
@@ -138,7 +137,7 @@ def start_run(
         "submitted": time.time(),
     }
     (Path(run_dir) / "submit.json").write_text(json.dumps(record, indent=2))
-    index = repo / ".submit" / "runs"  # SUBMITTED_RUNS: status finds the run by its id alone
+    index = repo / ".submit" / "runs"  # read_status finds the run by its id alone
     index.mkdir(exist_ok=True)
     (index / f"{run_id}.json").write_text(json.dumps(record, indent=2))
     return record
@@ -170,28 +169,36 @@ def read_status(workdir: str | None, run_ref: str, repo_dir: str | None = None) 
         return {"run_id": name, "run_dir": str(run_dir or ""), "status": "unknown", "error": error}
 
     repo = Path(repo_dir or os.environ.get("PES2O_REPO") or ".").expanduser()
+    submitted = repo / ".submit" / "runs" / f"{run_ref}.json"  # what start_run recorded
+    source = "--workdir"
+    if not workdir and not submitted.is_file() and os.environ.get("PIPELINE_WORKDIR"):
+        workdir, source = os.environ["PIPELINE_WORKDIR"], "$PIPELINE_WORKDIR"
     try:
         ref = expand(run_ref, "run")
-        submitted = repo / ".submit" / "runs" / f"{run_ref}.json"  # SUBMITTED_RUNS
-        workdir = workdir or (None if submitted.is_file() else os.environ.get("PIPELINE_WORKDIR"))
         if ref.is_absolute():
-            run_dir = ref
+            run_dir, source = ref, "the run directory given"
         elif workdir:
             base = expand(workdir, "workdir")
             run_dir = (base if base.is_absolute() else repo / base) / "runs" / run_ref
         elif submitted.is_file():
-            run_dir = Path(json.loads(submitted.read_text())["run_dir"])
+            record = json.loads(submitted.read_text())
+            if not isinstance(record, dict) or not isinstance(record.get("run_dir"), str):
+                return unknown(None, f"{submitted} names no run directory")
+            run_dir, source = Path(record["run_dir"]), f"the record {submitted}"
         else:
             return unknown(
                 None,
                 f"no run {run_ref} was submitted from {repo.resolve()} on {socket.gethostname()} (no "
                 f"{submitted.name} in {submitted.parent}); give its workdir (--workdir) or its run directory",
             )
-    except LookupError as exc:
+    except LookupError as exc:  # a $VAR not set there
         return unknown(None, str(exc))
+    except (OSError, ValueError) as exc:  # the record unreadable, or not JSON
+        return unknown(None, f"{submitted}: {exc}")
     provenance = run_dir / "provenance.json"
     if not provenance.exists():
-        return unknown(run_dir, f"no run there: {provenance} does not exist on {socket.gethostname()}")
+        where = f"{provenance} (from {source}) does not exist on {socket.gethostname()}"
+        return unknown(run_dir, f"no run there: {where}")
     prov = json.loads(provenance.read_text())
     stages = {}
     for name, stage in prov.get("stages", {}).items():

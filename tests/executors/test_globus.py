@@ -69,6 +69,9 @@ def test_functions_and_arguments_survive_the_compute_serializer(strategy: str | 
         payload = serializer.serialize(fn)
         restored = serializer.deserialize(payload)
         assert callable(restored) and restored.__name__ == fn.__name__
+    # read_status runs as shipped (imports inside it, nothing from this module's namespace)
+    shipped = serializer.deserialize(serializer.serialize(read_status))
+    assert shipped(None, "r-20260101T000000Z-abc", "/nonexistent-checkout")["status"] == "unknown"
     assert serializer.deserialize(serializer.serialize(args)) == args
     restored_result = serializer.deserialize(serializer.serialize({"run_id": "r", "pid": 1, "stages": {}}))
     assert restored_result == {"run_id": "r", "pid": 1, "stages": {}}
@@ -111,6 +114,9 @@ def test_status_expands_the_workdir_on_the_remote_side(tmp_path: Path, monkeypat
     monkeypatch.delenv("PROJECT_DIR")
     unset = read_status("${PROJECT_DIR}/pes2o-ve", run_dir.name)
     assert unset["status"] == "unknown" and "$PROJECT_DIR is not set" in unset["error"]
+    monkeypatch.setenv("PIPELINE_WORKDIR", str(tmp_path / "elsewhere"))  # the fallback, named as such
+    missing = read_status(None, run_dir.name, repo_dir=str(tmp_path / "checkout"))
+    assert missing["status"] == "unknown" and "(from $PIPELINE_WORKDIR)" in missing["error"]
 
 
 def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Path, monkeypatch) -> None:
@@ -128,7 +134,8 @@ def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Pat
     monkeypatch.delenv("PIPELINE_WORKDIR", raising=False)
     result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
     assert result.exit_code == 2, result.output
-    assert "error: status --endpoint E r-20260101T000000Z-abc: no run" in " ".join(result.output.split())
+    assert result.output.startswith("error: status --endpoint E r-20260101T000000Z-abc: no run")
+    assert result.output.count("\n") == 1, result.output  # one line (the console does not wrap it)
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
     def broken(*args: Any, **kwargs: Any) -> None:
@@ -137,7 +144,7 @@ def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Pat
     monkeypatch.setattr(executors.globus, "read_status", broken)
     result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
     assert result.exit_code == 1, result.output
-    assert "error: status through endpoint E: OSError: endpoint offline" in " ".join(result.output.split())
+    assert result.output == "error: status through endpoint E: OSError: endpoint offline\n", result.output
 
 
 def test_status_marks_a_dead_driver_as_lost(tmp_path: Path) -> None:
