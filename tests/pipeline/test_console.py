@@ -199,7 +199,7 @@ def test_report_names_a_missing_raw_file(small_run) -> None:
 
 
 @pytest.mark.slow
-def test_report_of_a_partly_small_run(small_run) -> None:
+def test_report_of_a_partly_finished_run(small_run) -> None:
     """A sweep that failed at its third point: the report is written from the two points it finished."""
     config = yaml.safe_load(small_run["config"].read_text())
     config["vdb"]["databases"][0]["default_segment_number"] = [1, 2, 3]

@@ -6,7 +6,8 @@
   and their parameters are in :mod:`apps.vdb.milvus.indexes`;
 * ``upsert`` (delete + insert by primary key) keeps a retried batch from duplicating rows;
 * a server this project started requires root's password, read from the file the endpoint names
-  (``extra["password_file"]``); a server given by ``uri`` gets the ``token`` setting.
+  (``extra["password_file"]``); a server given by ``uri`` gets the credentials in the variable
+  ``token_env`` names.
 """
 
 from __future__ import annotations

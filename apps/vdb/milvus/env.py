@@ -26,11 +26,11 @@ def root_token(password: str) -> str:
     return f"{ROOT}:{password}"
 
 
-def node_token(node: Endpoint | None, fallback: str = "") -> str:
-    """The token for a server this project started (root with the password in the file ``node`` names,
-    ``extra["password_file"]``), else ``fallback`` (:func:`external_token` of a server given by ``uri``)."""
+def node_token(node: Endpoint | None) -> str:
+    """The token for a server this project started: root with the password in the file ``node`` names
+    (``extra["password_file"]``); '' for a node that names none."""
     password = endpoint_secret(node, "password_file", "milvus: the root password file")
-    return fallback if password is None else root_token(password)
+    return "" if password is None else root_token(password)
 
 
 def external_token(settings: Any) -> str:
