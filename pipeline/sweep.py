@@ -105,8 +105,9 @@ def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any]
     if not todo:
         return f"sweep cost: none: all {len(plans)} point(s) are done"
     jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
-    settings = sum(query_settings(p.point) for p in todo)
-    windows = sum(query_settings(p.point) * (p.point.config.query.duration_s or 0) for p in todo)
+    counts = [query_settings(p.point) for p in todo]
+    settings = sum(counts)
+    windows = sum(n * (p.point.config.query.duration_s or 0) for n, p in zip(counts, todo, strict=True))
     floor = f"; at least {duration(windows)} of measured query windows" if windows else ""
     found = [estimates.get(id(p.point)) for p in todo] if estimates else []
     loads = sum(e.upload_s * len(p.point.config.insert.batch_sizes) + (e.index_s or 0)

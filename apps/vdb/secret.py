@@ -62,6 +62,15 @@ def endpoint_secret(node: Endpoint | None, key: str, what: str) -> str | None:
     return read_secret(str(path), what) if path else None
 
 
+def variable_secret(what: str, variable: str) -> str:
+    """The credentials of a server given by URL, from the environment variable a ``*_env`` setting names
+    (never from the config, which the run records); ``what`` names the setting (``"milvus: token_env"``)."""
+    value = os.environ.get(variable)
+    if value is None:
+        raise DatabaseError(f"{what} names {variable}, which is not set in the environment")
+    return value
+
+
 def start_script(database: str, variable: str, filename: str) -> str:
     """A POSIX sh start script for an HPC rank: make the secret in ``$1/filename`` once (0600, the job's
     user only), export it as ``variable`` and exec the server (the remaining arguments).

@@ -7,11 +7,10 @@ server and :mod:`apps.vdb.milvus.ranks` for the image's, which reads :data:`ROOT
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from apps.vdb.base import DatabaseError, Endpoint
-from apps.vdb.secret import endpoint_secret
+from apps.vdb.base import Endpoint
+from apps.vdb.secret import endpoint_secret, variable_secret
 
 AUTH_KEY = "common.security.authorizationEnabled"  # milvus.yaml: every request needs a user's password
 AUTH_VAR = "COMMON_SECURITY_AUTHORIZATIONENABLED"  # the same key as Milvus reads it from the environment
@@ -35,12 +34,7 @@ def node_token(node: Endpoint | None) -> str:
 
 def external_token(settings: Any) -> str:
     """The credentials of a server given by ``uri``: the variable ``token_env`` names ('' without one)."""
-    if not settings.token_env:
-        return ""
-    token = os.environ.get(settings.token_env)
-    if token is None:
-        raise DatabaseError(f"milvus: token_env names {settings.token_env}, which is not set here")
-    return token
+    return variable_secret("milvus: token_env", settings.token_env) if settings.token_env else ""
 
 
 def server_env(

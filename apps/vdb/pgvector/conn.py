@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from apps.vdb.base import DatabaseError, Endpoint
 from apps.vdb.pgvector.env import EXTENSIONS
-from apps.vdb.secret import read_secret
+from apps.vdb.secret import read_secret, variable_secret
 
 
 def endpoint_from_url(url: str) -> Endpoint:
@@ -50,12 +49,7 @@ def connect(settings: Any, node: Endpoint, *, timeout: float = 10.0, autocommit:
     if password_file:
         kwargs["password"] = read_password(str(password_file))
     elif settings.password_env:
-        password = os.environ.get(settings.password_env)
-        if password is None:
-            raise DatabaseError(
-                f"pgvector: password_env names {settings.password_env}, which is not set in the environment"
-            )
-        kwargs["password"] = password
+        kwargs["password"] = variable_secret("pgvector: password_env", settings.password_env)
     return psycopg.connect(autocommit=autocommit, **kwargs)
 
 
