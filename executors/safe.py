@@ -130,16 +130,19 @@ def check_server_url(value: str, schemes: tuple[str, ...] = ("http", "https")) -
     try:
         port = parts.port  # a port that is not a number, or beyond 65535, raises here
     except ValueError:
-        port = -1
+        port = 0
+    # "host:" (an empty port) parses as no port at all, which would mean the scheme's default
+    empty_port = parts.netloc.endswith(":") or parts.netloc.endswith("]:")
     if (
         parts.scheme not in schemes
         or not parts.hostname
-        or port == -1
+        or port == 0
+        or empty_port
         or re.search(r"[\s\x00-\x1f\x7f]", value)
     ):
         raise ValueError(
             f"must be a server URL such as {schemes[0]}://host:8080 ({' or '.join(schemes)}, a host, a port "
-            "0-65535)"
+            "1-65535)"
         )
     return no_password_in_url(value)
 
@@ -147,7 +150,8 @@ def check_server_url(value: str, schemes: tuple[str, ...] = ("http", "https")) -
 def no_password_in_url(value: str) -> str:
     """A URL with a password in it is refused: the resolved config is written into the run's provenance."""
     parts = urlsplit(value)
-    if parts.password is not None or "password" in parse_qs(parts.query):  # libpq takes ?password= too
+    # libpq also takes ?password= (and sslpassword=, a client key's passphrase)
+    if parts.password is not None or any("password" in key.lower() for key in parse_qs(parts.query)):
         raise SecretValueError(
             "must not hold a password (the config is recorded in the run's provenance): put it in an "
             "environment variable and name that in the database's *_env setting"

@@ -117,6 +117,7 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         {"name": "pgvector", "url": "postgresql://me:secret@db/postgres"},
         {"name": "pgvector", "label": "pg-query", "url": "postgresql://me@db/postgres?password=secret"},
         {"name": "weaviate", "label": "w-tls", "url": "https://weaviate:8443"},  # its client would use http
+        {"name": "weaviate", "label": "w-80", "url": "http://weaviate"},  # port 80, or Weaviate's 8080?
     ]
     config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
     flat = _validate(
@@ -130,6 +131,23 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         assert f"vdb.databases.{index}.pgvector.url: must not hold a password" in flat, flat
     assert "secret" not in flat, flat
     assert "vdb.databases.5.weaviate.url: must be http://host:port" in flat, flat
+    assert "vdb.databases.6.weaviate.url: must name its port" in flat, flat
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://db:", "http://db:0", "http://[::1]:", "postgresql://db/x?sslpassword=key-secret"],
+)
+def test_server_url_edge_cases_are_refused(url: str) -> None:
+    """An empty port would mean the scheme's default, port 0 none at all; a client key's passphrase in
+    the query (libpq's sslpassword=) would be recorded like a password."""
+    from executors.safe import check_server_url, no_password_in_url
+
+    with pytest.raises(ValueError) as caught:
+        check_server_url(url, ("http", "postgresql"))
+    assert "secret" not in str(caught.value)
+    assert check_server_url("http://db:8080") == "http://db:8080"
+    assert no_password_in_url("postgresql://db/x?sslmode=require") == "postgresql://db/x?sslmode=require"
 
 
 def test_milvus_token_moved_to_token_env(small_corpus, tmp_path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -12,6 +13,8 @@ from executors.safe import EnvName, PlainText, ServerUrl
 def _plain_http(url: str) -> str:
     if not url.lower().startswith("http://"):  # an https URL would be polled and queried over http
         raise ValueError("must be http://host:port: the client reaches an attached node without TLS")
+    if urlsplit(url).port is None:  # HTTP's default is 80, Weaviate's 8080: say which
+        raise ValueError("must name its port, as http://host:8080 (Weaviate's default port)")
     return url
 
 
