@@ -421,8 +421,10 @@ class _PbsExecutorBase(_HpcExecutorBase):
     preemptable_queues: list[SchedulerName] = Field(
         default_factory=lambda: ["preemptable"],
         description="Queues whose jobs may be killed for others; their jobs are submitted rerunnable "
-        "(#PBS -r y) and database data directories do not name the job (a rerun finds its data). ALCF: "
-        "argonne-lcf/user-guides docs/polaris/running-jobs/index.md (preemptable queue, #PBS -r y).",
+        "(#PBS -r y) and database data directories do not name the job (a rerun finds data kept on "
+        "lustre or daos; node-local /local/scratch and /dev/shm do not outlive a job). ALCF: "
+        "argonne-lcf/user-guides docs/polaris/running-jobs/index.md (preemptable queue, #PBS -r y), "
+        "docs/data-management/filesystem-and-storage/index.md (node SSD wiped between jobs).",
     )
 
 
@@ -437,7 +439,9 @@ class PolarisExecutorConfig(_PbsExecutorBase):
     select_options: PbsSelect = Field("ngpus=4", description="Appended to #PBS -l select.")
     cpus_per_node: int = Field(64, ge=1, description="ncpus of the PBS select statement (hw threads).")
     interface: Interface | None = Field(
-        "bond0", description="Login-node interface the workers reach (ALCF documents bond0)."
+        # Parsl's parsl/configs/polaris.py (address_by_interface('bond0')); ALCF's own pages do not name it
+        "bond0",
+        description="Login-node interface the workers reach (bond0, as Parsl's Polaris config).",
     )
     gpu: GpuWorkers = Field(default_factory=_polaris_gpu, description="The GPU worker block.")
     node: NodeShape = Field(
@@ -464,7 +468,10 @@ class AuroraExecutorConfig(_PbsExecutorBase):
     node: NodeShape = Field(
         # --fakeroot: argonne-lcf/user-guides docs/aurora/containers/containers.md (every apptainer command)
         # Memory: docs/aurora/system-updates.md (June 2025): about 960 GB between DDR5 and HBM may be
-        # allocated. No node-local SSD (docs/aurora/index.md lists none). GPU: 768 GiB over 6 GPUs.
+        # allocated. No node-local SSD (docs/data-management/filesystem-and-storage/index.md: node SSDs on
+        # Polaris only). GPU memory is one tile's, as each GPU worker is one tile: 768 GiB over 6 GPUs of 2
+        # tiles (docs/aurora/index.md); a tile shows total_memory=65520MB (data-science/frameworks/
+        # pytorch.md).
         default_factory=lambda: NodeShape(
             sockets=2,
             cores_per_socket=52,
@@ -473,7 +480,7 @@ class AuroraExecutorConfig(_PbsExecutorBase):
             memory_gib=894,  # 960e9 bytes
             shm_gib=447,  # Linux's tmpfs default, half of memory: the guide gives no size
             ssd_gib=0,
-            gpu_memory_gib=128,
+            gpu_memory_gib=64,
             apptainer_fakeroot=True,
         ),
         description="Cores, sockets and GPUs of a node.",

@@ -61,9 +61,9 @@ class Platform:
 
 
 PLATFORMS: dict[str, Platform] = {
-    # Follows ALCF's documented Polaris settings: one worker per GPU, ``block-reverse`` CPU affinity (GPU 0
-    # sits next to the last cores), a single manager per node started by ``mpiexec --ppn 1`` owning all
-    # cores, and the interchange reachable on the login node's ``bond0``.
+    # Follows ALCF's documented Polaris settings: one worker per GPU, ALCF's core list per GPU (GPU 0 sits
+    # next to the last cores), a single manager per node started by ``mpiexec --ppn 1`` owning all cores,
+    # and the interchange reachable on the login node's ``bond0`` (Parsl's parsl/configs/polaris.py).
     "polaris": Platform("ALCF Polaris (PBS Pro, 4 x A100 per node)", pbs_provider, mpiexec_launcher),
     # Same shape as Polaris; the differences live in the config model's defaults and the YAML file: twelve
     # workers per node, one per tile ('0.0' .. '5.1', pinned through ``ZE_AFFINITY_MASK`` by Parsl), ALCF's

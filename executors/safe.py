@@ -147,6 +147,14 @@ def check_server_url(value: str, schemes: tuple[str, ...] = ("http", "https")) -
     return no_password_in_url(value)
 
 
+def with_port(value: str) -> str:
+    """A URL that names its port: where the scheme's default port is not the server's, leaving it out
+    is ambiguous."""
+    if urlsplit(value).port is None:
+        raise ValueError("must name its port, as http://host:8080")
+    return value
+
+
 def no_password_in_url(value: str) -> str:
     """A URL with a password in it is refused: the resolved config is written into the run's provenance."""
     parts = urlsplit(value)

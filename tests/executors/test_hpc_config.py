@@ -243,11 +243,16 @@ def test_daos_on_polaris_is_rejected(hpc_env: Path) -> None:
     assert problems[("vdb", "cluster", "storage", "medium")] == "polaris offers memory, ssd, lustre; not daos"
 
 
-def test_qdrant_and_weaviate_on_daos_are_rejected_even_on_aurora(hpc_env: Path) -> None:
+def test_qdrant_and_weaviate_on_daos_need_the_caching_mount(hpc_env: Path) -> None:
+    """They mmap their files: on Aurora's plain dfuse mount they are refused, naming ALCF's caching mount,
+    which is accepted."""
     data = study("aurora")
     data["vdb"]["cluster"]["storage"] = {"medium": "daos", "daos": {"pool": "p", "container": "c"}}
-    problems = problems_of(hpc_env, data)
-    assert "weaviate cannot run on DAOS" in problems[("vdb", "cluster", "storage", "medium")]
+    problem = problems_of(hpc_env, data)[("vdb", "cluster", "storage", "medium")]
+    caching = "launch-dfuse-with-caching.sh {pool}:{container}"
+    assert "weaviate mmaps its files" in problem and caching in problem
+    data["vdb"]["cluster"]["storage"]["daos"]["mount_command"] = caching
+    assert ("vdb", "cluster", "storage", "medium") not in problems_of(hpc_env, data)
 
 
 def test_milvus_distributed_needs_shared_storage(hpc_env: Path) -> None:

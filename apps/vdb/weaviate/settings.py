@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from executors.safe import EnvName, PlainText, ServerUrl
+from executors.safe import EnvName, PlainText, ServerUrl, with_port
 
 
 def _plain_http(url: str) -> str:
     if not url.lower().startswith("http://"):  # an https URL would be polled and queried over http
         raise ValueError("must be http://host:port: the client reaches an attached node without TLS")
-    if urlsplit(url).port is None:  # HTTP's default is 80, Weaviate's 8080: say which
-        raise ValueError("must name its port, as http://host:8080 (Weaviate's default port)")
     return url
 
 
-# A running node to attach to: http only, reached anonymously (apps/vdb/weaviate/client.py).
-NodeUrl = Annotated[ServerUrl, AfterValidator(_plain_http)]
+# A running node to attach to: http only, reached anonymously (apps/vdb/weaviate/client.py); its port named,
+# as HTTP's default is 80 and Weaviate's 8080.
+NodeUrl = Annotated[ServerUrl, AfterValidator(_plain_http), AfterValidator(with_port)]
 
 
 class WeaviateSettings(BaseModel):
