@@ -25,7 +25,7 @@ class StageProgress(AbstractContextManager):
             TextColumn("[bold]{task.description:<12}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[items]:>8} items {task.fields[rate]:>9}"),
+            TextColumn("{task.fields[items]:>14} {task.fields[rate]:>9}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -52,17 +52,20 @@ class StageProgress(AbstractContextManager):
         """Show a stage with ``total`` tasks (shards)."""
         self._items[name] = 0
         self._started[name] = time.monotonic()
-        self._tasks[name] = self.progress.add_task(name, total=total, items=0, rate="")
+        self._tasks[name] = self.progress.add_task(name, total=total, items="", rate="")
 
     def advance(self, name: str, items: int = 0) -> None:
-        """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries)."""
+        """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
+        stage whose tasks are its only count (the database points) passes none and shows no item rate."""
         self._items[name] += items
+        count = self._items[name]
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
-        rate = f"{self._items[name] / elapsed:,.1f}/s" if self._items[name] else ""
-        self.progress.update(self._tasks[name], advance=1, items=f"{self._items[name]:,}", rate=rate)
+        shown = f"{count:,} items" if count else ""
+        rate = f"{count / elapsed:,.1f}/s" if count else ""
+        self.progress.update(self._tasks[name], advance=1, items=shown, rate=rate)
         if self.plain:
             task = self.progress.tasks[self._tasks[name]]
             eta = f", ETA {task.time_remaining:.0f}s" if task.time_remaining and not task.finished else ""
             done = f"{task.completed:.0f}/{task.total:.0f}"
-            line = f"{name}: {done} done, {self._items[name]:,} items {rate}{eta}"
+            line = f"{name}: {done} done" + (f", {shown} {rate}" if count else "") + eta
             self.console.print(line, highlight=False)

@@ -267,3 +267,23 @@ def test_headline_says_none_reaches_and_why_a_point_has_no_figures() -> None:
     assert cells["weaviate[b]"] == ["none reaches 0.95", "0.800", "64", "8", "2", "12.5", "0.250"]
     assert cells["weaviate[c]"][0] == "failed: deploy: server did not start"
     assert cells["weaviate[c]"][1:] == ["—"] * 6
+
+
+def test_progress_lines_count_items_only_where_a_stage_has_them() -> None:
+    """A log (no terminal) gets one line per finished task; the database stage counts points, whose
+    bar is the count itself: no "1 items 0.0/s"."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline.progress import StageProgress
+
+    out = io.StringIO()
+    with StageProgress(Console(file=out, width=200)) as progress:
+        progress.add_stage("embed", 2)
+        progress.add_stage("vdb", 3)
+        progress.advance("embed", 1048)
+        progress.advance("vdb")
+    embed, vdb = out.getvalue().splitlines()
+    assert embed.startswith("embed: 1/2 done, 1,048 items ") and "/s" in embed, embed
+    assert vdb.startswith("vdb: 1/3 done") and "items" not in vdb and "/s" not in vdb, vdb
