@@ -132,7 +132,7 @@ def check_server_url(value: str, schemes: tuple[str, ...] = ("http", "https")) -
     except ValueError:
         port = 0
     # "host:" (an empty port) parses as no port at all, which would mean the scheme's default
-    empty_port = parts.netloc.endswith(":") or parts.netloc.endswith("]:")
+    empty_port = parts.netloc.endswith(":")  # also "[::1]:"
     if (
         parts.scheme not in schemes
         or not parts.hostname

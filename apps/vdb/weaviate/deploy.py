@@ -175,7 +175,7 @@ class WeaviateDeployment(Deployment):
 
     def _attach(self, timeout: float) -> Endpoints:
         url = urlparse(self.settings.url or "")
-        host, port = url.hostname or "127.0.0.1", url.port or 8080  # settings require both
+        host, port = url.hostname, url.port  # NodeUrl requires both
         deadline = time.monotonic() + timeout
         while not http_ok(f"http://{host}:{port}/v1/.well-known/ready"):
             if time.monotonic() > deadline:
