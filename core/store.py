@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.errors import ArtifactError, describe
+
 MANIFEST = "manifest.json"
 KEY_LENGTH = 16  # hex digits of sha256 kept in directory names (64 bits)
 
@@ -126,6 +128,7 @@ def write_parquet_atomic(
             row_group_size=row_group_rows,
             write_statistics=True,
             use_dictionary=False,
+            write_page_checksum=True,  # a part overwritten in place fails its read (open_parquet)
         )
         _publish(tmp, path)
     finally:
@@ -134,11 +137,55 @@ def write_parquet_atomic(
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest of a stage directory, or None when there is none (the stage is not complete)."""
+    """The manifest of a stage directory, or None when there is none (the stage is not complete).
+
+    ArtifactError naming the file when it is there but damaged (cut short, overwritten): it was written
+    atomically, so something outside the pipeline changed it, and guessing what the stage holds is not
+    safe. Deleting it has the stage redone (keeping the shards whose records still verify).
+    """
+    path = directory / MANIFEST
     try:
-        return json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError):  # under a file: absent too (writing will say why)
         return None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(_damaged(path, f"not valid JSON at line {exc.lineno}")) from None
+    except UnicodeDecodeError:
+        raise ArtifactError(_damaged(path, "not UTF-8 text")) from None
+    if not isinstance(manifest, dict):
+        raise ArtifactError(_damaged(path, f"a JSON {type(manifest).__name__}, not an object"))
+    return manifest
+
+
+def _damaged(path: Path, why: str) -> str:
+    return f"{path}: damaged manifest ({why}); delete it and run again to have the stage redone"
+
+
+def open_parquet(path: Path | str) -> pq.ParquetFile:
+    """A Parquet file of the store, whose pages' CRCs are checked as they are read: stored values are
+    incompressible floats, so zstd keeps them raw and damage to them would otherwise read as other
+    numbers. Pages written without a CRC (before write_parquet_atomic wrote them) are read unchecked.
+    Use it inside :func:`naming_damage`."""
+    return pq.ParquetFile(path, page_checksum_verification=True)
+
+
+@contextlib.contextmanager
+def naming_damage(path: Path) -> Iterator[None]:
+    """Reading ``path``: a read error becomes an ArtifactError naming the file and the remedy.
+
+    A store file of the right size can still be damaged (overwritten in place): completeness checks
+    read sizes only, since hashing 800 GB of parts at every ``plan`` is not affordable. So the reader is
+    where damage shows, and pyarrow's own words (``ZSTD decompression failed``) name no file.
+    """
+    try:
+        yield
+    except (pa.ArrowException, OSError) as exc:
+        if isinstance(exc, ArtifactError):  # raised inside, already named
+            raise
+        raise ArtifactError(
+            f"{path}: cannot be read ({describe(exc)}); if it was damaged after it was written, delete it "
+            "and run again to have it made again"
+        ) from None
 
 
 def verify_files(directory: Path, files: list[dict[str, Any]], *, checksums: bool = False) -> list[str]:
@@ -170,14 +217,34 @@ def shard_record_path(directory: Path, file_name: str) -> Path:
 
 def read_shard_record(directory: Path, file_name: str) -> dict[str, Any] | None:
     """The record of a finished shard if its file is present with the recorded size, else None."""
-    record_path = shard_record_path(directory, file_name)
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if verify_files(directory, [record]):
+    record = _shard_record(shard_record_path(directory, file_name))
+    if record is None or verify_files(directory, [record]):
         return None
     return record
+
+
+def _shard_record(path: Path) -> dict[str, Any] | None:
+    """A shard record as written; None when absent or damaged (the shard is then simply redone)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: JSON or UTF-8 damage
+        return None
+    return record if isinstance(record, dict) and {"file", "bytes"} <= record.keys() else None
+
+
+def shard_progress(directory: Path) -> tuple[int, list[str]]:
+    """How many shards of a sharded stage are done, and a line per shard that was done but no longer
+    verifies (``part-00003.parquet: 776214 bytes, manifest says 1552901``): those are redone by a run."""
+    done, damaged = 0, []
+    for path in sorted(directory.glob("_shards/*.json")):
+        record = _shard_record(path)
+        if record is None:
+            damaged.append(f"{path}: damaged record")
+        elif problems := verify_files(directory, [record]):
+            damaged.extend(problems)
+        else:
+            done += 1
+    return done, damaged
 
 
 def write_shard_record(directory: Path, record: dict[str, Any]) -> None:

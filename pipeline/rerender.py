@@ -57,7 +57,10 @@ def check_inputs(run: RunRecord, outcomes: list[DatabaseOutcome]) -> None:
     if missing:
         path, what = missing[0]
         more = f" (and {len(missing) - 1} more missing file(s))" if len(missing) > 1 else ""
-        raise ArtifactError(f"run {run.run_id}: raw file {path} is missing ({what}){more}")
+        raise ArtifactError(
+            f"run {run.run_id}: raw file {path} is missing ({what}){more}; `python -m pipeline run` with "
+            "the run's config measures that point again"
+        )
 
 
 def rerender(run: RunRecord) -> dict[str, Any]:

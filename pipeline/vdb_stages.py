@@ -41,7 +41,7 @@ from apps.vdb.stages import index as index_stage
 from apps.vdb.stages import insert as insert_stage
 from apps.vdb.stages import mixed as mixed_stage
 from apps.vdb.stages import query_sweep as query_stage
-from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest
+from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest, sha256_file
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
 from pipeline.plan import Plan
@@ -237,6 +237,8 @@ class VdbStages:
             self.provenance.task_finished(
                 "vdb", {**_json(known), "endpoints": endpoints, "started": started, "finished": time.time()}
             )
+        if fields.get("status") == "succeeded":  # a raw file lost or cut short later has the point redone
+            fields["files"] = result_files(db_dir)
         outcome = DatabaseOutcome.model_validate(fields)
         path = db_dir / ("manifest.json" if outcome.status == "succeeded" else "skipped.json")
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
@@ -291,6 +293,19 @@ class VdbStages:
             )
             stages["mixed"] = mixed.result()
         return stages
+
+
+RESULT_FOLDERS = ("raw", "mixed")  # a point's measurements, read by the report
+
+
+def result_files(db_dir: Path) -> list[dict[str, str | int]]:
+    """The raw result files of a finished point, as a manifest lists them (name, bytes, sha256): so
+    ``complete_manifest`` sees one lost or cut short, and the point is measured again."""
+    return [
+        {"file": str(path.relative_to(db_dir)), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        for folder in RESULT_FOLDERS
+        for path in sorted((db_dir / folder).glob("*.parquet"))
+    ]
 
 
 def _link(link: Path, target: Path) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import Field
 
 from core.config import Strict
@@ -26,6 +25,8 @@ from core.format import table
 from core.store import (
     atomic_write_json,
     atomic_write_text,
+    naming_damage,
+    open_parquet,
     os_error_reason,
     read_manifest,
     verify_files,
@@ -278,10 +279,12 @@ def iter_vectors(dataset_dir: Path, batch_rows: int = 8192) -> Iterator[tuple[np
     driver's peak grew with the dataset. Consumers that want larger blocks gather them (``rebatch``).
     """
     for part in dataset_parts(dataset_dir):
-        parquet = pq.ParquetFile(part)
+        with naming_damage(part):
+            parquet = open_parquet(part)
         try:
             for group in range(parquet.num_row_groups):
-                table = parquet.read_row_group(group, columns=["id", "embedding"])
+                with naming_damage(part):
+                    table = parquet.read_row_group(group, columns=["id", "embedding"])
                 for batch in table.to_batches(max_chunksize=batch_rows):
                     yield batch.column("id").to_numpy(), arrow_to_vectors(batch.column("embedding"))
         finally:

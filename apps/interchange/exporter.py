@@ -53,14 +53,6 @@ class ProjectDataset:
     name: str
 
 
-def _manifest(directory: Path) -> dict[str, Any] | None:
-    """``directory``'s manifest; None when absent, InputDataError when it is not JSON."""
-    try:
-        return read_manifest(directory)
-    except ValueError as exc:
-        raise InputDataError(f"{directory / MANIFEST}: not a readable manifest ({exc})") from None
-
-
 def locate(
     dataset_dir: Path, queries: Path | None = None, groundtruth: Path | None = None, metric: str | None = None
 ) -> ProjectDataset:
@@ -70,7 +62,7 @@ def locate(
     ``metric`` names the ground truth's metric only when nothing recorded it: contradicting the record
     would relabel neighbours computed with another distance (InputDataError).
     """
-    manifest = _manifest(dataset_dir)
+    manifest = read_manifest(dataset_dir)
     if manifest is None or manifest.get("stage") != "embed":
         raise InputDataError(f"{dataset_dir}: not a complete dataset (no dataset manifest.json)")
     problems = dataset_problems(dataset_dir, manifest)
@@ -98,7 +90,7 @@ def locate(
     if groundtruth is None:
         recorded = manifest["groundtruth"].get("metric") or manifest.get("metric")
     else:
-        recorded = (_manifest(gt_file.parent) or {}).get("metric") or manifest.get("metric")
+        recorded = (read_manifest(gt_file.parent) or {}).get("metric") or manifest.get("metric")
     if metric and recorded and metric != recorded:
         raise InputDataError(
             f"{gt_file}: the ground truth was computed with metric {recorded}; --metric {metric} would "
@@ -235,7 +227,7 @@ def export_dataset(dataset: ProjectDataset, fmt: str, out_dir: Path) -> dict[str
     _refuse_inside(out_dir, dataset)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ArtifactError(f"{out_dir}: exists and is not an empty folder; choose a new one")
-    manifest = _manifest(dataset.dataset_dir) or {}
+    manifest = read_manifest(dataset.dataset_dir) or {}
     query_ids, query_vectors = read_queries(dataset.queries_file)
     gt_query_ids, neighbors, distances = read_groundtruth(dataset.groundtruth_file)
     if not np.array_equal(query_ids, gt_query_ids):

@@ -267,7 +267,7 @@ def cached_import(final: Path) -> dict[str, Any] | None:
         return None
     try:
         manifest = read_manifest(final)
-    except ValueError:  # not JSON
+    except ArtifactError:  # damaged: named below with this folder's remedy
         manifest = None
     if not isinstance(manifest, dict):
         problems = [f"{final / MANIFEST}: missing or not readable JSON"]

@@ -186,4 +186,4 @@ class DatabaseOutcome(Record):
     index: IndexRecord | None = None
     queries: list[QueryRecord] = Field(default_factory=list)
     mixed: MixedRecord | None = None  # the mixed insert + query workload (vdb.mixed), when configured
-    files: list[dict[str, str | int]] = Field(default_factory=list)  # for complete_manifest: none to verify
+    files: list[dict[str, str | int]] = Field(default_factory=list)  # raw results, for complete_manifest

@@ -228,7 +228,7 @@ def synth(
         folder = found[0]
     try:
         like_manifest = read_manifest(folder)
-    except ValueError:  # not JSON
+    except PipelineError:  # damaged
         like_manifest = None
     if not isinstance(like_manifest, dict) or like_manifest.get("stage") != "embed":
         _error(f"--like {like!r}: {folder} is not a dataset (no dataset manifest.json in it)", 2)

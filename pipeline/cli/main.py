@@ -52,6 +52,8 @@ QueueListingOpt = Annotated[
     ),
 ]
 
+UNSUCCESSFUL = ("failed", "lost", "interrupted")  # `status` exits 1 for a run that ended so
+
 DatasetOpt = Annotated[
     str | None,
     typer.Option(
@@ -203,13 +205,16 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
         out.print(f"executor: {cfg.executor.platform} (Parsl config and job scripts below)")
         _queue_limits_line(loaded)
     table = Table("stage", "content key", "status", "shards", "directory")
+    problems: list[str] = []  # damaged files, named under the table
     for name, stage in the_plan.stages.items():
-        status, shards = _stage_status(stage.directory)
+        status, shards, damaged = _stage_status(stage.directory)
+        problems += damaged
         shown = name if stage.name == name else f"{name} ({stage.name})"  # embed (import): the dataset's role
         table.add_row(shown, stage.key, status, shards, str(stage.directory))
     from pipeline.headline import print_table
 
     print_table(out, table)  # whole: the directories are what a user copies from it
+    _damaged_lines(problems)
     if the_plan.points:
         from pipeline.sweep import describe, sweep_cost
 
@@ -314,13 +319,25 @@ def _input_line(plan: Plan) -> str:
     return f"dataset {cfg.dataset.name}: {rows:,} vectors x {plan.dimension}, {how} {dataset.directory}"
 
 
-def _stage_status(directory: Path) -> tuple[str, str]:
-    from core.store import complete_manifest
+def _stage_status(directory: Path) -> tuple[str, str, list[str]]:
+    """A stage output's status, its shard count, and what is damaged in it (redone by a run)."""
+    from core.store import complete_manifest, shard_progress
 
-    if complete_manifest(directory) is not None:
-        return "[green]complete[/]", ""
-    done = len(list(directory.glob("_shards/*.json"))) if directory.exists() else 0
-    return ("[yellow]partial[/]", f"{done} done") if done else ("to run", "")
+    try:
+        if complete_manifest(directory) is not None:
+            return "[green]complete[/]", "", []
+    except PipelineError as exc:  # a damaged manifest: named, and the table goes on
+        return "[red]damaged[/]", "", [str(exc)]
+    done, damaged = shard_progress(directory)
+    shards = f"{done} done" + (f", {len(damaged)} damaged" if damaged else "")
+    redone = [f"{line}: redone by the next run" for line in damaged]
+    return ("[yellow]partial[/]", shards, redone) if done or damaged else ("to run", "", [])
+
+
+def _damaged_lines(damaged: list[str]) -> None:
+    """Name what a run will redo and why (a file changed or cut short since it was written)."""
+    for line in damaged:
+        warn(line)
 
 
 @app.command()
@@ -411,7 +428,7 @@ def _remote_status(endpoint: str, run: str, workdir: str | None, repo_dir: str |
             "yes" if stage.get("finished") else "",
         )
     out.print(table)
-    if state["status"] in ("failed", "lost"):
+    if state["status"] in UNSUCCESSFUL:
         raise typer.Exit(1)
 
 
@@ -462,11 +479,13 @@ def status(
     stages = sorted(
         record.stages.values(), key=lambda s: order.index(s.name) if s.name in order else len(order)
     )
+    problems: list[str] = []  # damaged files, named under the table
     for stage in stages:
-        if stage.finished is None:
-            seconds = "running"
+        if stage.finished is None:  # a stage of a run that ended without finishing it was stopped
+            seconds = "running" if shown == "running" else "stopped"
         else:
             seconds = f"{stage.finished - stage.started:.1f}" if stage.started is not None else "?"
+        shown_status, _, damaged = _stage_status(stage.directory)
         table.add_row(
             escape(stage.name),
             escape(stage.key),
@@ -474,9 +493,13 @@ def status(
             str(stage.tasks),
             f"{stage.rows:,}" if stage.rows else "",
             seconds,
-            _stage_status(stage.directory)[0],
+            shown_status,
         )
+        problems += damaged
     out.print(table)
+    _damaged_lines(problems)
+    if shown in UNSUCCESSFUL:  # a script can test a local run as it tests a remote one
+        raise typer.Exit(1)
 
 
 app.command()(cli_results.report)  # pipeline/cli/results.py

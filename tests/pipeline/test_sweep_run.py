@@ -5,6 +5,7 @@ first unfinished point without running a finished one again."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -135,3 +136,11 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     assert second.complete and not (second.directory / "left-over").exists()
     rows = pq.read_table(Path(resumed["outputs"]["vdb"]) / "report" / "results.parquet").to_pylist()
     assert {r["label"] for r in rows if r["stage"] == "query"} == {first.label, second.label}
+
+    # A point's manifest lists its raw files: one cut short later has the point measured again.
+    listed = [f["file"] for f in json.loads((first.directory / "manifest.json").read_text())["files"]]
+    raw = sorted(str(p.relative_to(first.directory)) for p in first.directory.glob("raw/*.parquet"))
+    assert listed == raw
+    assert listed and first.complete
+    os.truncate(first.directory / listed[0], 10)
+    assert not first.complete

@@ -215,6 +215,72 @@ def test_kill_during_embedding_then_resume_is_byte_identical(finished_run, tmp_p
     assert part_hashes(dataset) == reference
 
 
+def test_a_part_cut_short_is_named_and_made_again(finished_run) -> None:
+    """A finished part truncated later: ``plan`` names it (not "partial, 6 done"), ``run`` says it makes
+    it again and makes only that one, byte-identical."""
+    config, _workdir = finished_run
+    dataset = dataset_dir(config)
+    reference = part_hashes(dataset)
+    part = sorted(dataset.glob("part-*.parquet"))[3]
+    whole = part.stat().st_size
+    os.truncate(part, whole // 2)
+    try:
+        plan = run_cli("plan", str(config))
+        assert plan.returncode == 0, plan.stderr
+        assert "5 done, 1 damaged" in plan.stdout, plan.stdout
+        named = f"{part}: {whole // 2} bytes, manifest says {whole}"
+        assert f"{named}: redone by the next run" in " ".join(plan.stderr.split()), plan.stderr
+        result = run_cli("run", str(config))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"{named}: made again" in " ".join(result.stderr.split()), result.stderr
+    finally:
+        if part.stat().st_size != whole:  # the run failed: the module's other tests need the part
+            run_cli("run", str(config))
+    assert part_hashes(dataset) == reference
+    prov = json.loads((last_run(_workdir) / "provenance.json").read_text())
+    assert sum(not t.get("cached") for t in prov["stages"]["embed"]["tasks"]) == 1
+
+
+def test_a_damaged_manifest_or_part_is_named_not_a_traceback(finished_run, tmp_path: Path) -> None:
+    """A manifest cut short and a part overwritten in place (same size, so taken as complete) are each
+    named, with what to do, in one line: no traceback, no JSONDecodeError or ZSTD error without a file."""
+    config, workdir = finished_run
+    from core.errors import ArtifactError
+
+    truth = build_plan(load_config(config)).stage("groundtruth").directory / "manifest.json"
+    text = truth.read_text()
+    truth.write_text(text[: len(text) // 2])
+    try:
+        named = f"{truth}: damaged manifest (not valid JSON at line"
+        plan = run_cli("plan", str(config))  # the table shows the stage damaged, and the line says why
+        assert plan.returncode == 0 and "damaged" in plan.stdout, plan.stdout
+        assert " ".join(plan.stderr.split()).startswith(f"warning: {named}"), plan.stderr
+        result = run_cli("run", str(config))
+        assert result.returncode == 4, result.stderr
+        line = " ".join(result.stderr.split())
+        assert line.startswith(f"error: {named}"), line
+        assert "delete it and run again to have the stage redone" in line and "Traceback" not in line
+        status = run_cli("status", str(last_run(workdir)))
+        assert "damaged" in status.stdout and "Traceback" not in status.stderr, status.stdout
+    finally:
+        truth.write_text(text)
+    import shutil
+
+    copy = tmp_path / "dataset"
+    shutil.copytree(dataset_dir(config), copy)
+    part = sorted(copy.glob("part-*.parquet"))[2]
+    column = pq.ParquetFile(part).metadata.row_group(0).column(3)  # the embedding's values
+    assert column.path_in_schema.startswith("embedding")
+    with open(part, "r+b") as fh:  # overwrite vectors in the middle: the part's size stays the same
+        fh.seek(column.data_page_offset + column.total_compressed_size // 2)
+        fh.write(b"\xff" * 64)
+    with pytest.raises(ArtifactError) as error:
+        for _ in iter_vectors(copy):
+            pass
+    assert str(error.value).startswith(f"{part}: cannot be read ("), str(error.value)
+    assert "delete it and run again to have it made again" in str(error.value)
+
+
 def test_bad_corpus_record_fails_cleanly(tmp_path: Path) -> None:
     records = sample_records(12)
     records[7].pop("text")
@@ -229,6 +295,9 @@ def test_bad_corpus_record_fails_cleanly(tmp_path: Path) -> None:
     assert not list((tmp_path / "wd" / "store").rglob("manifest.json"))
     prov = json.loads((last_run(tmp_path / "wd") / "provenance.json").read_text())
     assert prov["status"] == "failed" and "has no text" in prov["error"]
+    status = run_cli("status", str(last_run(tmp_path / "wd")))
+    assert status.returncode == 1, status.stdout  # a script tests a failed run as it tests a remote one
+    assert "status failed" in status.stdout and "has no text" in status.stdout
 
 
 def test_relative_model_path_resolves_against_the_config_not_the_worker_cwd(tmp_path: Path) -> None:

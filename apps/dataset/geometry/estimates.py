@@ -41,6 +41,7 @@ from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.layout import arrow_to_vectors, dataset_parts
 from core.config import Strict
 from core.errors import ArtifactError
+from core.store import naming_damage, open_parquet
 
 log = logging.getLogger(__name__)
 Metric = Literal["cosine", "ip", "l2"]
@@ -285,7 +286,8 @@ def sample_dataset(
     """
     groups: list[tuple[Path, int, int]] = []
     for part in dataset_parts(Path(dataset_dir)):
-        meta = pq.ParquetFile(part).metadata
+        with naming_damage(part):
+            meta = pq.ParquetFile(part).metadata
         groups += [(part, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
     sizes = np.array([g[2] for g in groups], dtype=np.int64)
     total = int(sizes.sum())
@@ -303,7 +305,8 @@ def sample_dataset(
         local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
         if local.size:
             part, group, _ = groups[g]
-            table = pq.ParquetFile(part).read_row_group(group, columns=["embedding"])
+            with naming_damage(part):
+                table = open_parquet(part).read_row_group(group, columns=["embedding"])
             blocks.append(arrow_to_vectors(table.column("embedding").take(local)))
     info = {"dataset_rows": total, "row_groups_read": len(blocks), "row_groups_total": len(groups)}
     return np.concatenate(blocks), info

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from apps.vdb.records import setting_label
+from core.store import naming_damage, open_parquet
 
 RAW_QUERY_SCHEMA = pa.schema(
     [
@@ -146,7 +146,13 @@ def read_raw(paths: str | Path | Iterable[str | Path]) -> pa.Table:
     """Read one or several raw Parquet files into one validated table."""
     if isinstance(paths, str | Path):
         paths = [paths]
-    return concat_raw(pq.read_table(p) for p in paths)
+    return concat_raw(_read(Path(p)) for p in paths)
+
+
+def _read(path: Path) -> pa.Table:
+    """A raw file; damage is named with the file (core.store.naming_damage)."""
+    with naming_damage(path):
+        return open_parquet(path).read()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -240,7 +246,7 @@ def read_requests(raw_path: str | Path, raw: pa.Table | None = None) -> pa.Table
     """Every request of the setting in ``raw_path``: its requests file, else derived from its rows."""
     path = requests_path(raw_path)
     if path.exists():
-        table = pq.read_table(path)
+        table = _read(path)
         for field in REQUEST_SCHEMA:  # columns added later (the open loop's) read as nulls
             if field.name not in table.column_names:
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
