@@ -84,20 +84,14 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     plan: Plan = build_plan(loaded)
     for line in plan.resources.warnings if plan.resources else []:
         warn(line, console)
+    for line in damaged_shards(plan):
+        warn(f"{line}: made again", console)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
         lock.note(run_dir.name)
         with _run_environment(workdir, run_dir.name):
-            try:
-                return _run(loaded, plan, run_dir, console)
-            except (KeyboardInterrupt, PipelineError):
-                raise
-            except Exception as exc:  # a library's own words for a full disk: say what happened
-                full = disk_full_error(plan, exc)
-                if full is None:
-                    raise
-                raise full from exc
+            return _run(loaded, plan, run_dir, console)
 
 
 def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> Path:
@@ -121,9 +115,13 @@ def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> P
         provenance.outputs = outputs
         provenance.status = "succeeded"
     except BaseException as exc:
-        provenance.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        provenance.error = f"{type(exc).__name__}: {exc}"
         log.exception("run failed")
+        # A library's own words for a full disk become what happened, in the record as on the console.
+        full = disk_full_error(plan, exc) if isinstance(exc, Exception) else None
+        provenance.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        provenance.error = _stopped_by(full or exc)
+        if full is not None:
+            raise full from exc
         raise
     finally:
         provenance.save()
@@ -138,34 +136,64 @@ def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> P
     return run_dir
 
 
-# Below this much free space a failed run is taken as having filled its disk, whatever the error says
-# (a C++ library's full disk reads "basic_ios::clear: iostream error").
+def damaged_shards(plan: Plan) -> list[str]:
+    """A line per shard of an incomplete stage that was finished but no longer verifies (cut short,
+    removed): the run makes it again, and says why."""
+    from core.store import shard_progress
+
+    return [
+        line
+        for stage in plan.stages.values()
+        if not stage.complete and stage.directory.is_dir()
+        for line in shard_progress(stage.directory)[1]
+    ]
+
+
+def _stopped_by(exc: BaseException) -> str:
+    """What ended a run, for its provenance: a signal in words, an error as ``Type: message``."""
+    from core.errors import describe
+    from core.lifetime import Terminated
+
+    if isinstance(exc, Terminated):
+        return "terminated (SIGTERM)"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    return describe(exc)
+
+
+# Below this much free space, a failed write whose library does not say ENOSPC is taken as the disk
+# filling up (a C++ library's full disk reads "basic_ios::clear: iostream error"). Measured after the
+# failure, when the failed write's temporary files are gone again: so "nearly full", not "0 free".
 FULL_DISK_BYTES = 64 * 2**20
+# The words of a write that failed without an errno: only such an error is blamed on a nearly full disk.
+WRITE_FAILURE_WORDS = ("iostream error", "i/o error", "input/output error", "write", "no space", "disk")
 
 
 def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
-    """When ``exc`` ended a run whose store's disk is full: the error to report instead (where, how much
-    is free, what the resource plan estimated); None otherwise. Complete stages stay complete."""
+    """When ``exc`` is a write that failed because the store's disk filled up: the error to report
+    instead (where, how much is free, what the run keeps there); None otherwise. Complete stages stay
+    complete."""
     from core.errors import describe
     from core.format import size
     from pipeline.dag import root_cause
     from pipeline.resources import disk_usage
 
-    usage = disk_usage(plan.store)
+    if isinstance(exc, PipelineError):
+        return None  # already says what happened
     cause = root_cause(exc) if not isinstance(exc, OSError) else exc
     enospc = isinstance(cause, OSError) and cause.errno == errno.ENOSPC
-    if not enospc and usage.free > FULL_DISK_BYTES:
+    usage = disk_usage(plan.store)
+    looks_like_a_write = any(word in str(cause).lower() for word in WRITE_FAILURE_WORDS)
+    if not enospc and not (looks_like_a_write and usage.free <= FULL_DISK_BYTES):
         return None
     estimates = [e.node_disk for _, e in (plan.resources.estimates if plan.resources else []) if e]
-    need = (
-        f"; the resource plan estimated up to {size(max(estimates))} of database data for one point"
-        if estimates
-        else ""
-    )
+    need = f", and up to {size(max(estimates))} of database data per point" if estimates else ""
     return PipelineError(
-        f"the disk holding {plan.store} is full ({size(usage.free)} free of {size(usage.total)}){need}. "
-        f"The run stopped with {describe(cause)}. Free space there, or set workdir on a larger disk, and run "
-        "again: complete stages are kept, nothing half-written is taken as complete"
+        f"the disk holding {plan.store.parent} ran out of space ({size(usage.free)} free now of "
+        f"{size(usage.total)}). The run writes its model cache, dataset and ground truth there{need} (the "
+        f"resource plan's estimate). The run stopped with {describe(cause)}. Free space there, or set "
+        "workdir on a larger disk, and run again: complete stages are kept, nothing half-written is taken "
+        "as complete"
     )
 
 

@@ -296,9 +296,13 @@ def test_a_full_disk_is_named_with_where_and_the_estimate(
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda _path: usage(10 * GIB, 10 * GIB - 2**20, 2**20))
     message = str(workflow.disk_full_error(plan, error))
-    assert message.startswith(f"the disk holding {tmp_path / 'store'} is full (1.0 MiB free of 10.0 GiB)")
-    assert "the resource plan estimated up to" in message
+    assert message.startswith(f"the disk holding {tmp_path} ran out of space (1.0 MiB free now of 10.0 GiB)")
+    assert "model cache, dataset and ground truth there, and up to" in message
+    assert "of database data per point (the resource plan's estimate)" in message
     assert "stopped with RuntimeError: basic_ios::clear: iostream error" in message
+    # On that nearly full disk, an error that is not a failed write is not blamed on the disk.
+    assert workflow.disk_full_error(plan, ValueError("could not convert string to float: 'x'")) is None
+    assert workflow.disk_full_error(plan, ConfigError("vdb.k: bad")) is None  # says what happened already
 
 
 def test_local_cores_beyond_this_machine_are_refused_at_plan(tmp_path: Path) -> None:

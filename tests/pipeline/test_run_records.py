@@ -211,6 +211,7 @@ def test_status_tells_a_run_whose_driver_died_from_one_running(small_run, tmp_pa
         alive.wait()
     assert "status running" in live.stdout and "lost" not in live.stdout, live.stdout
     lost = run_cli("status", str(killed))  # the same driver, now gone
-    assert lost.returncode == 0, lost.stderr
+    assert live.returncode == 0, live.stderr
+    assert lost.returncode == 1, lost.stderr  # as `status --endpoint` exits for a lost run
     assert "status lost" in lost.stdout
     assert f"its driver (pid {alive.pid}) is gone without finishing" in lost.stdout

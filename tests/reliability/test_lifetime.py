@@ -24,7 +24,7 @@ import yaml
 
 from core.lifetime import STATE_DIR, WATCHDOG, WorkdirBusyError, WorkdirLock, stop_leftovers
 from core.watchdog import RUN_VAR, create_time, mapped_semaphores, write_record
-from tests.conftest import REPO, base_config, interruptible, sample_records, write_jsonl
+from tests.conftest import REPO, base_config, interruptible, run_cli, sample_records, write_jsonl
 
 MARK = "PES2O_LIFETIME_TEST"  # set on the runs these tests start; every process of theirs inherits it
 BOUND = 20.0  # seconds within which a killed run's processes must be gone (watchdog poll + grace + slack)
@@ -337,7 +337,12 @@ def test_a_stop_signal_stops_the_run_and_everything_it_started(tmp_path: Path, s
     assert proc.returncode == code, err[-3000:]
     assert line in err and "Traceback" not in err, err[-3000:]
     (provenance,) = (tmp_path / "wd" / "runs").glob("*/provenance.json")
-    assert json.loads(provenance.read_text())["status"] == "interrupted"
+    record = json.loads(provenance.read_text())
+    assert record["status"] == "interrupted"
+    assert record["error"] == ("terminated (SIGTERM)" if code == 143 else "interrupted (Ctrl-C)")
+    status = run_cli("status", str(provenance.parent))  # a script sees it did not finish
+    assert status.returncode == 1 and "status interrupted" in status.stdout, status.stdout
+    assert "stopped" in status.stdout and "running" not in status.stdout, status.stdout
 
 
 @pytest.mark.slow
