@@ -14,10 +14,11 @@ import logging
 import shutil
 import socket
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
+import psutil
 from parsl import python_app
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
@@ -41,6 +42,7 @@ from apps.vdb.stages import index as index_stage
 from apps.vdb.stages import insert as insert_stage
 from apps.vdb.stages import mixed as mixed_stage
 from apps.vdb.stages import query_sweep as query_stage
+from core.errors import describe
 from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest, sha256_file
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
@@ -60,6 +62,36 @@ def deploy(deployment: Deployment, workdir: str, timeout: float) -> Deployed:
     deploy_s = time.time() - started
     servers = observe_servers(deployment.name, deployment.server_pids(), deployment.wildcard_reason)
     return Deployed(endpoints=endpoints, deploy_s=deploy_s, servers=servers)
+
+
+SERVER_CHECK_S = 1.0  # how often a stage's wait looks at this machine's servers
+
+
+class ServerDied(DatabaseError):
+    """A server of the point's deployment exited while a stage ran (killed, crashed, OOM-killed)."""
+
+
+def dead_server(pids: dict[str, int]) -> str | None:
+    """``name (pid N)`` of the first of ``pids`` that no longer runs; None when all do. The servers are
+    this process's children, so one that died stays a zombie (its pid not reused) until teardown."""
+    for name, pid in pids.items():
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            pass
+        return f"{name} (pid {pid})"
+    return None
+
+
+def wait_watching(future: Future, pids: dict[str, int], died: str) -> Any:
+    """``future``'s result; ServerDied (``died``, with the server named) at once when one of ``pids``
+    dies first. Without this the clients retry a refused connection for a minute, and end with a gRPC
+    dump that never says the server is gone."""
+    while not wait([future], timeout=SERVER_CHECK_S).done:
+        if (dead := dead_server(pids)) is not None:
+            raise ServerDied(died.format(server=dead))
+    return future.result()
 
 
 def client_node() -> str:
@@ -89,6 +121,8 @@ class VdbStages:
         self.plan, self.provenance, self.progress = plan, provenance, progress
         self.cfg = plan.config.vdb
         self.stage = plan.stage("vdb")
+        # The point being run: its database, its servers on this machine (name -> pid) and their logs.
+        self._servers: tuple[str, dict[str, int], Path] = ("", {}, Path())
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(deploy, executors=[DRIVER]),
@@ -213,12 +247,20 @@ class VdbStages:
             target = DatabaseTarget(
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )
+            self._servers = (name, deployment.server_pids(), db_dir / "server")
             try:
                 fields.update(self._stages(cfg, target, db_dir), status="succeeded")
             except Exception as exc:
                 lost = getattr(deployment, "lost", lambda: None)()  # a pilot job that ended mid-stage
                 if lost:
                     raise DatabaseError(lost) from exc
+                dead = None if isinstance(exc, ServerDied) else dead_server(self._servers[1])
+                if dead is not None:  # the clients noticed first: say why they failed
+                    first_line = describe(exc).splitlines()[0][:300]
+                    raise ServerDied(
+                        f"{name}: its server {dead} died (the stage then failed with {first_line}); its "
+                        f"logs are in {db_dir / 'server'}"
+                    ) from exc
                 raise
         except DatabaseError as exc:
             if name not in self.cfg.optional:
@@ -244,6 +286,12 @@ class VdbStages:
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
         return outcome
 
+    def _result(self, future: Future, stage: str) -> Any:
+        """A stage task's result; ServerDied at once when a server of the point dies meanwhile."""
+        name, pids, logs = self._servers
+        died = f"{name}: its server {{server}} died during the {stage} stage; its logs are in {logs}"
+        return wait_watching(future, pids, died)
+
     def _stages(self, cfg: VdbConfig, target: DatabaseTarget, db_dir: Path) -> dict[str, Any]:
         """insert (every batch size) -> searchable -> index -> query sweep, chained by futures."""
         plan = self.plan
@@ -256,7 +304,7 @@ class VdbStages:
         self.telemetry.phase("insert")
         for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
             prepared = self.apps["prepare"](target, attempt > 0)
-            prepared.result()  # the collection must exist before any client attaches
+            self._result(prepared, "insert")  # the collection must exist before any client attaches
             tasks = [
                 self.apps["insert"](
                     target,
@@ -269,15 +317,16 @@ class VdbStages:
                 for w in range(cfg.insert.workers)
             ]
             searchable = self.apps["searchable"](target, rows, cfg.insert.timeout_s, *tasks)
-            sent = insert_stage.combine_parts([t.result() for t in tasks])
-            inserts.append(insert_record(sent, searchable.result(), batch_size, cfg.insert.workers))
+            sent = insert_stage.combine_parts([self._result(t, "insert") for t in tasks])
+            ready = self._result(searchable, "insert")
+            inserts.append(insert_record(sent, ready, batch_size, cfg.insert.workers))
         self.telemetry.phase("index")
         index = self.apps["index"](target, rows, cfg.index_timeout_s, searchable)
         queries_file = str(plan.stage("queries").directory / "queries.parquet")
         query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
-        index_record = index.result()
+        index_record = self._result(index, "index")
         self.telemetry.phase("query")
-        stages = {"insert": inserts, "index": index_record, "queries": query.result()}
+        stages = {"insert": inserts, "index": index_record, "queries": self._result(query, "query")}
         if (
             cfg.mixed is not None
         ):  # on a fresh collection: the task recreates and preloads it (apps/vdb/stages/mixed.py)
@@ -291,7 +340,7 @@ class VdbStages:
                 cfg.insert.batch_sizes[-1],
                 cfg.insert.rows,
             )
-            stages["mixed"] = mixed.result()
+            stages["mixed"] = self._result(mixed, "mixed")
         return stages
 
 

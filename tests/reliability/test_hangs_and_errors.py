@@ -18,7 +18,9 @@ import json
 import os
 import pickle
 import signal
+import subprocess
 import sys
+import threading
 import time
 import urllib.error
 from concurrent.futures import ProcessPoolExecutor
@@ -441,3 +443,35 @@ def test_milvus_frozen_is_flagged_and_killed_gives_a_clear_error(tmp_path: Path)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGCONT)
         deployment.stop()
+
+
+def test_a_server_that_dies_mid_stage_fails_it_at_once_naming_it() -> None:
+    """The driver's wait for a stage task watches the point's servers on this machine: one that dies
+    ends the stage with a line naming it. Before, Weaviate's client retried the refused connection for
+    63 s and the error was a five-line gRPC dump that never said the server was gone."""
+    from concurrent.futures import Future
+
+    from pipeline.vdb_stages import ServerDied, dead_server, wait_watching
+
+    server = subprocess.Popen(["sleep", "120"])  # a child of this process, as a local server is
+    never: Future = Future()
+    # Only a watch can end this wait: the safety net's error is not a ServerDied.
+    safety = threading.Timer(60, lambda: never.set_exception(RuntimeError("the watch never fired")))
+    try:
+        pids = {"weaviate-server": server.pid}
+        assert dead_server(pids) is None
+        threading.Timer(1.0, server.kill).start()
+        safety.start()
+        with pytest.raises(ServerDied) as error:
+            wait_watching(never, pids, "weaviate: its server {server} died during the query stage")
+        assert str(error.value) == (
+            f"weaviate: its server weaviate-server (pid {server.pid}) died during the query stage"
+        )
+        done: Future = Future()
+        done.set_result(7)
+        assert wait_watching(done, pids, "unused") == 7  # a finished task's result is its own
+    finally:
+        safety.cancel()
+        server.kill()
+        server.wait()
+    assert dead_server(pids) == f"weaviate-server (pid {server.pid})"  # reaped: gone, still dead
