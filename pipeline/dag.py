@@ -180,8 +180,11 @@ class DagRunner:
             if f.exception() is None:
                 record = f.result()
                 self.provenance.task_finished(stage, record)
-                progress.advance(stage, int(record.get(items_field, 0) or 0))
-                if stage == "embed" and self.embedding and self.embedding.backend == "openvino":
+                reused = bool(record.get("cached"))
+                progress.advance(stage, int(record.get(items_field, 0) or 0), reused=reused)
+                # A reused shard's record tells of its first run's export: not news to this run.
+                openvino = self.embedding is not None and self.embedding.backend == "openvino"
+                if stage == "embed" and openvino and not reused:
                     self._say(*embed_stage.shard_notices(record, self.embedding, self._noted))
 
         future.add_done_callback(done)

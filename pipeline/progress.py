@@ -37,6 +37,7 @@ class StageProgress(AbstractContextManager):
         self.console = console
         self._tasks: dict[str, TaskID] = {}
         self._items: dict[str, int] = {}
+        self._reused: dict[str, int] = {}
         self._started: dict[str, float] = {}
 
     def __enter__(self) -> StageProgress:
@@ -51,12 +52,22 @@ class StageProgress(AbstractContextManager):
     def add_stage(self, name: str, total: int) -> None:
         """Show a stage with ``total`` tasks (shards)."""
         self._items[name] = 0
+        self._reused[name] = 0
         self._started[name] = time.monotonic()
         self._tasks[name] = self.progress.add_task(name, total=total, items="", rate="")
 
-    def advance(self, name: str, items: int = 0) -> None:
+    def advance(self, name: str, items: int = 0, *, reused: bool = False) -> None:
         """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
-        stage whose tasks are its only count (the database points) passes none and shows no item rate."""
+        stage whose tasks are its only count (the database points) passes none and shows no item rate.
+
+        A task ``reused`` from an earlier run leaves the bar (its total shrinks) and is counted apart:
+        counted as done, it would make the rate and the ETA of the work left look fast.
+        """
+        if reused:
+            self._reused[name] += 1
+            task = self.progress.tasks[self._tasks[name]]
+            self.progress.update(self._tasks[name], total=(task.total or 1) - 1)
+            return
         self._items[name] += items
         count = self._items[name]
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
@@ -67,5 +78,6 @@ class StageProgress(AbstractContextManager):
             task = self.progress.tasks[self._tasks[name]]
             eta = f", ETA {task.time_remaining:.0f}s" if task.time_remaining and not task.finished else ""
             done = f"{task.completed:.0f}/{task.total:.0f}"
-            line = f"{name}: {done} done" + (f", {shown} {rate}" if count else "") + eta
+            before = f" ({self._reused[name]} done before)" if self._reused[name] else ""
+            line = f"{name}: {done} done{before}" + (f", {shown} {rate}" if count else "") + eta
             self.console.print(line, highlight=False)

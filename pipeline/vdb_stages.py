@@ -157,16 +157,13 @@ class VdbStages:
             # Linked before it runs: the stage directory shows a point's logs and raw files as they come.
             _link(directory / point.link, point.directory)
             outcome = read_outcome(point.directory, point.key)
+            reused = outcome is not None
             if outcome is None:
                 outcome = self.run_point(point)
             else:
-                log.info(
-                    "point %d %s (repeat %d): done before, %s",
-                    point.number,
-                    point.label,
-                    point.point.repeat,
-                    point.directory,
-                )
+                line = f"point {point.number} {point.label} (repeat {point.point.repeat}): done before"
+                self.progress.console.print(line, highlight=False, markup=False)
+                log.info("%s: %s", line, point.directory)
             outcomes.append(outcome)
             # The points this run's report rests on (run or reused): `pipeline report <run>` reads them.
             self.provenance.stages["vdb"].setdefault("points", []).append(
@@ -179,7 +176,7 @@ class VdbStages:
                     "status": outcome.status,
                 }
             )
-            self.progress.advance("vdb")  # a point: its count is the bar's own
+            self.progress.advance("vdb", reused=reused)  # a point: its count is the bar's own
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )

@@ -271,7 +271,7 @@ def test_headline_says_none_reaches_and_why_a_point_has_no_figures() -> None:
 
 def test_progress_lines_count_items_only_where_a_stage_has_them() -> None:
     """A log (no terminal) gets one line per finished task; the database stage counts points, whose
-    bar is the count itself: no "1 items 0.0/s"."""
+    bar is the count itself: no "1 items 0.0/s". A task reused from an earlier run counts apart."""
     import io
 
     from rich.console import Console
@@ -284,6 +284,11 @@ def test_progress_lines_count_items_only_where_a_stage_has_them() -> None:
         progress.add_stage("vdb", 3)
         progress.advance("embed", 1048)
         progress.advance("vdb")
-    embed, vdb = out.getvalue().splitlines()
+        # Reused from an earlier run: off the bar (its rate and ETA are the new work's), counted apart.
+        progress.add_stage("chunk", 3)
+        progress.advance("chunk", 500, reused=True)
+        progress.advance("chunk", 20)
+    embed, vdb, chunk = out.getvalue().splitlines()
     assert embed.startswith("embed: 1/2 done, 1,048 items ") and "/s" in embed, embed
     assert vdb.startswith("vdb: 1/3 done") and "items" not in vdb and "/s" not in vdb, vdb
+    assert chunk.startswith("chunk: 1/2 done (1 done before), 20 items "), chunk

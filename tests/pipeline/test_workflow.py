@@ -233,6 +233,7 @@ def test_a_part_cut_short_is_named_and_made_again(finished_run) -> None:
         result = run_cli("run", str(config))
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"{named}: made again" in " ".join(result.stderr.split()), result.stderr
+        assert "embed: 1/1 done (5 done before)" in result.stderr, result.stderr  # rate: the new one's
     finally:
         if part.stat().st_size != whole:  # the run failed: the module's other tests need the part
             run_cli("run", str(config))
