@@ -342,7 +342,11 @@ def _damaged_lines(damaged: list[str]) -> None:
 
 @app.command()
 def run(config: ConfigArg, dataset: DatasetOpt = None) -> None:
-    """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table."""
+    """Run the workflow; complete stages are reused, interrupted ones resume. Ends with the headline table.
+
+    Its store and runs go under the config's workdir (in the shipped configs: $PIPELINE_WORKDIR, else the
+    current directory); --workdir belongs to the commands that look a run up by its id.
+    """
     _each_dataset(config, dataset, lambda entry: _run(config, entry))
 
 
