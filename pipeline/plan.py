@@ -296,5 +296,13 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         terms_file,
         resolved,
         points,
-        resource_plan(loaded, [p.point for p in points], rows, dimension, query_count),
+        resource_plan(
+            loaded,
+            [p.point for p in points],
+            rows,
+            dimension,
+            query_count,
+            pending=[p.point for p in points if not p.complete],
+            truth_done="groundtruth" not in stages or stages["groundtruth"].complete,
+        ),
     )

@@ -170,14 +170,26 @@ def check_local_cores(loaded: LoadedConfig, points: list[Any]) -> None:
 
 
 def resource_plan(
-    loaded: LoadedConfig, points: list[Any], rows: int | None, dim: int, queries: int | None = None
+    loaded: LoadedConfig,
+    points: list[Any],
+    rows: int | None,
+    dim: int,
+    queries: int | None = None,
+    *,
+    pending: list[Any] | None = None,
+    truth_done: bool = False,
 ) -> ResourcePlan:
     """Estimate every point and check it against the node; ConfigError for the first that cannot fit
-    (unless ``vdb.resource_check: warn``). ``queries``: the dataset's query count, when known."""
+    (unless ``vdb.resource_check: warn``). ``queries``: the dataset's query count, when known.
+
+    This machine's device and cores are checked only for what is still to run (``pending`` points, the
+    ground truth unless ``truth_done``): results made elsewhere are reused on any machine.
+    """
     cfg = loaded.config
     check_gpu_memory(loaded)
-    check_local_device(loaded)
-    check_local_cores(loaded, points)
+    if not truth_done:
+        check_local_device(loaded)
+    check_local_cores(loaded, points if pending is None else pending)
     plan = ResourcePlan(rows)
     if cfg.vdb is None or rows is None:
         return plan

@@ -305,9 +305,11 @@ def test_a_full_disk_is_named_with_where_and_the_estimate(
     assert workflow.disk_full_error(plan, ConfigError("vdb.k: bad")) is None  # says what happened already
 
 
-def test_local_cores_beyond_this_machine_are_refused_at_plan(tmp_path: Path) -> None:
+def test_local_cores_beyond_this_machine_are_refused_at_plan(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """vdb.cores_per_worker beyond the CPUs the run may use was refused only when the point deployed, after
-    the dataset was built: plan names the field's line."""
+    the dataset was built: plan names the field's line. Points measured already are not checked."""
     too_many = len(os.sched_getaffinity(0)) + 1
     text = (REPO / "configs" / "local-ann.yaml").read_text().replace("../datasets/", f"{REPO}/datasets/")
     path = tmp_path / "local-ann.yaml"
@@ -321,6 +323,11 @@ def test_local_cores_beyond_this_machine_are_refused_at_plan(tmp_path: Path) -> 
         f"{path}:{line}: vdb.cores_per_worker: point 'qdrant': vdb.cores_per_worker is {too_many} but this "
         "machine lets the run use"
     ), str(error.value)
+    # Points measured already (on a larger machine) are reused here: nothing to refuse.
+    from pipeline.sweep import PointPlan
+
+    monkeypatch.setattr(PointPlan, "complete", property(lambda _point: True))
+    assert build_plan(load_config(path)).points
 
 
 def test_a_local_ground_truth_device_this_machine_lacks_is_refused(
@@ -343,3 +350,4 @@ def test_a_local_ground_truth_device_this_machine_lacks_is_refused(
             resource_plan(loaded, [], None, 384)
         refused = "groundtruth.device: cuda: this machine has no cuda device; use auto or cpu"
         assert str(error.value) == f"{path}:{line}: {refused}"
+        resource_plan(loaded, [], None, 384, truth_done=True)  # made elsewhere: reused on any machine
