@@ -180,8 +180,6 @@ def naming_damage(path: Path) -> Iterator[None]:
     try:
         yield
     except (pa.ArrowException, OSError) as exc:
-        if isinstance(exc, ArtifactError):  # raised inside, already named
-            raise
         raise ArtifactError(
             f"{path}: cannot be read ({describe(exc)}); if it was damaged after it was written, delete it "
             "and run again to have it made again"

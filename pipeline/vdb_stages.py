@@ -80,6 +80,8 @@ def dead_server(pids: dict[str, int]) -> str | None:
                 continue
         except psutil.NoSuchProcess:
             pass
+        except psutil.Error:  # cannot be read (access): not known to be dead
+            continue
         return f"{name} (pid {pid})"
     return None
 
