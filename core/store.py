@@ -152,8 +152,12 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         raise ArtifactError(_damaged(path, f"not valid JSON at line {exc.lineno}")) from None
     except UnicodeDecodeError:
         raise ArtifactError(_damaged(path, "not UTF-8 text")) from None
+    except OSError as exc:  # a directory in its place, another user's unreadable file
+        raise ArtifactError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not isinstance(manifest, dict):
         raise ArtifactError(_damaged(path, f"a JSON {type(manifest).__name__}, not an object"))
+    if not isinstance(manifest.get("files", []), list):
+        raise ArtifactError(_damaged(path, "'files' is not a list"))
     return manifest
 
 
@@ -167,6 +171,13 @@ def open_parquet(path: Path | str) -> pq.ParquetFile:
     numbers. Pages written without a CRC (before write_parquet_atomic wrote them) are read unchecked.
     Use it inside :func:`naming_damage`."""
     return pq.ParquetFile(path, page_checksum_verification=True)
+
+
+def read_store_table(path: Path | str, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file of the store, read whole (``columns`` of it), its page CRCs checked and damage
+    named (:func:`open_parquet`, :func:`naming_damage`)."""
+    with naming_damage(Path(path)):
+        return open_parquet(path).read(columns=columns)
 
 
 @contextlib.contextmanager
@@ -189,7 +200,10 @@ def naming_damage(path: Path) -> Iterator[None]:
 def verify_files(directory: Path, files: list[dict[str, Any]], *, checksums: bool = False) -> list[str]:
     """Problems with the files a manifest lists (missing, wrong size, wrong sha256); empty when fine."""
     problems = []
-    for entry in files:
+    for number, entry in enumerate(files):
+        if not _file_entry(entry):
+            problems.append(f"{directory / MANIFEST}: files[{number}] is not a {{file, bytes}} entry")
+            continue
         path = directory / entry["file"]
         if not path.exists():
             problems.append(f"{path}: missing")
@@ -198,6 +212,16 @@ def verify_files(directory: Path, files: list[dict[str, Any]], *, checksums: boo
         elif checksums and sha256_file(path) != entry["sha256"]:
             problems.append(f"{path}: sha256 differs from the manifest")
     return problems
+
+
+def _file_entry(entry: Any) -> bool:
+    """Whether a manifest's ``files`` entry names a file and its size (what verification reads)."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("file"), str)
+        and isinstance(entry.get("bytes"), int)
+        and not isinstance(entry["bytes"], bool)
+    )
 
 
 def complete_manifest(directory: Path, *, checksums: bool = False) -> dict[str, Any] | None:
@@ -227,7 +251,7 @@ def _shard_record(path: Path) -> dict[str, Any] | None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: JSON or UTF-8 damage
         return None
-    return record if isinstance(record, dict) and {"file", "bytes"} <= record.keys() else None
+    return record if _file_entry(record) else None
 
 
 def shard_progress(directory: Path) -> tuple[int, list[str]]:

@@ -144,6 +144,6 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
     pending = [p.point for p in points if not p.complete]
     resources = resource_plan(
-        loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=gt.complete
+        loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=not gt.to_run
     )
     return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources)

@@ -303,6 +303,6 @@ def build_plan(loaded: LoadedConfig) -> Plan:
             dimension,
             query_count,
             pending=[p.point for p in points if not p.complete],
-            truth_done="groundtruth" not in stages or stages["groundtruth"].complete,
+            truth_done="groundtruth" not in stages or not stages["groundtruth"].to_run,
         ),
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from apps.dataset.embedding.model import EmbeddingConfig
 from apps.dataset.geometry import stage as geometry_stage
+from core.errors import ArtifactError
 from core.store import complete_manifest
 from pipeline.config.loader import LoadedConfig
 from pipeline.sweep import PointPlan, plan_points
@@ -26,15 +27,29 @@ class StagePlan:
     directory: Path
     params: dict[str, Any]
     upstream: list[str] = field(default_factory=list)
+    # What the stage is made of, each with its own output (the vdb stage's points): all must be complete.
+    parts: list[PointPlan] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        """True when the directory holds this stage's output (same key) and every listed file verifies.
+        """True when the directory holds this stage's output (same key), every listed file verifies,
+        and so does every part (a point lost or damaged since has the stage run again, for that point).
 
         The key check matters for user-chosen directories (``dataset.dir``), which are not named by key.
         """
         manifest = complete_manifest(self.directory)
-        return manifest is not None and manifest.get("key", self.key) == self.key
+        if manifest is None or manifest.get("key", self.key) != self.key:
+            return False
+        return all(part.complete for part in self.parts)
+
+    @property
+    def to_run(self) -> bool:
+        """Whether a run will (re)make this stage: incomplete, or its manifest damaged (which ``run``
+        names and stops on, and ``plan`` shows)."""
+        try:
+            return not self.complete
+        except ArtifactError:
+            return True
 
 
 @dataclass
@@ -117,5 +132,6 @@ def add_evaluation_stages(
     if not cfg.vdb:
         return []
     vdb_params = {**cfg.vdb.model_dump(mode="json"), "metric": cfg.groundtruth.metric}
-    add("vdb", BENCHMARK_VERSION, vdb_params, upstream)
-    return plan_points(cfg.vdb, store, upstream, cfg.groundtruth.metric)
+    stage = add("vdb", BENCHMARK_VERSION, vdb_params, upstream)
+    stage.parts = plan_points(cfg.vdb, store, upstream, cfg.groundtruth.metric)
+    return stage.parts

@@ -16,7 +16,8 @@ from typing import Any
 
 from apps.vdb.config import VdbConfig
 from apps.vdb.sweep import SweepPoint, label_slug
-from core.store import complete_manifest, content_key
+from core.errors import ArtifactError
+from core.store import complete_manifest, content_key, read_manifest, verify_files
 
 POINT_VERSION = "1"
 POINTS_DIR = "vdb-points"
@@ -38,9 +39,24 @@ class PointPlan:
 
     @property
     def complete(self) -> bool:
-        """True when a manifest of this point's key is there and verifies (a partial point is redone)."""
-        manifest = complete_manifest(self.directory)
+        """True when a manifest of this point's key is there and verifies (a partial point is redone).
+        A damaged manifest counts as absent: a point is always measured again from scratch."""
+        try:
+            manifest = complete_manifest(self.directory)
+        except ArtifactError:
+            return False
         return manifest is not None and manifest.get("key") == self.key
+
+    def damage(self) -> list[str]:
+        """Why a point finished before is no longer complete (its manifest or a raw file damaged or
+        lost); empty for one never finished or complete."""
+        try:
+            manifest = read_manifest(self.directory)
+        except ArtifactError as exc:
+            return [str(exc).split("; delete it")[0]]
+        if manifest is None or manifest.get("key") != self.key:
+            return []
+        return verify_files(self.directory, manifest.get("files", []))
 
 
 # Per section of the vdb config: the open-loop rate field and the knobs that only matter when it is set.

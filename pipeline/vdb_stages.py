@@ -42,7 +42,7 @@ from apps.vdb.stages import index as index_stage
 from apps.vdb.stages import insert as insert_stage
 from apps.vdb.stages import mixed as mixed_stage
 from apps.vdb.stages import query_sweep as query_stage
-from core.errors import describe
+from core.errors import ArtifactError, describe
 from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest, sha256_file
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
@@ -103,7 +103,11 @@ def client_node() -> str:
 
 def read_outcome(db_dir: Path, key: str | None = None) -> DatabaseOutcome | None:
     """The outcome of a point finished by an earlier run, or None (never run, partial, other layout)."""
-    manifest = complete_manifest(db_dir)
+    try:
+        manifest = complete_manifest(db_dir)
+    except ArtifactError as exc:  # a damaged manifest: the point is measured again, from scratch
+        log.warning("%s", exc)
+        return None
     if manifest is None or (key is not None and manifest.get("key") != key):
         return None
     try:
@@ -154,12 +158,14 @@ class VdbStages:
         # Server logs, endpoints and raw results of this run, reachable from the run directory.
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
         self.progress.add_stage("vdb", len(self.plan.points))
+        done_before = {point.number for point in self.plan.points if point.complete}
+        for _ in done_before:  # off the bar at once: the count and the ETA are of the points to run
+            self.progress.advance("vdb", reused=True)
         outcomes: list[DatabaseOutcome] = []
         for point in self.plan.points:
             # Linked before it runs: the stage directory shows a point's logs and raw files as they come.
             _link(directory / point.link, point.directory)
-            outcome = read_outcome(point.directory, point.key)
-            reused = outcome is not None
+            outcome = read_outcome(point.directory, point.key) if point.number in done_before else None
             if outcome is None:
                 outcome = self.run_point(point)
             else:
@@ -178,7 +184,8 @@ class VdbStages:
                     "status": outcome.status,
                 }
             )
-            self.progress.advance("vdb", reused=reused)  # a point: its count is the bar's own
+            if point.number not in done_before:
+                self.progress.advance("vdb")  # a point: its count is the bar's own
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from core.errors import PipelineError
+from core.errors import PipelineError, describe
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
 from core.store import os_error_reason
 from core.watchdog import REGISTRY_VAR, RUN_VAR
@@ -81,11 +81,16 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     holds ``<workdir>/.run/lock`` throughout: a second run in the same workdir exits with a message.
     """
     console = console or Console(stderr=True)
-    plan: Plan = build_plan(loaded)
+    try:
+        plan: Plan = build_plan(loaded)
+    except PipelineError:
+        raise
+    except Exception as exc:  # no run directory (nor its pipeline.log) exists yet: say so in the line
+        raise PipelineError(f"planning the run failed before it started: {describe(exc)}") from exc
     for line in plan.resources.warnings if plan.resources else []:
         warn(line, console)
-    for line in damaged_shards(plan):
-        warn(f"{line}: made again", console)
+    for line in damaged_outputs(plan):
+        warn(line, console)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
@@ -136,22 +141,27 @@ def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> P
     return run_dir
 
 
-def damaged_shards(plan: Plan) -> list[str]:
-    """A line per shard of an incomplete stage that was finished but no longer verifies (cut short,
-    removed): the run makes it again, and says why."""
+def damaged_outputs(plan: Plan) -> list[str]:
+    """A line per shard or database point that was finished but no longer verifies (cut short,
+    removed, its manifest damaged): the run makes it again, and says why."""
     from core.store import shard_progress
 
-    return [
-        line
+    shards = [
+        f"{line}: made again"
         for stage in plan.stages.values()
-        if not stage.complete and stage.directory.is_dir()
+        if not stage.parts and stage.directory.is_dir() and not stage.complete
         for line in shard_progress(stage.directory)[1]
     ]
+    points = [
+        f"{line}: point {point.number} {point.label} is measured again"
+        for point in plan.points
+        for line in point.damage()
+    ]
+    return shards + points
 
 
 def _stopped_by(exc: BaseException) -> str:
     """What ended a run, for its provenance: a signal in words, an error as ``Type: message``."""
-    from core.errors import describe
     from core.lifetime import Terminated
 
     if isinstance(exc, Terminated):
@@ -173,7 +183,6 @@ def disk_full_error(plan: Plan, exc: BaseException) -> PipelineError | None:
     """When ``exc`` is a write that failed because the store's disk filled up: the error to report
     instead (where, how much is free, what the run keeps there); None otherwise. Complete stages stay
     complete."""
-    from core.errors import describe
     from core.format import size
     from pipeline.dag import root_cause
     from pipeline.resources import disk_usage

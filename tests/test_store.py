@@ -92,3 +92,29 @@ def test_a_part_overwritten_in_place_fails_its_read_naming_it(tmp_path: Path) ->
         open_parquet(path).read()
     assert str(error.value).startswith(f"{path}: cannot be read (OSError: could not verify page integrity")
     assert str(error.value).endswith("delete it and run again to have it made again")
+
+
+def test_manifest_entries_of_the_wrong_type_are_named_not_a_traceback(tmp_path: Path) -> None:
+    """Valid JSON of the wrong shape ended plan and status in KeyError / TypeError tracebacks."""
+    from core.errors import ArtifactError
+    from core.store import complete_manifest, read_manifest, shard_progress, verify_files
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"files": 7}')
+    with pytest.raises(ArtifactError, match=r"damaged manifest \('files' is not a list\)"):
+        read_manifest(tmp_path)
+    manifest.write_text('{"files": [{"file": "a.parquet"}, {"file": null, "bytes": 3}, "x"]}')
+    assert complete_manifest(tmp_path) is None
+    assert verify_files(tmp_path, read_manifest(tmp_path)["files"]) == [
+        f"{manifest}: files[{n}] is not a {{file, bytes}} entry" for n in range(3)
+    ]
+    manifest.unlink()
+    manifest.mkdir()  # a folder in its place: named, as a file another user cannot read would be
+    with pytest.raises(ArtifactError, match=r"manifest.json: cannot be read \(Is a directory\)"):
+        read_manifest(tmp_path)
+    (tmp_path / "_shards").mkdir()
+    (tmp_path / "_shards" / "part-00000.parquet.json").write_text('{"file": ["x"], "bytes": 1}')
+    assert shard_progress(tmp_path) == (
+        0,
+        [f"{tmp_path / '_shards' / 'part-00000.parquet.json'}: damaged record"],
+    )

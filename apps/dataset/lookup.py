@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from apps.dataset.layout import arrow_to_vectors, iter_vectors
+from core.store import read_store_table
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,9 @@ def fetch_vectors(dataset_dir: str | Path, ids: Any, batch_rows: int = 8192) -> 
 
 def read_query_vectors(queries_file: str | Path) -> VectorLookup:
     """Query vectors by id from ``queries.parquet`` (columns ``id``, ``embedding``)."""
-    return VectorLookup.from_table(pq.read_table(queries_file, columns=["id", "embedding"]))
+    return VectorLookup.from_table(read_store_table(queries_file, columns=["id", "embedding"]))
 
 
 def read_groundtruth(path: str | Path) -> pa.Table:
     """``groundtruth.parquet`` (query_id, neighbors, distances)."""
-    return pq.read_table(path, columns=["query_id", "neighbors", "distances"])
+    return read_store_table(path, columns=["query_id", "neighbors", "distances"])

@@ -431,8 +431,8 @@ def list_matrix(column: pa.ChunkedArray | pa.Array, path: Path, name: str, dtype
 
 def parquet_file(path: Path, columns: list[str]) -> pq.ParquetFile:
     """``path`` opened as Parquet with ``columns`` present; InputDataError naming the file otherwise."""
-    try:
-        parquet = pq.ParquetFile(path)
+    try:  # pages written with a CRC (the store's, core.store) are checked as they are read
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
     except (OSError, pa.ArrowException) as exc:
         raise InputDataError(f"{path}: not a readable Parquet file ({exc})") from None
     absent = [c for c in columns if c not in parquet.schema_arrow.names]

@@ -224,6 +224,9 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
             state = "done" if done else "to run"
             text = f"  {number:>3}  {label}  repeat {repeat}  key {key}  {state}\n       {params}"
             out.print(text, markup=False, highlight=False, soft_wrap=True)
+        _damaged_lines(
+            [f"{line}: measured again by the next run" for p in the_plan.points for line in p.damage()]
+        )
         estimates = {id(p): e for p, e in the_plan.resources.estimates} if the_plan.resources else {}
         cost = sweep_cost(cfg.vdb, the_plan.points, estimates)
         out.print(cost, markup=False, highlight=False, soft_wrap=True)

@@ -144,3 +144,16 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     assert listed and first.complete
     os.truncate(first.directory / listed[0], 10)
     assert not first.complete
+    damage = f"{first.directory / listed[0]}: 10 bytes, manifest says"
+    plan = run_cli("plan", str(path))
+    assert plan.returncode == 0 and f"{damage}" in " ".join(plan.stderr.split()), plan.stderr
+    second_done_at = (second.directory / "manifest.json").stat().st_mtime_ns
+    result = run_cli("run", str(path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    said = " ".join(result.stderr.split())
+    assert f"point 0 {first.label} is measured again" in said and damage in said, result.stderr
+    assert f"point 1 {second.label} (repeat 0): done before" in said, result.stderr
+    assert "vdb: 1/1 done (1 done before)" in said, result.stderr
+    again = newest_provenance(tmp_path / "wd")
+    assert [t["label"] for t in again["stages"]["vdb"]["tasks"]] == [first.label]
+    assert first.complete and (second.directory / "manifest.json").stat().st_mtime_ns == second_done_at

@@ -41,7 +41,7 @@ from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.layout import arrow_to_vectors, dataset_parts
 from core.config import Strict
 from core.errors import ArtifactError
-from core.store import naming_damage, open_parquet
+from core.store import naming_damage, open_parquet, read_store_table
 
 log = logging.getLogger(__name__)
 Metric = Literal["cosine", "ip", "l2"]
@@ -324,7 +324,7 @@ def dataset_geometry(
     queries = nn = None
     queries_total = None
     if queries_file is not None:
-        table = pq.read_table(queries_file, columns=["id", "embedding"])
+        table = read_store_table(queries_file, columns=["id", "embedding"])
         queries_total = table.num_rows
         rng = np.random.default_rng([config.seed, 1])
         take = np.sort(rng.choice(table.num_rows, min(config.sample_rows, table.num_rows), replace=False))
@@ -346,7 +346,7 @@ def dataset_geometry(
 
 def _groundtruth_distances(path: Path, query_ids: np.ndarray) -> np.ndarray | None:
     """The ground truth's distances (Q, k) for ``query_ids`` in that order; None when absent."""
-    table = pq.read_table(path)
+    table = read_store_table(path)
     if "distances" not in table.column_names:
         return None
     ids = table.column("query_id").to_numpy()

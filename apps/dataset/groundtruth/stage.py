@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import Field
 
 from apps.dataset.device import pick_device
@@ -33,7 +32,13 @@ from apps.dataset.layout import arrow_to_vectors, iter_vectors
 from apps.taskinfo import numeric_libraries, task_context
 from core.config import Strict
 from core.errors import ArtifactError
-from core.store import atomic_write_json, complete_manifest, read_manifest, write_parquet_atomic
+from core.store import (
+    atomic_write_json,
+    complete_manifest,
+    read_manifest,
+    read_store_table,
+    write_parquet_atomic,
+)
 
 
 class GroundTruthConfig(Strict):
@@ -191,7 +196,7 @@ def compute_groundtruth(
     if (done := complete_manifest(out)) is not None:
         return {**done, "cached": True}
     started = time.time()
-    queries = pq.read_table(queries_file, columns=["id", "embedding"])
+    queries = read_store_table(queries_file, columns=["id", "embedding"])
     query_vectors = arrow_to_vectors(queries.column("embedding"))
     dataset_manifest = read_manifest(Path(dataset_dir))
     if dataset_manifest is None:

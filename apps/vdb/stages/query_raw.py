@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from apps.vdb.records import setting_label
-from core.store import naming_damage, open_parquet
+from core.store import read_store_table
 
 RAW_QUERY_SCHEMA = pa.schema(
     [
@@ -150,9 +150,8 @@ def read_raw(paths: str | Path | Iterable[str | Path]) -> pa.Table:
 
 
 def _read(path: Path) -> pa.Table:
-    """A raw file; damage is named with the file (core.store.naming_damage)."""
-    with naming_damage(path):
-        return open_parquet(path).read()
+    """A raw file; damage is named with the file (core.store.read_store_table)."""
+    return read_store_table(path)
 
 
 # ---------------------------------------------------------------------------------------------------------

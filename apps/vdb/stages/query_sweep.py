@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from apps.dataset.layout import arrow_to_vectors
 from apps.vdb.base import SEARCH_KNOB, RequestTimeout
@@ -46,7 +45,7 @@ from apps.vdb.stages import open_loop
 from apps.vdb.stages.query_io import QueryIo
 from apps.vdb.stages.query_raw import OPEN_LOOP_META, raw_query_table, requests_path, requests_table
 from core.errors import ArtifactError
-from core.store import write_parquet_atomic
+from core.store import read_store_table, write_parquet_atomic
 
 log = logging.getLogger(__name__)
 STALL_FACTOR, STALL_MIN_S = 20.0, 1.0  # a request this much slower than the median is a stall
@@ -318,7 +317,7 @@ def slow_request(parts: list[dict[str, Any]]) -> str | None:
 
 def read_queries(queries_file: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(ids, vectors) of the query set, the first ``limit`` when set."""
-    table = pq.read_table(queries_file, columns=["id", "embedding"])
+    table = read_store_table(queries_file, columns=["id", "embedding"])
     if limit:
         table = table.slice(0, limit)
     return table.column("id").to_numpy(), arrow_to_vectors(table.column("embedding"))
