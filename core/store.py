@@ -136,6 +136,12 @@ def write_parquet_atomic(
     return {"rows": table.num_rows, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def file_entry(path: Path, name: str) -> dict[str, Any]:
+    """A manifest's ``files`` entry for ``path``, listed as ``name`` (relative to the manifest's folder):
+    what :func:`verify_files` checks (its size) and ``checksums=True`` checks too (its sha256)."""
+    return {"file": name, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
 def read_manifest(directory: Path) -> dict[str, Any] | None:
     """The manifest of a stage directory, or None when there is none (the stage is not complete).
 
@@ -180,6 +186,13 @@ def read_store_table(path: Path | str, columns: list[str] | None = None) -> pa.T
         return open_parquet(path).read(columns=columns)
 
 
+def read_store_row_group(path: Path | str, group: int, columns: list[str]) -> pa.Table:
+    """One row group of a Parquet file of the store (``columns`` of it), checked and named as
+    :func:`read_store_table` reads a whole file: a worker's unit of work, read without the rest."""
+    with naming_damage(Path(path)):
+        return open_parquet(path).read_row_group(group, columns=columns)
+
+
 @contextlib.contextmanager
 def naming_damage(path: Path) -> Iterator[None]:
     """Reading ``path``: a read error becomes an ArtifactError naming the file and the remedy.
@@ -190,6 +203,10 @@ def naming_damage(path: Path) -> Iterator[None]:
     """
     try:
         yield
+    except FileNotFoundError:  # removed since the plan found it complete
+        raise ArtifactError(
+            f"{path}: missing (removed during the run?); run again to have it made again"
+        ) from None
     except (pa.ArrowException, OSError) as exc:
         raise ArtifactError(
             f"{path}: cannot be read ({describe(exc)}); if it was damaged after it was written, delete it "

@@ -24,7 +24,7 @@ from apps.report.document import write_report
 from apps.report.mixed import mixed_figure
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb.stages.query_io import io_columns, read_window
-from core.store import read_manifest
+from core.store import file_entry, read_manifest
 from pipeline.plan import Plan
 
 
@@ -183,5 +183,5 @@ def write_benchmark_report(
     )
     files = [{"file": "report/results.parquet", **results}]
     for path in [written["report"], *written["figures"].values(), *mixed.values()]:
-        files.append({"file": f"report/{Path(path).name}", "bytes": Path(path).stat().st_size})
+        files.append(file_entry(Path(path), f"report/{Path(path).name}"))  # the manifest is beside report/
     return {"files": files, "report": str(written["report"]), "rows": len(rows)}

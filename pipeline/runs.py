@@ -207,6 +207,7 @@ class _StageRecord(_Record):
     finished: float | None = None
     tasks: list[_TaskRecord] = []
     points: list[_PointRecord] | None = None  # the vdb stage's, once a point finished
+    planned_points: int | None = None  # how many points the vdb stage was to measure
 
 
 class ProvenanceRecord(_Record):

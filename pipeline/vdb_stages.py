@@ -43,7 +43,7 @@ from apps.vdb.stages import insert as insert_stage
 from apps.vdb.stages import mixed as mixed_stage
 from apps.vdb.stages import query_sweep as query_stage
 from core.errors import ArtifactError, describe
-from core.store import atomic_write_json, atomic_write_text, complete_manifest, read_manifest, sha256_file
+from core.store import atomic_write_json, atomic_write_text, complete_manifest, file_entry, read_manifest
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
 from pipeline.plan import Plan
@@ -158,6 +158,7 @@ class VdbStages:
         # Server logs, endpoints and raw results of this run, reachable from the run directory.
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
         self.progress.add_stage("vdb", len(self.plan.points))
+        self.provenance.stages["vdb"]["planned_points"] = len(self.plan.points)  # `status` counts against it
         done_before = {point.number for point in self.plan.points if point.complete}
         for _ in done_before:  # off the bar at once: the count and the ETA are of the points to run
             self.progress.advance("vdb", reused=True)
@@ -356,11 +357,8 @@ RESULT_FOLDERS = ("raw", "mixed")  # a point's measurements, read by the report
 def result_files(db_dir: Path) -> list[dict[str, str | int]]:
     """The raw result files of a finished point, as a manifest lists them (name, bytes, sha256): so
     ``complete_manifest`` sees one lost or cut short, and the point is measured again."""
-    return [
-        {"file": str(path.relative_to(db_dir)), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        for folder in RESULT_FOLDERS
-        for path in sorted((db_dir / folder).glob("*.parquet"))
-    ]
+    paths = [path for folder in RESULT_FOLDERS for path in sorted((db_dir / folder).glob("*.parquet"))]
+    return [file_entry(path, str(path.relative_to(db_dir))) for path in paths]
 
 
 def _link(link: Path, target: Path) -> None:

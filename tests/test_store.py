@@ -92,6 +92,10 @@ def test_a_part_overwritten_in_place_fails_its_read_naming_it(tmp_path: Path) ->
         open_parquet(path).read()
     assert str(error.value).startswith(f"{path}: cannot be read (OSError: could not verify page integrity")
     assert str(error.value).endswith("delete it and run again to have it made again")
+    path.unlink()  # removed after the plan found it: said so, not "if it was damaged"
+    with pytest.raises(ArtifactError) as error, naming_damage(path):
+        open_parquet(path).read()
+    assert str(error.value) == f"{path}: missing (removed during the run?); run again to have it made again"
 
 
 def test_manifest_entries_of_the_wrong_type_are_named_not_a_traceback(tmp_path: Path) -> None:

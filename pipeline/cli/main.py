@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from core.errors import PipelineError
+from core.errors import ArtifactError, PipelineError
 from core.lifetime import Terminated, stop_on_sigterm
 from pipeline.cli import results as cli_results
 from pipeline.cli.dataset import app as dataset_app
@@ -25,6 +25,7 @@ from pipeline.config.loader import LoadedConfig, dataset_entries, load_config
 
 if TYPE_CHECKING:
     from pipeline.plan import Plan
+    from pipeline.sweep import PointPlan
 
 app = typer.Typer(
     add_completion=False,
@@ -207,7 +208,7 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
     table = Table("stage", "content key", "status", "shards", "directory")
     problems: list[str] = []  # damaged files, named under the table
     for name, stage in the_plan.stages.items():
-        status, shards, damaged = _stage_status(stage.directory)
+        status, shards, damaged = _stage_status(stage.directory, stage.parts)
         problems += damaged
         shown = name if stage.name == name else f"{name} ({stage.name})"  # embed (import): the dataset's role
         table.add_row(shown, stage.key, status, shards, str(stage.directory))
@@ -322,15 +323,25 @@ def _input_line(plan: Plan) -> str:
     return f"dataset {cfg.dataset.name}: {rows:,} vectors x {plan.dimension}, {how} {dataset.directory}"
 
 
-def _stage_status(directory: Path) -> tuple[str, str, list[str]]:
-    """A stage output's status, its shard count, and what is damaged in it (redone by a run)."""
+def _stage_status(directory: Path, parts: Sequence[PointPlan] = ()) -> tuple[str, str, list[str]]:
+    """A stage output's status, its shard (or point) count, and what is damaged in it (redone by a run).
+
+    A stage made of ``parts`` (the vdb stage's points) is complete only when they all are: a point lost
+    or damaged since the stage finished shows it ``partial`` (the points list names which)."""
     from core.store import complete_manifest, shard_progress
 
     try:
-        if complete_manifest(directory) is not None:
-            return "[green]complete[/]", "", []
-    except PipelineError as exc:  # a damaged manifest: named, and the table goes on
+        finished = complete_manifest(directory) is not None
+    except ArtifactError as exc:  # a damaged manifest: named, and the table goes on
         return "[red]damaged[/]", "", [str(exc)]
+    if parts:
+        done = sum(part.complete for part in parts)
+        if finished and done == len(parts):
+            return "[green]complete[/]", "", []
+        count = f"{done} of {len(parts)} points done"
+        return ("[yellow]partial[/]", count, []) if done or finished else ("to run", "", [])
+    if finished:
+        return "[green]complete[/]", "", []
     done, damaged = shard_progress(directory)
     shards = f"{done} done" + (f", {len(damaged)} damaged" if damaged else "")
     redone = [f"{line}: redone by the next run" for line in damaged]
@@ -504,9 +515,21 @@ def status(
         )
         problems += damaged
     out.print(table)
+    if (vdb := record.provenance.stages.get("vdb")) is not None and (vdb.points or vdb.planned_points):
+        _status_points(vdb.points or [], vdb.planned_points)
     _damaged_lines(problems)
     if shown in UNSUCCESSFUL:  # a script can test a local run as it tests a remote one
         raise typer.Exit(1)
+
+
+def _status_points(points: list, planned: int | None) -> None:
+    """The vdb points a run finished (measured or reused), of how many it was to measure: what an
+    interrupted run got to, and so what its next run measures."""
+    of = f" of {planned}" if planned is not None else ""
+    out.print(f"vdb points: {len(points)}{of} finished")
+    for point in points:
+        line = f"  {point.label}  repeat {point.repeat}  {point.status}  {point.directory}"
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 app.command()(cli_results.report)  # pipeline/cli/results.py

@@ -121,6 +121,12 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     failed = newest_provenance(tmp_path / "wd")
     assert failed["status"] == "failed"
     assert [t["label"] for t in failed["stages"]["vdb"]["tasks"]] == [first.label]
+    shown = run_cli("status", failed["run_id"], "--workdir", str(tmp_path / "wd"))
+    assert shown.returncode == 1, shown.stderr  # a failed run
+    assert (
+        "vdb points: 1 of 2 finished" in shown.stdout
+        and f"{first.label}  repeat 0  succeeded" in shown.stdout
+    )
 
     # What an interruption leaves of the second point (no manifest) is thrown away, not reused.
     second.directory.unlink()
@@ -147,6 +153,8 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     damage = f"{first.directory / listed[0]}: 10 bytes, manifest says"
     plan = run_cli("plan", str(path))
     assert plan.returncode == 0 and f"{damage}" in " ".join(plan.stderr.split()), plan.stderr
+    vdb_row = next(line for line in plan.stdout.splitlines() if line.lstrip("│ ").startswith("vdb "))
+    assert "partial" in vdb_row and "1 of 2 points done" in vdb_row, plan.stdout  # not "complete"
     second_done_at = (second.directory / "manifest.json").stat().st_mtime_ns
     result = run_cli("run", str(path))
     assert result.returncode == 0, result.stderr[-4000:]

@@ -41,7 +41,7 @@ from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.layout import arrow_to_vectors, dataset_parts
 from core.config import Strict
 from core.errors import ArtifactError
-from core.store import naming_damage, open_parquet, read_store_table
+from core.store import naming_damage, read_store_row_group, read_store_table
 
 log = logging.getLogger(__name__)
 Metric = Literal["cosine", "ip", "l2"]
@@ -305,8 +305,7 @@ def sample_dataset(
         local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
         if local.size:
             part, group, _ = groups[g]
-            with naming_damage(part):
-                table = open_parquet(part).read_row_group(group, columns=["embedding"])
+            table = read_store_row_group(part, group, ["embedding"])
             blocks.append(arrow_to_vectors(table.column("embedding").take(local)))
     info = {"dataset_rows": total, "row_groups_read": len(blocks), "row_groups_total": len(groups)}
     return np.concatenate(blocks), info

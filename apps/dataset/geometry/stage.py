@@ -18,7 +18,7 @@ from typing import Any
 from apps.dataset.geometry.estimates import GeometryConfig, GeometryRecord, Metric, dataset_geometry
 from apps.taskinfo import task_context
 from core.format import num, table
-from core.store import atomic_write_json, atomic_write_text, complete_manifest
+from core.store import atomic_write_json, atomic_write_text, complete_manifest, file_entry
 
 STAGE_VERSION = "1"
 RECORD_FILE = "geometry.json"
@@ -54,7 +54,7 @@ def compute_geometry(
         "record": RECORD_FILE,
         "card_updated": card,
         "rows": record.sample_rows,
-        "files": [{"file": RECORD_FILE, "bytes": (out / RECORD_FILE).stat().st_size}],
+        "files": [file_entry(out / RECORD_FILE, RECORD_FILE)],
         **task_context(started),
     }
     atomic_write_json(out / "manifest.json", manifest)

@@ -26,7 +26,7 @@ from apps.dataset.layout import arrow_to_vectors, dataset_parts
 from apps.vdb.base import DatabaseError
 from apps.vdb.pool import client, reset_client, shared_pool
 from apps.vdb.records import DatabaseTarget, InsertPart, Searchable
-from core.store import naming_damage, open_parquet
+from core.store import naming_damage, read_store_row_group
 
 # (part file, row group) or (part file, row group, rows of it to load): the last unit of a prefix
 Unit = tuple[str, int] | tuple[str, int, int]
@@ -103,8 +103,7 @@ def read_unit(part: str, row_group: int, stop: int | None = None) -> tuple[np.nd
     """(ids, float32 vectors) of one work unit (its first ``stop`` rows when given); the vectors a
     read-only view of the Arrow buffer when they are float32 without nulls (a copy costs as much as a
     third of the read)."""
-    with naming_damage(Path(part)):
-        table = open_parquet(part).read_row_group(row_group, columns=["id", "embedding"])
+    table = read_store_row_group(part, row_group, ["id", "embedding"])
     if stop is not None:
         table = table.slice(0, stop)
     column = table.column("embedding").combine_chunks()
