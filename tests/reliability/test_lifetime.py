@@ -392,3 +392,50 @@ def test_second_concurrent_run_is_refused_and_the_first_finishes_intact(tmp_path
     for directory in prov["outputs"].values():
         assert (Path(directory) / "manifest.json").exists()
     assert wait_until(lambda: not marked(token), BOUND), describe(marked(token))
+
+
+def test_parsl_cleanup_is_answered_for_an_exited_interchange_and_goes_on() -> None:
+    """Parsl issue #2755: the cleanup's scale-in asks the interchange for its managers and, once the
+    interchange has exited (a SIGTERM to the process group reaches it too), waits for ever. The command
+    client answers for it instead (no managers), so the cleanup goes on to cancel the blocks through their
+    provider; a live interchange is still asked."""
+    import threading
+    from types import SimpleNamespace
+
+    from pipeline.dag import shut_down_parsl
+
+    hang = threading.Event()
+
+    def ask(message: object, *args: object, **kwargs: object) -> object:
+        hang.wait()  # what a REQ socket to an exited interchange does: wait for ever
+        return "asked"
+
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live_client = SimpleNamespace(run=lambda message, *a, **k: f"asked {message}")
+    executors = {
+        "cpu": SimpleNamespace(interchange_proc=exited, command_client=SimpleNamespace(run=ask)),
+        "gpu": SimpleNamespace(interchange_proc=alive, command_client=live_client),
+    }
+    answers: dict[str, object] = {}
+
+    def cleanup() -> None:  # as the scale-in asks, then holds a manager
+        for label, executor in executors.items():
+            answers[label] = executor.command_client.run("MANAGERS")
+            answers[f"{label} hold"] = executor.command_client.run(["HOLD_MANAGER", b"m1"])
+        answers["ended"] = True
+
+    try:
+        shut_down_parsl(SimpleNamespace(executors=executors, cleanup=cleanup))  # stuck: returns at its grace
+        assert answers == {
+            "cpu": [],
+            "cpu hold": None,
+            "gpu": "asked MANAGERS",
+            "gpu hold": "asked ['HOLD_MANAGER', b'm1']",
+            "ended": True,
+        }
+    finally:
+        hang.set()
+        alive.kill()
+        alive.wait()
