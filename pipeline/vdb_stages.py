@@ -15,6 +15,7 @@ import shutil
 import socket
 import time
 from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,21 @@ def wait_watching(future: Future, pids: dict[str, int], died: str) -> Any:
     return future.result()
 
 
+@dataclass(frozen=True)
+class ServerWatch:
+    """The running point's servers on this machine, watched while its stage tasks run."""
+
+    database: str
+    pids: dict[str, int]  # server name -> pid
+    logs: Path  # their log folder, named when one dies
+
+    def result(self, future: Future, stage: str) -> Any:
+        """A stage task's result; ServerDied at once when one of the servers dies meanwhile."""
+        where = f"its logs are in {self.logs}"
+        died = f"{self.database}: its server {{server}} died during the {stage} stage; {where}"
+        return wait_watching(future, self.pids, died)
+
+
 def client_node() -> str:
     """Client-block task: the node it runs on (asked before a pilot starts, so the block is up)."""
     return socket.gethostname()
@@ -127,8 +143,6 @@ class VdbStages:
         self.plan, self.provenance, self.progress = plan, provenance, progress
         self.cfg = plan.config.vdb
         self.stage = plan.stage("vdb")
-        # The point being run: its database, its servers on this machine (name -> pid) and their logs.
-        self._servers: tuple[str, dict[str, int], Path] = ("", {}, Path())
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
         self.apps = {
             "deploy": python_app(deploy, executors=[DRIVER]),
@@ -254,14 +268,14 @@ class VdbStages:
             target = DatabaseTarget(
                 settings=settings, endpoints=deployed.endpoints, collection=fields["collection"]
             )
-            self._servers = (name, deployment.server_pids(), db_dir / "server")
+            watch = ServerWatch(name, deployment.server_pids(), db_dir / "server")
             try:
-                fields.update(self._stages(cfg, target, db_dir), status="succeeded")
+                fields.update(self._stages(cfg, target, db_dir, watch), status="succeeded")
             except Exception as exc:
                 lost = getattr(deployment, "lost", lambda: None)()  # a pilot job that ended mid-stage
                 if lost:
                     raise DatabaseError(lost) from exc
-                dead = None if isinstance(exc, ServerDied) else dead_server(self._servers[1])
+                dead = None if isinstance(exc, ServerDied) else dead_server(watch.pids)
                 if dead is not None:  # the clients noticed first: say why they failed
                     first_line = describe(exc).splitlines()[0][:300]
                     raise ServerDied(
@@ -293,14 +307,11 @@ class VdbStages:
         atomic_write_text(path, outcome.model_dump_json(indent=2) + "\n")
         return outcome
 
-    def _result(self, future: Future, stage: str) -> Any:
-        """A stage task's result; ServerDied at once when a server of the point dies meanwhile."""
-        name, pids, logs = self._servers
-        died = f"{name}: its server {{server}} died during the {stage} stage; its logs are in {logs}"
-        return wait_watching(future, pids, died)
-
-    def _stages(self, cfg: VdbConfig, target: DatabaseTarget, db_dir: Path) -> dict[str, Any]:
-        """insert (every batch size) -> searchable -> index -> query sweep, chained by futures."""
+    def _stages(
+        self, cfg: VdbConfig, target: DatabaseTarget, db_dir: Path, watch: ServerWatch
+    ) -> dict[str, Any]:
+        """insert (every batch size) -> searchable -> index -> query sweep, chained by futures; each
+        result waited for while ``watch`` watches the point's servers."""
         plan = self.plan
         dataset_dir = plan.stage("embed").directory
         # vdb.insert.rows: the first N rows only (a ValueError naming the field when N exceeds the dataset)
@@ -311,7 +322,7 @@ class VdbStages:
         self.telemetry.phase("insert")
         for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
             prepared = self.apps["prepare"](target, attempt > 0)
-            self._result(prepared, "insert")  # the collection must exist before any client attaches
+            watch.result(prepared, "insert")  # the collection must exist before any client attaches
             tasks = [
                 self.apps["insert"](
                     target,
@@ -324,16 +335,16 @@ class VdbStages:
                 for w in range(cfg.insert.workers)
             ]
             searchable = self.apps["searchable"](target, rows, cfg.insert.timeout_s, *tasks)
-            sent = insert_stage.combine_parts([self._result(t, "insert") for t in tasks])
-            ready = self._result(searchable, "insert")
+            sent = insert_stage.combine_parts([watch.result(t, "insert") for t in tasks])
+            ready = watch.result(searchable, "insert")
             inserts.append(insert_record(sent, ready, batch_size, cfg.insert.workers))
         self.telemetry.phase("index")
         index = self.apps["index"](target, rows, cfg.index_timeout_s, searchable)
         queries_file = str(plan.stage("queries").directory / "queries.parquet")
         query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
-        index_record = self._result(index, "index")
+        index_record = watch.result(index, "index")
         self.telemetry.phase("query")
-        stages = {"insert": inserts, "index": index_record, "queries": self._result(query, "query")}
+        stages = {"insert": inserts, "index": index_record, "queries": watch.result(query, "query")}
         if (
             cfg.mixed is not None
         ):  # on a fresh collection: the task recreates and preloads it (apps/vdb/stages/mixed.py)
@@ -347,7 +358,7 @@ class VdbStages:
                 cfg.insert.batch_sizes[-1],
                 cfg.insert.rows,
             )
-            stages["mixed"] = self._result(mixed, "mixed")
+            stages["mixed"] = watch.result(mixed, "mixed")
         return stages
 
 

@@ -451,7 +451,7 @@ def test_a_server_that_dies_mid_stage_fails_it_at_once_naming_it() -> None:
     63 s and the error was a five-line gRPC dump that never said the server was gone."""
     from concurrent.futures import Future
 
-    from pipeline.vdb_stages import ServerDied, dead_server, wait_watching
+    from pipeline.vdb_stages import ServerDied, ServerWatch, dead_server
 
     server = subprocess.Popen(["sleep", "120"])  # a child of this process, as a local server is
     never: Future = Future()
@@ -459,17 +459,19 @@ def test_a_server_that_dies_mid_stage_fails_it_at_once_naming_it() -> None:
     safety = threading.Timer(60, lambda: never.set_exception(RuntimeError("the watch never fired")))
     try:
         pids = {"weaviate-server": server.pid}
+        watch = ServerWatch("weaviate", pids, Path("/logs/server"))
         assert dead_server(pids) is None
+        done: Future = Future()
+        done.set_result(7)
+        assert watch.result(done, "insert") == 7  # a finished task's result is its own
         threading.Timer(1.0, server.kill).start()
         safety.start()
         with pytest.raises(ServerDied) as error:
-            wait_watching(never, pids, "weaviate: its server {server} died during the query stage")
+            watch.result(never, "query")
         assert str(error.value) == (
-            f"weaviate: its server weaviate-server (pid {server.pid}) died during the query stage"
+            f"weaviate: its server weaviate-server (pid {server.pid}) died during the query stage; "
+            "its logs are in /logs/server"
         )
-        done: Future = Future()
-        done.set_result(7)
-        assert wait_watching(done, pids, "unused") == 7  # a finished task's result is its own
     finally:
         safety.cancel()
         server.kill()
