@@ -22,6 +22,7 @@ from core.errors import ArtifactError
 from core.store import atomic_write_json, read_manifest
 from pipeline.report_stage import write_benchmark_report
 from pipeline.runs import RunRecord
+from pipeline.sweep import point_damage
 
 
 def read_outcomes(run: RunRecord) -> list[DatabaseOutcome]:
@@ -31,6 +32,12 @@ def read_outcomes(run: RunRecord) -> list[DatabaseOutcome]:
         raise ArtifactError(
             f"run {run.run_id}: no point of its vdb stage finished ({run.vdb.directory}); nothing to report"
         )
+    for point in run.points:  # a raw file cut short or lost since: named as `plan` names it
+        if point.status == "succeeded" and (damage := point_damage(point.directory, point.key)):
+            raise ArtifactError(
+                f"run {run.run_id}: point {point.label} (repeat {point.repeat}): {damage[0]}; "
+                "`python -m pipeline run` with the run's config measures that point again"
+            )
     outcomes = [run.outcome(point) for point in run.points]
     check_inputs(run, outcomes)
     return outcomes

@@ -193,6 +193,7 @@ class _PointRecord(_Record):
     link: str
     directory: str
     status: Literal["succeeded", "skipped"]
+    reused: bool = False  # done by an earlier run
 
 
 class _TaskRecord(_Record):

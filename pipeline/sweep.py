@@ -48,15 +48,20 @@ class PointPlan:
         return manifest is not None and manifest.get("key") == self.key
 
     def damage(self) -> list[str]:
-        """Why a point finished before is no longer complete (its manifest or a raw file damaged or
-        lost); empty for one never finished or complete."""
-        try:
-            manifest = read_manifest(self.directory)
-        except ArtifactError as exc:
-            return [str(exc).split("; delete it")[0]]
-        if manifest is None or manifest.get("key") != self.key:
-            return []
-        return verify_files(self.directory, manifest.get("files", []))
+        """Why a point finished before is no longer complete (see :func:`point_damage`)."""
+        return point_damage(self.directory, self.key)
+
+
+def point_damage(directory: Path, key: str) -> list[str]:
+    """Why the point of ``key`` in ``directory``, finished before, is no longer complete (its manifest or
+    a raw file damaged or lost); empty for one never finished, or complete."""
+    try:
+        manifest = read_manifest(directory)
+    except ArtifactError as exc:
+        return [str(exc).split("; delete it")[0]]
+    if manifest is None or manifest.get("key") != key:
+        return []
+    return verify_files(directory, manifest.get("files", []))
 
 
 # Per section of the vdb config: the open-loop rate field and the knobs that only matter when it is set.
@@ -139,6 +144,6 @@ def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool
     """Rows for ``plan``: (number, label, repeat, swept parameters, key, done)."""
     rows = []
     for p in plans:
-        params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "—"
+        params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "(no swept settings)"
         rows.append((str(p.number), p.label, str(p.point.repeat), params, p.key, p.complete))
     return rows

@@ -173,20 +173,22 @@ class VdbStages:
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
         self.progress.add_stage("vdb", len(self.plan.points))
         self.provenance.stages["vdb"]["planned_points"] = len(self.plan.points)  # `status` counts against it
-        done_before = {point.number for point in self.plan.points if point.complete}
-        for _ in done_before:  # off the bar at once: the count and the ETA are of the points to run
-            self.progress.advance("vdb", reused=True)
+        done_before = {
+            point.number: outcome
+            for point in self.plan.points
+            if point.complete and (outcome := read_outcome(point.directory, point.key)) is not None
+        }
+        for point in self.plan.points:  # named, and off the bar, at once: its count and ETA are of the rest
+            if point.number in done_before:
+                line = f"point {point.number} {point.label} (repeat {point.point.repeat}): done before"
+                self.progress.console.print(line, highlight=False, markup=False)
+                log.info("%s: %s", line, point.directory)
+                self.progress.advance("vdb", reused=True)
         outcomes: list[DatabaseOutcome] = []
         for point in self.plan.points:
             # Linked before it runs: the stage directory shows a point's logs and raw files as they come.
             _link(directory / point.link, point.directory)
-            outcome = read_outcome(point.directory, point.key) if point.number in done_before else None
-            if outcome is None:
-                outcome = self.run_point(point)
-            else:
-                line = f"point {point.number} {point.label} (repeat {point.point.repeat}): done before"
-                self.progress.console.print(line, highlight=False, markup=False)
-                log.info("%s: %s", line, point.directory)
+            outcome = done_before.get(point.number) or self.run_point(point)
             outcomes.append(outcome)
             # The points this run's report rests on (run or reused): `pipeline report <run>` reads them.
             self.provenance.stages["vdb"].setdefault("points", []).append(
@@ -197,6 +199,7 @@ class VdbStages:
                     "link": point.link,
                     "directory": str(point.directory),
                     "status": outcome.status,
+                    "reused": point.number in done_before,
                 }
             )
             if point.number not in done_before:

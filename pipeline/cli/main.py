@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -25,6 +26,7 @@ from pipeline.config.loader import LoadedConfig, dataset_entries, load_config
 
 if TYPE_CHECKING:
     from pipeline.plan import Plan
+    from pipeline.runs import RunRecord
     from pipeline.sweep import PointPlan
 
 app = typer.Typer(
@@ -498,12 +500,15 @@ def status(
         record.stages.values(), key=lambda s: order.index(s.name) if s.name in order else len(order)
     )
     problems: list[str] = []  # damaged files, named under the table
+    points = _status_points(record)  # the vdb points' lines, and their row status when not all are whole
     for stage in stages:
         if stage.finished is None:  # a stage of a run that ended without finishing it was stopped
             seconds = "running" if shown == "running" else "stopped"
         else:
             seconds = f"{stage.finished - stage.started:.1f}" if stage.started is not None else "?"
         shown_status, _, damaged = _stage_status(stage.directory)
+        if stage.name == "vdb" and points is not None and points.row and shown_status != "[red]damaged[/]":
+            shown_status = points.row
         table.add_row(
             escape(stage.name),
             escape(stage.key),
@@ -515,21 +520,47 @@ def status(
         )
         problems += damaged
     out.print(table)
-    if (vdb := record.provenance.stages.get("vdb")) is not None and (vdb.points or vdb.planned_points):
-        _status_points(vdb.points or [], vdb.planned_points)
+    if points is not None:
+        for line in points.lines:
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+        problems += points.damage
     _damaged_lines(problems)
     if shown in UNSUCCESSFUL:  # a script can test a local run as it tests a remote one
         raise typer.Exit(1)
 
 
-def _status_points(points: list, planned: int | None) -> None:
-    """The vdb points a run finished (measured or reused), of how many it was to measure: what an
-    interrupted run got to, and so what its next run measures."""
-    of = f" of {planned}" if planned is not None else ""
-    out.print(f"vdb points: {len(points)}{of} finished")
-    for point in points:
-        line = f"  {point.label}  repeat {point.repeat}  {point.status}  {point.directory}"
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+@dataclass
+class _PointsStatus:
+    """What ``status`` says of a run's vdb points."""
+
+    lines: list[str]  # "vdb points: K of M finished", then a line per point
+    damage: list[str]  # a point's file cut short or lost since: named under the table
+    row: str | None  # the vdb row's status when not every point is whole (None: as its manifest says)
+
+
+def _status_points(record: RunRecord) -> _PointsStatus | None:
+    """The vdb points a run finished (measured, or done before), of how many it was to measure, each
+    checked as ``plan`` checks it: what an interrupted run got to, and what its next run measures."""
+    from pipeline.sweep import point_damage
+
+    vdb = record.provenance.stages.get("vdb")
+    if vdb is None:
+        return None
+    # As the run recorded them; a run that reused the whole stage recorded none: its manifest's.
+    points = [(p, p.reused) for p in vdb.points or []] or [(p, True) for p in record.points if vdb.cached]
+    planned = vdb.planned_points if vdb.planned_points is not None else (len(points) if vdb.cached else None)
+    lines = [f"vdb points: {len(points)}" + (f" of {planned}" if planned is not None else "") + " finished"]
+    damage, whole = [], 0
+    for point, reused in points:
+        directory = Path(point.directory)
+        lost = point_damage(directory, point.key) if point.status == "succeeded" else []
+        damage += [f"{line}: point {point.label} is measured again by the next run" for line in lost]
+        whole += not lost
+        state = "damaged" if lost else point.status + (" (done before)" if reused else "")
+        lines.append(f"  {point.label}  repeat {point.repeat}  {state}  {directory}")
+    total = planned if planned is not None else len(points)
+    row = f"[yellow]partial[/] {whole}/{total}" if 0 < whole < total else None
+    return _PointsStatus(lines, damage, row)
 
 
 app.command()(cli_results.report)  # pipeline/cli/results.py

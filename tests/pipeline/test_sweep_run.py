@@ -155,12 +155,22 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     assert plan.returncode == 0 and f"{damage}" in " ".join(plan.stderr.split()), plan.stderr
     vdb_row = next(line for line in plan.stdout.splitlines() if line.lstrip("│ ").startswith("vdb "))
     assert "partial" in vdb_row and "1 of 2 points done" in vdb_row, plan.stdout  # not "complete"
+    wd = ["--workdir", str(tmp_path / "wd")]
+    shown = run_cli("status", resumed["run_id"], *wd)  # the run the damaged point's results came from
+    assert f"{first.label}  repeat 0  damaged" in shown.stdout and "partial 1/2" in shown.stdout, shown.stdout
+    assert f"{second.label}  repeat 0  succeeded" in shown.stdout and damage in " ".join(shown.stderr.split())
+    report = run_cli("report", resumed["run_id"], *wd)  # as plan names it, with the same remedy
+    said = " ".join(report.stderr.split())
+    assert report.returncode == 4 and f"point {first.label} (repeat 0): {damage}" in said, report.stderr
+    assert "measures that point again" in said and "Traceback" not in said
     second_done_at = (second.directory / "manifest.json").stat().st_mtime_ns
     result = run_cli("run", str(path))
     assert result.returncode == 0, result.stderr[-4000:]
     said = " ".join(result.stderr.split())
     assert f"point 0 {first.label} is measured again" in said and damage in said, result.stderr
     assert f"point 1 {second.label} (repeat 0): done before" in said, result.stderr
+    # named as the stage starts, not after the points it runs (and the bar's last line)
+    assert said.index(f"point 1 {second.label} (repeat 0): done before") < said.index("vdb: 1/1 done")
     assert "vdb: 1/1 done (1 done before)" in said, result.stderr
     again = newest_provenance(tmp_path / "wd")
     assert [t["label"] for t in again["stages"]["vdb"]["tasks"]] == [first.label]
