@@ -192,6 +192,23 @@ class DagRunner:
         future.add_done_callback(done)
         return future
 
+    def _clock_after(self, name: str, progress: StageProgress, *inputs: Future) -> None:
+        """Start ``name``'s clock (its provenance ``started``, its rate) once ``inputs`` are all done: its
+        one task waits for them, and that wait is the upstream stages' time, not its own."""
+        pending = [f for f in inputs if not f.done()]
+        left, lock = [len(pending)], threading.Lock()
+
+        def one_done(_: Future) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            self.provenance.stages[name]["started"] = time.time()
+            progress.inputs_ready(name)
+
+        for future in pending:
+            future.add_done_callback(one_done)
+
     def _say(self, *lines: str) -> None:
         """Console lines a user should see (worker logs never reach the console), kept in pipeline.log too.
         Text, not rich markup: a path or a point's label may hold brackets."""
@@ -317,6 +334,7 @@ class DagRunner:
             if not self._start("queries"):
                 progress.add_stage("queries", 1)
                 waits = chunk_futures if cfg.queries.source == "holdout" else []
+                self._clock_after("queries", progress, dataset_future, *waits)
                 queries_future = self._track(
                     "queries",
                     self.apps["queries"](
@@ -337,6 +355,7 @@ class DagRunner:
                 queries_future.set_result(read_manifest(queries.directory))
             if not self._start("groundtruth"):
                 progress.add_stage("groundtruth", 1)
+                self._clock_after("groundtruth", progress, dataset_future, queries_future)
                 gt_future = self._track(
                     "groundtruth",
                     self.apps["groundtruth"](

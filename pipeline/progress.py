@@ -56,6 +56,11 @@ class StageProgress(AbstractContextManager):
         self._started[name] = time.monotonic()
         self._tasks[name] = self.progress.add_task(name, total=total, items="", rate="")
 
+    def inputs_ready(self, name: str) -> None:
+        """The inputs ``name``'s tasks waited for are there: its rate counts from now, not from when it
+        was queued behind them."""
+        self._started[name] = time.monotonic()
+
     def advance(self, name: str, items: int = 0, *, reused: bool = False) -> None:
         """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
         stage whose tasks are its only count (the database points) passes none and shows no item rate.

@@ -116,6 +116,16 @@ def test_run_writes_dataset_queries_groundtruth_and_provenance(finished_run) -> 
     assert isinstance(prov["numeric_libraries"], list)
     assert prov["stages"]["embed"]["upstream_keys"] == [prov["stages"]["chunk"]["key"]]
     assert len(prov["stages"]["embed"]["tasks"]) == 6
+    # A stage's time is its own, not its wait for its inputs: queries start after the dataset's last part,
+    # the ground truth after the queries.
+    stages = prov["stages"]
+    (queries,), (truth,) = stages["queries"]["tasks"], stages["groundtruth"]["tasks"]
+    assert (
+        max(t["finished"] for t in stages["embed"]["tasks"])
+        <= stages["queries"]["started"]
+        <= queries["started"]
+    )
+    assert queries["finished"] <= stages["groundtruth"]["started"] <= truth["started"]
     assert (run_dir / "config.yaml").exists() and (run_dir / "config.sha256").read_text().strip() == prov[
         "config_hash"
     ]
