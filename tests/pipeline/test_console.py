@@ -215,6 +215,9 @@ def test_report_of_a_partly_finished_run(small_run) -> None:
     assert failed.returncode != 0 and "best QPS" not in failed.stdout
     runs = [p for p in (small_run["workdir"] / "runs").iterdir() if p != small_run["run_dir"]]
     (run_dir,) = [p for p in runs if json.loads((p / "provenance.json").read_text())["status"] == "failed"]
+    shown = run_cli("status", str(run_dir))  # what it got to: the two points an earlier run measured
+    assert shown.returncode == 1 and "vdb points: 2 of 3 finished" in shown.stdout, shown.stdout
+    assert shown.stdout.count("succeeded (done before)") == 2 and "partial 2/3" in shown.stdout, shown.stdout
     result = run_cli("report", str(run_dir))
     assert result.returncode == 0, result.stderr[-3000:]
     assert set(headline_lines(result.stdout)) == set(LABELS)  # the two reused points, not the third
