@@ -1,4 +1,5 @@
-"""Console progress for long stages: shards done/total, items per second, ETA (rich)."""
+"""What a run says on its console: progress for long stages (shards done/total, items per second, ETA;
+rich) and the one form of a warning line."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from contextlib import AbstractContextManager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -15,6 +17,12 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+
+def warn(console: Console, message: str) -> None:
+    """Print ``warning: message`` on ``console`` and go on; the message is text (a point's ``[label]`` or a
+    path is not rich markup) and one line however narrow the terminal."""
+    console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 class StageProgress(AbstractContextManager):

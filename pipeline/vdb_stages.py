@@ -118,11 +118,11 @@ def client_node() -> str:
 
 
 def read_outcome(db_dir: Path, key: str | None = None) -> DatabaseOutcome | None:
-    """The outcome of a point finished by an earlier run, or None (never run, partial, other layout)."""
+    """The outcome of a point finished by an earlier run, or None (never run, partial, damaged, other
+    layout). A damaged point is measured again from scratch; the plan has named its damage already."""
     try:
         manifest = complete_manifest(db_dir)
-    except ArtifactError as exc:  # a damaged manifest: the point is measured again, from scratch
-        log.warning("%s", exc)
+    except ArtifactError:
         return None
     if manifest is None or (key is not None and manifest.get("key") != key):
         return None
@@ -176,7 +176,7 @@ class VdbStages:
         done_before = {
             point.number: outcome
             for point in self.plan.points
-            if point.complete and (outcome := read_outcome(point.directory, point.key)) is not None
+            if (outcome := read_outcome(point.directory, point.key)) is not None
         }
         for point in self.plan.points:  # named, and off the bar, at once: its count and ETA are of the rest
             if point.number in done_before:

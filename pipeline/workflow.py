@@ -17,9 +17,9 @@ from core.errors import PipelineError, describe
 from core.lifetime import STATE_DIR, WorkdirLock, record_group, stop_leftovers, stop_run_groups
 from core.store import os_error_reason
 from core.watchdog import REGISTRY_VAR, RUN_VAR
-from pipeline.cli.output import warn
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan import Plan, build_plan
+from pipeline.progress import warn
 from pipeline.provenance import Provenance, create_run_dir
 
 log = logging.getLogger("pipeline")
@@ -88,9 +88,9 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     except Exception as exc:  # no run directory (nor its pipeline.log) exists yet: say so in the line
         raise PipelineError(f"planning the run failed before it started: {describe(exc)}") from exc
     for line in plan.resources.warnings if plan.resources else []:
-        warn(line, console)
+        warn(console, line)
     for line in damaged_outputs(plan):
-        warn(line, console)
+        warn(console, line)
     workdir = Path(loaded.config.workdir).expanduser().resolve()
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)

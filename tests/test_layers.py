@@ -174,6 +174,19 @@ def test_layer_imports_only_lower_layers(unit: str) -> None:
     assert violations(unit) == []
 
 
+def test_only_the_commands_import_the_cli() -> None:
+    """``pipeline.cli`` is the top: the workflow, the DAG and the stages under it take a console, they do
+    not reach up for the command line's (a Globus Compute task runs them with no command line)."""
+    found = [
+        f"{path.relative_to(REPO)}:{line} imports {name}"
+        for path in modules("pipeline")
+        if not (module := module_name(path)).startswith(("pipeline.cli", "pipeline.__main__"))
+        for line, name in imported_modules(path, module)
+        if name == "pipeline.cli" or name.startswith("pipeline.cli.")
+    ]
+    assert found == []
+
+
 def test_every_module_belongs_to_a_declared_layer() -> None:
     """A new package under apps/ must say where it sits (a line in BELOW), not slip in unchecked."""
     units = {unit_of(module_name(path)) for path in modules(*TOP_LEVEL)} - {"apps"}

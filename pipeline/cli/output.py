@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from core.errors import PipelineError
+from pipeline import progress
 
 # Soft wrap: a line is never broken by rich, only by the terminal showing it, so a path, a job script or a
 # qsub line piped to a file or `less` (80 columns to rich) stays whole and can be copied.
@@ -26,7 +27,7 @@ def error(message: str, code: int) -> NoReturn:
 
 def warn(message: str, to: Console | None = None) -> None:
     """Print ``warning: message`` (escaped, as ``error``) on ``to`` (default: :data:`console`) and go on."""
-    (to or console).print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    progress.warn(to or console, message)
 
 
 def fail(exc: PipelineError) -> NoReturn:

@@ -147,6 +147,10 @@ def test_manifest_round_trips_and_an_old_layout_is_run_again(tmp_path: Path) -> 
     atomic_write_json(tmp_path / "old" / "manifest.json", old)
     assert read_outcome(tmp_path / "old") is None
     assert read_outcome(tmp_path / "never") is None
+    assert read_outcome(tmp_path / "qdrant", key="another point") is None
+    (tmp_path / "cut" / "manifest.json").parent.mkdir()
+    (tmp_path / "cut" / "manifest.json").write_text(outcome.model_dump_json()[:40])  # damaged: measured again
+    assert read_outcome(tmp_path / "cut") is None
 
 
 def test_one_setting_label_for_queries_and_inserts() -> None:
