@@ -192,16 +192,19 @@ class DagRunner:
         future.add_done_callback(done)
         return future
 
-    def _clock_after(self, name: str, progress: StageProgress, *inputs: Future) -> None:
-        """Start ``name``'s clock (its provenance ``started``, its rate) once ``inputs`` are all done: its
-        one task waits for them, and that wait is the upstream stages' time, not its own."""
+    def _clock_after(self, name: str, progress: StageProgress, *inputs: Future, first: bool = False) -> None:
+        """Start ``name``'s clock (its provenance ``started``, its rate) once ``inputs`` are all done (with
+        ``first``: once one is, for a stage whose tasks stream from them): until then its tasks wait, and
+        that wait is the upstream stages' time, not its own."""
         pending = [f for f in inputs if not f.done()]
-        left, lock = [len(pending)], threading.Lock()
+        if first and len(pending) < len(inputs):
+            return  # one input is there already: the stage can start now
+        left, lock = [1 if first else len(pending)], threading.Lock()
 
         def one_done(_: Future) -> None:
             with lock:
                 left[0] -= 1
-                if left[0]:
+                if left[0]:  # with first: negative after the first, which alone starts the clock
                     return
             self.provenance.stages[name]["started"] = time.time()
             progress.inputs_ready(name)
@@ -310,6 +313,8 @@ class DagRunner:
                         progress,
                     )
                 )
+        if not embed_cached:  # its shards stream from the chunking: its clock starts with the first one
+            self._clock_after("embed", progress, *chunk_futures, first=True)
         chunks_done = (
             self.apps["finalize_chunks"](str(chunks.directory), chunks.key, chunks.upstream, *chunk_futures)
             if not chunk_cached

@@ -126,6 +126,11 @@ def test_run_writes_dataset_queries_groundtruth_and_provenance(finished_run) -> 
         <= queries["started"]
     )
     assert queries["finished"] <= stages["groundtruth"]["started"] <= truth["started"]
+    # The embedding streams from the chunking: its clock starts when the first chunk shard is ready.
+    first_chunk = min(t["finished"] for t in stages["chunk"]["tasks"])
+    assert (
+        first_chunk <= stages["embed"]["started"] <= min(t["started"] for t in stages["embed"]["tasks"]) + 0.5
+    )
     assert (run_dir / "config.yaml").exists() and (run_dir / "config.sha256").read_text().strip() == prov[
         "config_hash"
     ]
