@@ -436,8 +436,9 @@ class DagRunner:
             self.provenance.stage_finished("geometry", read_manifest(stage.directory))
             return
         progress.add_stage("geometry", 1)
+        # A generated dataset has queries when the config asks for them; a given one brings its own.
         files = {
-            name: str(plan.stage(name).directory / f"{name}.parquet") if cfg.queries else None
+            name: str(plan.stage(name).directory / f"{name}.parquet") if name in plan.stages else None
             for name in ("queries", "groundtruth")
         }
         future = self.apps["geometry"](

@@ -136,7 +136,7 @@ def given_config(workdir: Path, dataset: dict, **sections) -> dict:
 
 
 def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_config) -> None:
-    path = write_config(given_config(stored, {"name": "fm", "stored": "fm"}))
+    path = write_config(given_config(stored, {"name": "fm", "stored": "fm"}, geometry={"sample_rows": 500}))
     plan = run_cli("plan", str(path))
     assert plan.returncode == 0, plan.stderr
     assert "embed (stored)" in plan.stdout and "dataset fm: 1,000 vectors x 784, stored in" in plan.stdout
@@ -147,6 +147,15 @@ def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_c
     assert json.loads((truth_dir / "manifest.json").read_text())["source"] == "published"
     neighbors = np.asarray(pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist())
     assert np.array_equal(neighbors, published_truth("fmnist1k")[:, :10])
+    # The geometry measures the dataset's own queries and ground truth too (a given dataset has no
+    # queries section): the queries' LID and the relative contrast, not a dash.
+    geometry = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["geometry"])
+    record = json.loads((geometry / "geometry.json").read_text())
+    assert (
+        record["lid_queries"]["mean"] > 1
+        and record["relative_contrast"] > 1
+        and record["nn_source"] == "groundtruth"
+    )
 
 
 def test_a_k_beyond_the_published_lists_is_computed_exactly(stored, write_config) -> None:
