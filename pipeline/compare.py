@@ -124,6 +124,8 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
         if ka != kb:
             notes.append(f"{what} key: {ka or '—'} -> {kb or '—'}")
     ca, cb = a.config_dict, b.config_dict
+    # Which dataset (a stored name, an import's files, expected rows): a key alone does not say what changed.
+    notes += [f"dataset.{line}" for line in _differences(ca.get("dataset") or {}, cb.get("dataset") or {})]
     ea, eb = ca.get("embedding") or {}, cb.get("embedding") or {}
     model_a, model_b = ea.get("model_id") or ea.get("model"), eb.get("model_id") or eb.get("model")
     if model_a != model_b:

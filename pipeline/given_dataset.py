@@ -142,6 +142,8 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
+    if producer == "stored" and (synthetic := manifest.get("synthetic")):  # `dataset synth`: say so
+        metadata["synthetic_like"] = synthetic["like"]["name"]
     pending = [p.point for p in points if not p.complete]
     resources = resource_plan(
         loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=not gt.to_run

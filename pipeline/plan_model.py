@@ -77,6 +77,13 @@ class Plan:
         return self.stages[name]
 
     @property
+    def synthetic_note(self) -> str:
+        """``SYNTHETIC (drawn from a model of <real dataset>; not real data)`` for a run given a dataset
+        made by ``dataset synth``, else empty: synthetic data says so wherever it appears."""
+        like = self.file_metadata.get("synthetic_like")
+        return f"SYNTHETIC (drawn from a model of {like}; not real data)" if like else ""
+
+    @property
     def complete(self) -> bool:
         """True when every stage is already complete (a re-run has nothing to do)."""
         return all(stage.complete for stage in self.stages.values())

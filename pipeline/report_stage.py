@@ -24,6 +24,7 @@ from apps.report.document import write_report
 from apps.report.mixed import mixed_figure
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb.stages.query_io import io_columns, read_window
+from core.format import num
 from core.store import file_entry, read_manifest
 from pipeline.plan import Plan
 
@@ -158,6 +159,22 @@ def result_rows(plan: Plan, outcomes: list[DatabaseOutcome], run_id: str) -> lis
     return rows
 
 
+def dataset_line(plan: Plan) -> str:
+    """The report's line naming the dataset its figures rest on: name, size, metric, where it came from,
+    and SYNTHETIC when it is."""
+    cfg, dataset = plan.config, plan.stage("embed")
+    rows = (read_manifest(dataset.directory) or {}).get("rows")
+    if cfg.generates_dataset:
+        origin = f"embedded by {cfg.embedding.model_id or cfg.embedding.model}"
+    else:
+        origin = "imported by the run" if dataset.name == "import" else "stored"
+    line = (
+        f"Dataset: `{cfg.dataset.name}`, {num(rows)} vectors × {plan.dimension}, metric "
+        f"{cfg.groundtruth.metric}, {origin} (`{dataset.directory.name}`, content key `{dataset.key}`)."
+    )
+    return f"{line} **{plan.synthetic_note}**" if plan.synthetic_note else line
+
+
 def write_benchmark_report(
     plan: Plan, outcomes: list[DatabaseOutcome], out_dir: Path, run_id: str
 ) -> dict[str, Any]:
@@ -176,6 +193,7 @@ def write_benchmark_report(
         out_dir / "results.parquet",
         out_dir,
         title=f"Vector database benchmark: {plan.config.name}",
+        dataset=dataset_line(plan),
         # Each point's samples, named by its link (a slug of its label): a file-name-safe figure name.
         telemetry={p.link: p.directory / "telemetry.parquet" for p in plan.points},
         geometry=geometry,

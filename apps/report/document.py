@@ -331,6 +331,7 @@ def write_report(
     telemetry: dict[str, Path] | None = None,
     geometry: GeometryRecord | None = None,
     mixed_figures: dict[str, Path] | None = None,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """Write ``report.md`` and its PNG figures into ``out_dir``; returns their paths.
 
@@ -339,7 +340,7 @@ def write_report(
     ``telemetry.parquet`` (:mod:`apps.report.telemetry` adds its section and figures). ``geometry``: the
     dataset geometry stage's record, shown as its own section. ``mixed_figures``: caption -> figure of the
     mixed workload, drawn by the report stage (:mod:`apps.report.mixed`), linked after the study figures.
-    Returns
+    ``dataset``: a line naming the dataset the figures rest on, shown under the title. Returns
     ``{"report": Path, "figures": {name: Path}}``.
     """
     if isinstance(results_path_or_rows, str | Path):
@@ -354,7 +355,7 @@ def write_report(
     run = ResultRows(folded)
     figures = draw_figures(run, out)
 
-    lines = [f"# {title}", ""]
+    lines = [f"# {title}", "", *([dataset, ""] if dataset else [])]
     lines.append(
         f"Made from {source}: {len(rows)} rows, databases: {', '.join(run.databases) or 'none'}. "
         f"Recall is tie-aware recall@k against the exact ground truth with distances recomputed from the "

@@ -322,7 +322,10 @@ def _input_line(plan: Plan) -> str:
     dataset = plan.stage("embed")
     how = "imported by the run into" if dataset.name == "import" else "stored in"
     rows = plan.file_metadata["rows"]
-    return f"dataset {cfg.dataset.name}: {rows:,} vectors x {plan.dimension}, {how} {dataset.directory}"
+    size = f"{rows:,} vectors x {plan.dimension}" + (
+        f", {plan.synthetic_note}" if plan.synthetic_note else ""
+    )
+    return f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}"
 
 
 def _stage_status(directory: Path, parts: Sequence[PointPlan] = ()) -> tuple[str, str, list[str]]:

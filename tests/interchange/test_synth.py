@@ -89,12 +89,26 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
         "groundtruth": {"k": 10, "metric": "l2"},
         "geometry": {"enabled": False},
         "executor": {"platform": "local", "workers": 1},
+        "vdb": {
+            "databases": [{"name": "faiss"}],
+            "query": {"ef": [16], "batch_size": [8], "k": [10], "max_queries": 10, "duration_s": 0.2},
+        },
     }
-    result = run_cli("run", str(write_config(config)), timeout=300)
+    path = write_config(config)
+    # Synthetic data says so wherever it appears: the config check, the report.
+    valid = run_cli("validate", str(path))
+    assert valid.returncode == 0 and "SYNTHETIC (drawn from a model of fm; not real data)" in valid.stdout
+    result = run_cli("run", str(path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = sorted((workdir / "runs").iterdir())[-1]
-    truth_dir = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["groundtruth"])
+    outputs = json.loads((run_dir / "provenance.json").read_text())["outputs"]
+    truth_dir = Path(outputs["groundtruth"])
     assert json.loads((truth_dir / "manifest.json").read_text())["source"] == "published"
+    report = (Path(outputs["vdb"]) / "report" / "report.md").read_text().splitlines()
+    assert report[2].startswith(
+        f"Dataset: `fm-synth`, 3,000 vectors × 784, metric l2, stored (`{folder.name}`"
+    )
+    assert report[2].endswith("**SYNTHETIC (drawn from a model of fm; not real data)**")
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,7 @@ def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_pat
     prov["run_id"] = "run-b"
     prov["stages"]["vdb"]["directory"] = str(tmp_path / "vdb-b")
     prov["stages"]["embed"]["key"] = "another-dataset"
+    prov["config"]["dataset"]["name"] = "other-corpus"
     (b_dir / "provenance.json").write_text(json.dumps(prov))
 
     result = run_cli("compare", str(small_run["run_dir"]), "run-b", "--workdir", str(tmp_path))
@@ -123,6 +124,7 @@ def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_pat
         assert cells[(label, "best QPS")][2] == "2.00"
         assert cells[(label, "upload (s)")][2] == "1.00"
     assert "dataset key:" in result.stdout and "-> another-dataset" in result.stdout
+    assert "dataset.name: pes2o-ve -> other-corpus" in result.stdout  # which dataset, not only its key
     assert f"{LABELS[1]}: collection.hnsw_m: 16 -> 32" in result.stdout
     assert f"{LABELS[0]}: collection.hnsw_m" not in result.stdout
 
