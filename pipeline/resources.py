@@ -215,7 +215,10 @@ def resource_plan(
         plan.estimates.append((point, found))
         if found is None:
             continue
-        _check(loaded, plan, point, problems(found, node), ("insert", "rows"), (
+        # Blamed on vdb.insert.rows where the point sets it; else on its database entry (the rows are the
+        # dataset's: its manifest's count, or dataset.expected_rows before it is made).
+        rows_field = ("insert", "rows") if point.config.insert.rows is not None else ("databases", 0)
+        _check(loaded, plan, point, problems(found, node), rows_field, (
             f"({loaded_rows:,} vectors x {dim} over {ranks} rank(s), {found.ranks_per_node} per node, medium "
             f"{medium}); load fewer rows (vdb.insert.rows), use more nodes"
         ))  # fmt: skip
@@ -247,14 +250,14 @@ def _check(
     if not found:
         return
     vdb = loaded.config.vdb
-    message = (
-        f"point {point.label!r} cannot fit: {'; '.join(found)} {fix}, or set vdb.resource_check: warn to "
-        "run it anyway"
-    )
+    message = f"point {point.label!r} cannot fit: {'; '.join(found)} {fix}"
     if vdb.resource_check == "warn":
-        plan.warnings.append(message)
+        plan.warnings.append(f"{message}; running it anyway (vdb.resource_check: warn)")
         return
-    raise loaded.error_at(("vdb", *vdb.written_loc(point, field)), message)
+    raise loaded.error_at(
+        ("vdb", *vdb.written_loc(point, field)),
+        f"{message}, or set vdb.resource_check: warn to run it anyway",
+    )
 
 
 def _beyond_timeouts(point: Any, found: PointEstimate) -> list[str]:

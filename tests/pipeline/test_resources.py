@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,8 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     assert "point 'fig2-media-qdrant[medium=memory]' cannot fit" in message
     assert "of data on /dev/shm per node, a polaris node (executor.node) has 256.0 GiB" in message
     assert "88,453,763 vectors x 2560 over 1 rank(s)" in message and "vdb.resource_check: warn" in message
+    # blamed on the entry: the rows are the dataset's, no vdb.insert.rows is written there
+    assert re.search(r":\d+: vdb\.databases\.\d+$", message.split(": point")[0]), message
     # the command line prints it whole: the label's brackets are text, not rich markup
     with pytest.raises(typer.Exit):
         output.error(message, 2)
@@ -182,6 +185,9 @@ def test_the_old_fig2_entry_is_refused_naming_point_estimate_and_capacity(
     assert len(lines) == len(plan.warnings) and all(line.startswith("warning: point '") for line in lines)
     refused = "warning: point 'fig2-media-qdrant[medium=memory]' cannot fit"
     assert any(line.startswith(refused) for line in lines)
+    assert all(
+        line.endswith("running it anyway (vdb.resource_check: warn)") for line in lines if "fit" in line
+    )
 
 
 def test_clients_and_the_driver_are_estimated(fixed_env: None) -> None:
