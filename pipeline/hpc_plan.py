@@ -52,15 +52,23 @@ def check_or_raise(loaded: LoadedConfig) -> None:
     problems = shell_problems(loaded) + check_platform(loaded.config, loaded.base_dir)
     if not problems:
         return
-    errors = [loaded.error_at(loc, message) for loc, message in problems]
-    lines = []
-    for (loc, message), error in zip(problems, errors, strict=True):
-        where = f"line {error.line}: " if error.line else ""
-        lines.append(f"{where}{'.'.join(str(p) for p in loc)}: {message}")
+    # In the file's order, each problem once: a directory several entries share (a YAML anchor) is one
+    # line, naming the other fields that hold it.
+    placed = sorted(
+        ((loaded.error_at(loc, text).line, ".".join(str(p) for p in loc), text) for loc, text in problems),
+        key=lambda item: (item[0] is None, item[0] or 0),
+    )
+    fields: dict[str, list[tuple[int | None, str]]] = {}
+    for line, field, text in placed:
+        fields.setdefault(text, []).append((line, field))
+    listed = []
+    for text, ((line, field), *others) in fields.items():
+        also = f" (also {', '.join(other for _, other in others)})" if others else ""
+        listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
     raise ConfigError(
-        f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(lines),
+        f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
         file=str(loaded.path),
-        line=errors[0].line,
+        line=placed[0][0],
     )
 
 

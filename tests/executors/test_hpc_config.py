@@ -574,3 +574,21 @@ def test_the_gpu_nearest_a_rank_follows_the_node_topology() -> None:
         NodeShape(gpus=4, gpu_cores=[[0], [1]])
     with pytest.raises(ValueError, match=r"cores \[40\] outside"):
         NodeShape(cores_per_socket=32, gpus=1, gpu_cores=[[40]])
+
+
+def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path) -> None:
+    """configs/polaris.yaml as shipped: its entries share one Lustre directory (a YAML anchor), so a
+    missing one is one line naming the other fields that hold it; lines come in the file's order."""
+    from pipeline.hpc_plan import check_or_raise
+
+    (hpc_env / "project" / "vdb-data").rmdir()
+    for image in ("weaviate_1.36.0", "qdrant_v1.16.2"):
+        (hpc_env / "images" / f"{image}.sif").unlink()
+    with pytest.raises(ConfigError) as err:
+        check_or_raise(load_config(REPO / "configs" / "polaris.yaml"))
+    listed = str(err.value).splitlines()[1:]
+    numbers = [int(line.split(":")[0].removeprefix("  line ")) for line in listed]
+    assert numbers == sorted(numbers) and err.value.line == numbers[0]
+    missing = [line for line in listed if "vdb-data does not exist" in line]
+    assert len(missing) == 1 and "(also vdb." in missing[0], listed
+    assert len(listed) == 3  # the directory and the two images
