@@ -21,7 +21,9 @@ from apps.vdb.binding import local_cpus
 from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
 from core.errors import ConfigError
 from core.format import size
+from executors.config import walltime_seconds
 from pipeline.config.loader import LoadedConfig
+from pipeline.sweep import query_settings
 
 # The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
 # (22,723 BV-BRC terms, 100K Yandex-T2I queries) is 10^4 to 10^5; `plan` prints the assumption.
@@ -213,6 +215,7 @@ def resource_plan(
             each = client_memory(dim, cfg.dataset.row_group_rows, sent, max(query.k))
             found = replace(found, client_memory=each, client_processes=client_processes(point, workers))
         plan.estimates.append((point, found))
+        plan.warnings += _beyond_walltimes(loaded, point)
         if found is None:
             continue
         # Blamed on vdb.insert.rows where the point sets it; else on its database entry (the rows are the
@@ -280,4 +283,28 @@ def _beyond_timeouts(point: Any, found: PointEstimate) -> list[str]:
     return [
         f"point {point.label!r}: {' and '.join(late)} by the resource plan: raise the timeout, or the "
         "stage is stopped before it ends"
+    ]
+
+
+def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
+    """A warning for a point whose query windows alone outlast a batch job it runs in (none off a batch
+    platform): its query sweep is one task of the client block, inside its database job (a pilot). Its
+    upload and index times are checked against their timeouts (:func:`_beyond_timeouts`)."""
+    executor = loaded.config.executor
+    default = getattr(executor, "walltime", None)
+    config = point.config
+    settings = query_settings(point)
+    windows = settings * (config.query.duration_s or 0)
+    if default is None or not windows:
+        return []
+    jobs = {"its client block": (executor.cpu or executor.gpu).walltime or default}
+    if config.cluster is not None and not runs_in_process(point.settings):
+        jobs["its database job"] = config.cluster.walltime or default
+    shortest, walltime = min(jobs.items(), key=lambda job: walltime_seconds(job[1]))
+    if windows <= walltime_seconds(walltime):
+        return []
+    return [
+        f"point {point.label!r}: its {settings:,} query settings take at least {duration(windows)} "
+        f"of measured windows, more than {shortest}'s walltime ({walltime}): sweep fewer settings (or "
+        "shorter vdb.query.duration_s), or the job ends before the point does"
     ]

@@ -357,3 +357,20 @@ def test_a_local_ground_truth_device_this_machine_lacks_is_refused(
         refused = "groundtruth.device: cuda: this machine has no cuda device; use auto or cpu"
         assert str(error.value) == f"{path}:{line}: {refused}"
         resource_plan(loaded, [], None, 384, truth_done=True)  # made elsewhere: reused on any machine
+
+
+def test_a_query_sweep_longer_than_its_jobs_walltime_is_named(fixed_env: None, tmp_path: Path) -> None:
+    """Fig. 2's one setting made 400 (ef values), 30 s each: 3.3 h of measured windows, one task of
+    a client block whose walltime is 3 h. The shipped one setting warns of nothing of the kind."""
+    one = "query: &one_setting {ef: [128], batch_size: [32], duration_s: 30}"
+    efs = ", ".join(str(ef) for ef in range(16, 416))
+    many = f"query: &one_setting {{ef: [{efs}], batch_size: [32], duration_s: 30}}"
+    path, _ = edited_polaris(tmp_path, one, many)
+    loaded = load_config(path)
+    plan = resource_plan(loaded, loaded.config.vdb.points, PES2O_VE, 2560)
+    long = [line for line in plan.warnings if "query settings take" in line]
+    assert long and all("400 query settings take at least 3.3 h" in line for line in long), plan.warnings
+    assert "more than its client block's walltime (03:00:00)" in long[0]
+    shipped = load_config(REPO / "configs" / "polaris.yaml")
+    assert not any("query settings take" in line for line in resource_plan(
+        shipped, shipped.config.vdb.points, PES2O_VE, 2560).warnings)  # fmt: skip
