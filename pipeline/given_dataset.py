@@ -122,7 +122,10 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
                 ("groundtruth", "metric"),
                 f"{cfg.groundtruth.metric} differs from the dataset's metric {metric} ({folder})",
             )
-    check_rows(loaded, rows, folder)
+    # Where the rows are: the folder, or an import's base file while the folder is not made yet.
+    check_rows(
+        loaded, rows, folder if producer == "stored" or folder.exists() else target.source.where("base")
+    )
     check_dimension(loaded, dimension)
 
     stages: dict[str, StagePlan] = {}

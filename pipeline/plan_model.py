@@ -89,9 +89,10 @@ class Plan:
         return all(stage.complete for stage in self.stages.values())
 
 
-def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path) -> None:
+def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path | str) -> None:
     """Refuse a ``groundtruth.k`` or an ``insert.rows`` beyond the dataset's ``rows`` (when known): the
-    ground truth would be cut to the rows without a word, the insert would load fewer than asked."""
+    ground truth would be cut to the rows without a word, the insert would load fewer than asked.
+    ``dataset_dir``: where the rows are, for the message (an import not yet made: its base file)."""
     cfg = loaded.config
     if not isinstance(rows, int):
         return
