@@ -40,6 +40,12 @@ def stored_candidates(store: Path, name: str) -> list[Path]:
     return found
 
 
+def stored_names(store: Path) -> str:
+    """What ``store/datasets`` holds, for a message: ``datasets in it: a, b`` or ``it holds no dataset``."""
+    present = sorted({p.name.rsplit("-", 1)[0] for p in (store / "datasets").glob("*-*") if p.is_dir()})
+    return f"datasets in it: {', '.join(present)}" if present else "it holds no dataset"
+
+
 def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
     """The folder ``dataset.stored`` names: a path (relative to the config file) or a name in the store."""
     value = loaded.config.dataset.stored
@@ -52,12 +58,10 @@ def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
         return folder
     found = stored_candidates(store, value)
     if not found:
-        present = sorted({p.name.rsplit("-", 1)[0] for p in (store / "datasets").glob("*-*") if p.is_dir()})
-        known = f"datasets in it: {', '.join(present)}" if present else "it holds no dataset"
         raise loaded.error_at(
             where,
-            f"no dataset named {value!r} in {store / 'datasets'} ({known}); make one with `python -m "
-            "pipeline dataset import`, or name its folder's path",
+            f"no dataset named {value!r} in {store / 'datasets'} ({stored_names(store)}); make one with "
+            "`python -m pipeline dataset import`, or name its folder's path",
         )
     if len(found) > 1:
         raise loaded.error_at(

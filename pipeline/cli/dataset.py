@@ -213,7 +213,7 @@ def synth(
 
     from apps.interchange.synth import FIT_ROWS, SynthSpec, synthesize
     from core.store import read_manifest
-    from pipeline.given_dataset import stored_candidates
+    from pipeline.given_dataset import stored_candidates, stored_names
 
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
     store = root.expanduser().resolve() / "store"
@@ -222,9 +222,11 @@ def synth(
         found = stored_candidates(store, like)
         if len(found) != 1:
             what = (
-                "no dataset" if not found else f"{len(found)} datasets ({', '.join(p.name for p in found)})"
+                f"no dataset of that name in {store / 'datasets'} ({stored_names(store)})"
+                if not found
+                else f"{len(found)} datasets of that name ({', '.join(p.name for p in found)})"
             )
-            _error(f"--like {like!r}: {what} of that name in {store / 'datasets'}; name its folder", 2)
+            _error(f"--like {like!r}: {what}; name its folder", 2)
         folder = found[0]
     try:
         like_manifest = read_manifest(folder)

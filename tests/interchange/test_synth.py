@@ -114,7 +114,7 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("--like", "nope", "--rows", "100"), "--like 'nope': no dataset of that name"),
+        (("--like", "nope", "--rows", "100"), "--like 'nope': no dataset of that name in"),
         (("--like", "fm", "--rows", "5", "--k", "10"), "--k 10 exceeds --rows 5"),
         (("--like", "fm", "--rows", "100", "--components", "900"), "--components 900"),
         (("--like", "fm", "--rows", "100", "--pca-dims", "785"), "--pca-dims 785 exceeds the real dataset's"),
@@ -128,6 +128,13 @@ def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> 
     assert result.returncode == 2, result.stdout + result.stderr
     assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
+
+
+def test_a_name_not_in_the_store_lists_what_is_there(drawn) -> None:
+    """As a run config's dataset.stored does: the user sees which names would do."""
+    workdir, _, _ = drawn
+    result = run_cli("dataset", "synth", "--like", "nope", "--rows", "100", "--workdir", str(workdir))
+    assert result.returncode == 2 and "(datasets in it: fm, " in " ".join(result.stderr.split())
 
 
 def test_sigterm_mid_draw_ends_it_with_143_and_one_line_and_writes_nothing(drawn) -> None:
