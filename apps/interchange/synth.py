@@ -45,6 +45,7 @@ FIT_ROWS = 20_000  # rows the model is fitted to (a uniform sample of the real d
 BLOCK_ROWS = 65_536  # rows drawn at once: bounded memory at any size
 LID_ROWS = 5_000  # rows of each set the LID is estimated on
 LID_K = 20
+LID_TOLERANCE = 0.30  # the synthetic set's LID this close to the real one's is "like" it (issue #19's bound)
 
 
 @dataclass

@@ -211,7 +211,7 @@ def synth(
     """Draw a SYNTHETIC dataset shaped like a real one (for sizes no real dataset here reaches)."""
     import re
 
-    from apps.interchange.synth import FIT_ROWS, SynthSpec, synthesize
+    from apps.interchange.synth import FIT_ROWS, LID_TOLERANCE, SynthSpec, synthesize
     from core.store import read_manifest
     from pipeline.given_dataset import stored_candidates, stored_names
 
@@ -262,13 +262,21 @@ def synth(
     except OSError as exc:  # the store failing mid-way (disk full, quota): nothing is left half-written
         _error(f"writing into {store}: {_os_reason(exc)}", 1)
     lid = manifest["synthetic"]["lid"]
+    off = lid["synthetic"] / lid["real"] - 1
     out.print(
         f"{'already drawn' if cached else 'drew'} SYNTHETIC dataset: {directory}\n"
         f"  {manifest['rows']:,} vectors x {manifest['dimension']}, "
         f"{manifest['queries']['count']:,} queries, "
         f"exact top-{manifest['groundtruth']['k']}, metric {manifest['metric']}\n"
         f"  intrinsic dimension (MLE combined, k = {lid['k']}): synthetic {lid['synthetic']}, "
-        f"real {lid['real']} ({lid['synthetic'] / lid['real'] - 1:+.0%})",
+        f"real {lid['real']} ({off:+.0%})",
         highlight=False,
         soft_wrap=True,
     )
+    if abs(off) > LID_TOLERANCE:  # not like it: searching it is easier or harder than the real one
+        synth = manifest["synthetic"]
+        warn(
+            f"the synthetic set's intrinsic dimension is {off:+.0%} off the real one's (more than "
+            f"±{LID_TOLERANCE:.0%}): its search difficulty differs; {synth['components']} components were "
+            f"fitted to {synth['fit_rows']:,} rows, try fewer --components or other --pca-dims"
+        )

@@ -8,6 +8,7 @@ truth is the exact top-k (recomputed here with numpy), and a run takes it as ``d
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +129,26 @@ def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> 
     assert result.returncode == 2, result.stdout + result.stderr
     assert expected in " ".join(result.stderr.split()) and "Traceback" not in result.stderr
     assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
+
+
+def test_a_synthetic_set_unlike_the_real_one_is_warned_of(drawn) -> None:
+    """64 full-covariance components fitted to fmnist1k's 1,000 rows overfit: the drawn set's LID is far
+    below the real one's (about -40%), so searching it is easier; the user is told, and why. The fixture's
+    8 components are within the bound and draw no warning."""
+    workdir, _, _ = drawn
+    args = ("--rows", "1000", "--queries", "20", "--k", "10", "--components", "64", "--name", "fm-overfit")
+    result = run_cli("dataset", "synth", "--like", "fm", *args, "--workdir", str(workdir))
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = " ".join(result.stderr.split())
+    assert (
+        "warning: the synthetic set's intrinsic dimension is -" in said
+        and "64 components were fitted" in said
+    )
+    (folder,) = (workdir / "store" / "datasets").glob("fm-overfit-*")
+    shutil.rmtree(folder)  # the other tests count the store's datasets
+    again = run_cli("dataset", "synth", "--like", "fm", "--rows", "3000", "--queries", "40", "--k", "10",
+                    "--components", "8", "--workdir", str(workdir))  # fmt: skip
+    assert again.returncode == 0 and "warning" not in again.stderr, again.stderr[-2000:]
 
 
 def test_a_name_not_in_the_store_lists_what_is_there(drawn) -> None:
