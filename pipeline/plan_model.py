@@ -78,15 +78,20 @@ class Plan:
 
     @property
     def synthetic_note(self) -> str:
-        """``SYNTHETIC (drawn from a model of <real dataset>; not real data)`` for a run given a dataset
-        made by ``dataset synth``, else empty: synthetic data says so wherever it appears."""
-        like = self.file_metadata.get("synthetic_like")
-        return f"SYNTHETIC (drawn from a model of {like}; not real data)" if like else ""
+        """:func:`synthetic_note` of the run's dataset (empty unless ``dataset synth`` drew it)."""
+        return synthetic_note(self.file_metadata.get("synthetic_like"))
 
     @property
     def complete(self) -> bool:
         """True when every stage is already complete (a re-run has nothing to do)."""
         return all(stage.complete for stage in self.stages.values())
+
+
+def synthetic_note(like: str | None) -> str:
+    """``SYNTHETIC (drawn from a model of <like>; not real data)`` for a dataset ``dataset synth`` drew
+    like the real dataset ``like``; empty for real data (None). Synthetic data says so wherever it
+    appears: the plan's dataset line, the report's."""
+    return f"SYNTHETIC (drawn from a model of {like}; not real data)" if like else ""
 
 
 def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path | str) -> None:

@@ -27,6 +27,7 @@ from apps.vdb.stages.query_io import io_columns, read_window
 from core.format import num
 from core.store import file_entry, read_manifest
 from pipeline.plan import Plan
+from pipeline.plan_model import synthetic_note
 
 
 def point_columns(outcome: DatabaseOutcome) -> dict[str, Any]:
@@ -161,18 +162,23 @@ def result_rows(plan: Plan, outcomes: list[DatabaseOutcome], run_id: str) -> lis
 
 def dataset_line(plan: Plan) -> str:
     """The report's line naming the dataset its figures rest on: name, size, metric, where it came from,
-    and SYNTHETIC when it is."""
+    and SYNTHETIC when it is. Read from the dataset's manifest and the config, as a re-render has them
+    (:class:`pipeline.runs.RunRecord` stands in for the plan)."""
     cfg, dataset = plan.config, plan.stage("embed")
-    rows = (read_manifest(dataset.directory) or {}).get("rows")
-    if cfg.generates_dataset:
-        origin = f"embedded by {cfg.embedding.model_id or cfg.embedding.model}"
+    manifest = read_manifest(dataset.directory) or {}
+    if cfg.dataset.imported is not None:
+        origin = "imported by the run"
+    elif cfg.dataset.stored is not None:
+        origin = "stored"
     else:
-        origin = "imported by the run" if dataset.name == "import" else "stored"
+        origin = f"embedded by {cfg.embedding.model_id or cfg.embedding.model}"
+    rows, dimension = num(manifest.get("rows")), num(manifest.get("dimension"))
     line = (
-        f"Dataset: `{cfg.dataset.name}`, {num(rows)} vectors × {plan.dimension}, metric "
-        f"{cfg.groundtruth.metric}, {origin} (`{dataset.directory.name}`, content key `{dataset.key}`)."
+        f"Dataset: `{cfg.dataset.name}`, {rows} vectors × {dimension}, metric {cfg.groundtruth.metric}, "
+        f"{origin} (`{dataset.directory.name}`, content key `{dataset.key}`)."
     )
-    return f"{line} **{plan.synthetic_note}**" if plan.synthetic_note else line
+    note = synthetic_note((manifest.get("synthetic") or {}).get("like", {}).get("name"))
+    return f"{line} **{note}**" if note else line
 
 
 def write_benchmark_report(

@@ -110,6 +110,10 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
         f"Dataset: `fm-synth`, 3,000 vectors × 784, metric l2, stored (`{folder.name}`"
     )
     assert report[2].endswith("**SYNTHETIC (drawn from a model of fm; not real data)**")
+    # `report <run>` rewrites it from the run's record, without the plan: the same line
+    rewritten = run_cli("report", str(run_dir), env={"PIPELINE_WORKDIR": str(workdir)}, timeout=300)
+    assert rewritten.returncode == 0, rewritten.stderr[-3000:]
+    assert (Path(outputs["vdb"]) / "report" / "report.md").read_text().splitlines()[2] == report[2]
 
 
 @pytest.mark.parametrize(
