@@ -125,7 +125,8 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
             notes.append(f"{what} key: {ka or '—'} -> {kb or '—'}")
     ca, cb = a.config_dict, b.config_dict
     # Which dataset (a stored name, an import's files, expected rows): a key alone does not say what changed.
-    notes += [f"dataset.{line}" for line in _differences(ca.get("dataset") or {}, cb.get("dataset") or {})]
+    da, db = ({k: v for k, v in (c.get("dataset") or {}).items() if k != "dir"} for c in (ca, cb))
+    notes += [f"dataset.{line}" for line in _differences(da, db)]  # not dir: where it is kept, not what
     ea, eb = ca.get("embedding") or {}, cb.get("embedding") or {}
     model_a, model_b = ea.get("model_id") or ea.get("model"), eb.get("model_id") or eb.get("model")
     if model_a != model_b:

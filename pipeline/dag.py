@@ -196,9 +196,15 @@ class DagRunner:
         """Start ``name``'s clock (its provenance ``started``, its rate) once ``inputs`` are all done (with
         ``first``: once one is, for a stage whose tasks stream from them): until then its tasks wait, and
         that wait is the upstream stages' time, not its own."""
+
+        def start() -> None:
+            self.provenance.stages[name]["started"] = time.time()
+            progress.inputs_ready(name)
+
         pending = [f for f in inputs if not f.done()]
         if first and len(pending) < len(inputs):
-            return  # one input is there already: the stage can start now
+            start()  # one input is there already: the stage can start now
+            return
         left, lock = [1 if first else len(pending)], threading.Lock()
 
         def one_done(_: Future) -> None:
@@ -206,8 +212,7 @@ class DagRunner:
                 left[0] -= 1
                 if left[0]:  # with first: negative after the first, which alone starts the clock
                     return
-            self.provenance.stages[name]["started"] = time.time()
-            progress.inputs_ready(name)
+            start()
 
         for future in pending:
             future.add_done_callback(one_done)

@@ -19,7 +19,14 @@ from apps.interchange.importer import cached_import, import_target
 from core.errors import ArtifactError, InputDataError
 from core.store import complete_manifest, content_key, read_manifest
 from pipeline.config.loader import LoadedConfig
-from pipeline.plan_model import Plan, StagePlan, add_evaluation_stages, check_dimension, check_rows
+from pipeline.plan_model import (
+    Plan,
+    StagePlan,
+    add_evaluation_stages,
+    check_dimension,
+    check_rows,
+    synthetic_like,
+)
 from pipeline.resources import resource_plan
 
 GROUNDTRUTH_FROM_DATASET = "given"  # in the ground-truth key: published-or-exact, not always exact
@@ -149,8 +156,8 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
-    if producer == "stored" and (synthetic := manifest.get("synthetic")):  # `dataset synth`: say so
-        metadata["synthetic_like"] = synthetic["like"]["name"]
+    if producer == "stored" and (like := synthetic_like(manifest)):  # `dataset synth`: say so
+        metadata["synthetic_like"] = like
     pending = [p.point for p in points if not p.complete]
     resources = resource_plan(
         loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=not gt.to_run

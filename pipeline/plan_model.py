@@ -87,6 +87,16 @@ class Plan:
         return all(stage.complete for stage in self.stages.values())
 
 
+def synthetic_like(manifest: dict[str, Any]) -> str | None:
+    """What a dataset manifest says ``dataset synth`` drew it like (the real dataset's name, else its key,
+    else ``a real dataset``); None for real data."""
+    synthetic = manifest.get("synthetic")
+    if not synthetic:
+        return None
+    like = synthetic.get("like") or {}
+    return like.get("name") or like.get("key") or "a real dataset"
+
+
 def synthetic_note(like: str | None) -> str:
     """``SYNTHETIC (drawn from a model of <like>; not real data)`` for a dataset ``dataset synth`` drew
     like the real dataset ``like``; empty for real data (None). Synthetic data says so wherever it

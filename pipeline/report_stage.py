@@ -24,10 +24,11 @@ from apps.report.document import write_report
 from apps.report.mixed import mixed_figure
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb.stages.query_io import io_columns, read_window
+from core.errors import ArtifactError
 from core.format import num
 from core.store import file_entry, read_manifest
 from pipeline.plan import Plan
-from pipeline.plan_model import synthetic_note
+from pipeline.plan_model import synthetic_like, synthetic_note
 
 
 def point_columns(outcome: DatabaseOutcome) -> dict[str, Any]:
@@ -165,9 +166,12 @@ def dataset_line(plan: Plan) -> str:
     and SYNTHETIC when it is. Read from the dataset's manifest and the config, as a re-render has them
     (:class:`pipeline.runs.RunRecord` stands in for the plan)."""
     cfg, dataset = plan.config, plan.stage("embed")
-    manifest = read_manifest(dataset.directory) or {}
+    try:
+        manifest = read_manifest(dataset.directory) or {}
+    except ArtifactError:  # one line of the report: a damaged manifest is named where it is read for data
+        manifest = {}
     if cfg.dataset.imported is not None:
-        origin = "imported by the run"
+        origin = "imported (dataset.imported)"
     elif cfg.dataset.stored is not None:
         origin = "stored"
     else:
@@ -177,7 +181,7 @@ def dataset_line(plan: Plan) -> str:
         f"Dataset: `{cfg.dataset.name}`, {rows} vectors × {dimension}, metric {cfg.groundtruth.metric}, "
         f"{origin} (`{dataset.directory.name}`, content key `{dataset.key}`)."
     )
-    note = synthetic_note((manifest.get("synthetic") or {}).get("like", {}).get("name"))
+    note = synthetic_note(synthetic_like(manifest))
     return f"{line} **{note}**" if note else line
 
 

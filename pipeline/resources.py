@@ -193,6 +193,8 @@ def resource_plan(
         check_local_device(loaded)
     check_local_cores(loaded, points if pending is None else pending)
     plan = ResourcePlan(rows)
+    for point in points if pending is None else pending:  # needs no row count; done points do not run
+        plan.warnings += _beyond_walltimes(loaded, point)
     if cfg.vdb is None or rows is None:
         return plan
     node = capacity(loaded)
@@ -215,7 +217,6 @@ def resource_plan(
             each = client_memory(dim, cfg.dataset.row_group_rows, sent, max(query.k))
             found = replace(found, client_memory=each, client_processes=client_processes(point, workers))
         plan.estimates.append((point, found))
-        plan.warnings += _beyond_walltimes(loaded, point)
         if found is None:
             continue
         # Blamed on vdb.insert.rows where the point sets it; else on its database entry (the rows are the

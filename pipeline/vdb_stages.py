@@ -119,10 +119,12 @@ def client_node() -> str:
 
 def read_outcome(db_dir: Path, key: str | None = None) -> DatabaseOutcome | None:
     """The outcome of a point finished by an earlier run, or None (never run, partial, damaged, other
-    layout). A damaged point is measured again from scratch; the plan has named its damage already."""
+    layout). A damaged point is measured again from scratch: the plan named its damage on the console,
+    the log keeps it."""
     try:
         manifest = complete_manifest(db_dir)
-    except ArtifactError:
+    except ArtifactError as exc:
+        log.info("%s; measuring the point again", exc)
         return None
     if manifest is None or (key is not None and manifest.get("key") != key):
         return None

@@ -278,5 +278,10 @@ def synth(
         warn(
             f"the synthetic set's intrinsic dimension is {off:+.0%} off the real one's (more than "
             f"±{LID_TOLERANCE:.0%}): its search difficulty differs; {synth['components']} components were "
-            f"fitted to {synth['fit_rows']:,} rows, try fewer --components or other --pca-dims"
+            f"fitted to {synth['fit_rows']:,} rows, "
+            + (
+                "try fewer --components (they overfit)"
+                if off < 0
+                else "try more --components or fewer --pca-dims"
+            )
         )

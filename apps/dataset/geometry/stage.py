@@ -20,7 +20,8 @@ from apps.taskinfo import task_context
 from core.format import num, table
 from core.store import atomic_write_json, atomic_write_text, complete_manifest, file_entry
 
-# 2: a given (imported or stored) dataset's queries and ground truth are measured too (1 left them out).
+# 2: a given (imported or stored) dataset's queries and ground truth are measured too (1 left them out);
+# every record is measured again once.
 STAGE_VERSION = "2"
 RECORD_FILE = "geometry.json"
 CARD_HEADING = "## Geometry"
