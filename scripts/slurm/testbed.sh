@@ -188,10 +188,12 @@ cmd_install() {
 
 # --- start -------------------------------------------------------------------------------------------
 
-# N+1 consecutive free TCP ports below the ephemeral range (so no outgoing connection takes one first).
+# N+1 consecutive free TCP ports below the ephemeral range (so no outgoing connection takes one first),
+# and below 27000: configs/slurm-local.yaml's database ranks listen from vdb.cluster.base_port 27000 on the
+# same loopback host (a slurmd drawn on 27000-27003 made every rank fail to bind).
 free_ports() {
-    local count=$1 lo=20000 hi=32000 used base p tries ok
-    read -r p _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && ((p > lo + 1000)) && hi=$((p - 1))
+    local count=$1 lo=20000 hi=26990 used base p tries ok
+    read -r p _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && ((p > lo + 1000 && p - 1 < hi)) && hi=$((p - 1))
     used=" $(ss -Htan 2>/dev/null | awk '{n = split($4, a, ":"); printf "%s ", a[n]}') "
     for ((tries = 0; tries < 100; tries++)); do
         base=$((lo + (RANDOM * 32768 + RANDOM) % (hi - lo - count)))
