@@ -21,9 +21,10 @@ from apps.vdb.binding import local_cpus
 from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
 from core.errors import ConfigError
 from core.format import size
+from executors.allocation import in_one_allocation
 from executors.config import walltime_seconds
 from pipeline.config.loader import LoadedConfig
-from pipeline.sweep import query_settings
+from pipeline.sweep import load_s, query_settings, query_windows_s
 
 # The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
 # (22,723 BV-BRC terms, 100K Yandex-T2I queries) is 10^4 to 10^5; `plan` prints the assumption.
@@ -191,11 +192,13 @@ def resource_plan(
     check_gpu_memory(loaded)
     if not truth_done:
         check_local_device(loaded)
-    check_local_cores(loaded, points if pending is None else pending)
+    to_run = points if pending is None else pending  # done points do not run
+    check_local_cores(loaded, to_run)
     plan = ResourcePlan(rows)
-    for point in points if pending is None else pending:  # needs no row count; done points do not run
+    for point in to_run:  # needs no row count
         plan.warnings += _beyond_walltimes(loaded, point)
     if cfg.vdb is None or rows is None:
+        plan.warnings += _beyond_allocation(loaded, to_run, {})
         return plan
     node = capacity(loaded)
     workers = workers_per_node(loaded)
@@ -241,6 +244,7 @@ def resource_plan(
                 "client block's workers_per_node)"
             ))  # fmt: skip
         plan.warnings += _beyond_timeouts(point, found)
+    plan.warnings += _beyond_allocation(loaded, to_run, {id(p): e for p, e in plan.estimates})
     plan.driver_memory = driver_memory(
         cfg.groundtruth.memory_budget_mb if plan.prefix_truth else None, deepest * 4 * dim
     )
@@ -295,8 +299,8 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     default = getattr(executor, "walltime", None)
     config = point.config
     settings = query_settings(point)
-    windows = settings * (config.query.duration_s or 0)
-    if default is None or not windows:
+    windows = query_windows_s(point)
+    if default is None or not windows or in_one_allocation(executor):  # one job: _beyond_allocation
         return []
     jobs = {"its client block": (executor.cpu or executor.gpu).walltime or default}
     if config.cluster is not None and not runs_in_process(point.settings):
@@ -308,4 +312,24 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
         f"point {point.label!r}: its {settings:,} query settings take at least {duration(windows)} "
         f"of measured windows, more than {shortest}'s walltime ({walltime}): sweep fewer settings (or "
         "shorter vdb.query.duration_s), or the job ends before the point does"
+    ]
+
+
+def _beyond_allocation(loaded: LoadedConfig, points: list[Any], estimates: dict[int, Any]) -> list[str]:
+    """A warning when, under ``executor.allocation: one``, the points to run outlast the one job: they run
+    one after another inside it, so their query windows and the upload and index time the resource plan
+    expects (``estimates``: id of a point -> PointEstimate, when the row count is known) add up."""
+    executor = loaded.config.executor
+    if not in_one_allocation(executor) or not points:
+        return []
+    windows = sum(query_windows_s(point) for point in points)
+    loads = sum(load_s(p, e) for p in points if (e := estimates.get(id(p))) is not None)
+    if windows + loads <= walltime_seconds(executor.walltime):
+        return []
+    expected = f" and about {duration(loads)} of upload and index by the resource plan" if loads else ""
+    return [
+        f"the {len(points):,} point(s) to run take at least {duration(windows)} of measured query "
+        f"windows{expected}, one after another inside the one allocation, more than its walltime "
+        f"({executor.walltime}, executor.walltime): ask a longer walltime, sweep fewer points or "
+        "settings, or the job ends before the run does"
     ]

@@ -115,6 +115,16 @@ def query_settings(point: SweepPoint) -> int:
     return len(sweep(config.query, config.collection.index_type, runs_in_process(point.settings)))
 
 
+def query_windows_s(point: SweepPoint) -> float:
+    """Seconds of measured query windows a point's sweep takes at least (its settings x duration_s)."""
+    return query_settings(point) * (point.config.query.duration_s or 0)
+
+
+def load_s(point: SweepPoint, estimate: Any) -> float:
+    """Seconds of upload (one per batch size) and index build the resource plan's ``estimate`` expects."""
+    return estimate.upload_s * len(point.config.insert.batch_sizes) + (estimate.index_s or 0)
+
+
 def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None) -> str:
     """One line for ``plan``: points to run, pilot jobs, query settings, the floor of their measured
     windows and, with the resource plan's ``estimates`` (id of a point -> PointEstimate), the upload and
@@ -126,13 +136,11 @@ def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any]
     if not todo:
         return f"sweep cost: none: all {len(plans)} point(s) are done"
     jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
-    counts = [query_settings(p.point) for p in todo]
-    settings = sum(counts)
-    windows = sum(n * (p.point.config.query.duration_s or 0) for n, p in zip(counts, todo, strict=True))
+    settings = sum(query_settings(p.point) for p in todo)
+    windows = sum(query_windows_s(p.point) for p in todo)
     floor = f"; at least {duration(windows)} of measured query windows" if windows else ""
-    found = [estimates.get(id(p.point)) for p in todo] if estimates else []
-    loads = sum(e.upload_s * len(p.point.config.insert.batch_sizes) + (e.index_s or 0)
-                for p, e in zip(todo, found, strict=False) if e is not None)  # fmt: skip
+    found = [(p.point, (estimates or {}).get(id(p.point))) for p in todo]
+    loads = sum(load_s(point, e) for point, e in found if e is not None)
     expected = f"; about {duration(loads)} of upload and index by the resource plan" if loads else ""
     return (
         f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot job(s), {settings:,} query "

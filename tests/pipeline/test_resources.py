@@ -136,12 +136,12 @@ def test_every_shipped_study_point_fits_a_node(fixed_env: None, platform: str, e
             assert found.node_disk <= node.shm_gib * GIB, point.label
 
 
-def edited_polaris(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
-    """configs/polaris.yaml with ``old`` replaced by ``new`` once, in ``tmp_path``: (path, the new line)."""
-    text = (REPO / "configs" / "polaris.yaml").read_text()
+def edited_polaris(tmp_path: Path, old: str, new: str, name: str = "polaris.yaml") -> tuple[Path, int]:
+    """configs/<name> with ``old`` replaced by ``new`` once, in ``tmp_path``: (path, the new line)."""
+    text = (REPO / "configs" / name).read_text()
     edited = text.replace(old, new, 1)
     assert edited != text, old
-    path = tmp_path / "polaris.yaml"
+    path = tmp_path / name
     path.write_text(edited.replace("../datasets/", str(REPO / "datasets") + "/"))
     line = next(n for n, text in enumerate(edited.splitlines(), 1) if new.strip() in text)
     return path, line
@@ -374,3 +374,27 @@ def test_a_query_sweep_longer_than_its_jobs_walltime_is_named(fixed_env: None, t
     shipped = load_config(REPO / "configs" / "polaris.yaml")
     assert not any("query settings take" in line for line in resource_plan(
         shipped, shipped.config.vdb.points, PES2O_VE, 2560).warnings)  # fmt: skip
+
+
+def test_one_allocations_points_are_timed_together(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Under executor.allocation: one, the points run one after another inside the one job: the Slurm
+    testbed's three points at 150 s per query setting (4 + 8 + 8 settings, 50 min of windows) outlast its
+    40 min walltime, though each alone fits. Each block's walltime is not the bound there; the job's is."""
+    old, new = "duration_s: 3 ", "duration_s: 150 "
+    path, _ = edited_polaris(tmp_path, old, new, name="slurm-local.yaml")
+    for allocation, warned in (("separate", False), ("one", True)):
+        monkeypatch.setenv("ALLOCATION", allocation)
+        loaded = load_config(path)
+        for rows in (None, 8580):  # before the dataset exists, and with its rows (plus upload and index)
+            plan = resource_plan(loaded, loaded.config.vdb.points, rows, 384)
+            late = [line for line in plan.warnings if "walltime" in line]
+            if not warned:
+                assert late == [], late
+                continue
+            assert len(late) == 1, late
+            assert late[0].startswith("the 3 point(s) to run take at least 50 min of measured query windows")
+            assert "more than its walltime (00:40:00, executor.walltime)" in late[0]
+            assert ("of upload and index by the resource plan" in late[0]) == (rows is not None)
+    monkeypatch.setenv("ALLOCATION", "one")
+    fits = load_config(REPO / "configs" / "slurm-local.yaml")  # as shipped: 3 s windows
+    assert not [w for w in resource_plan(fits, fits.config.vdb.points, 8580, 384).warnings if "walltime" in w]
