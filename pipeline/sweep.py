@@ -150,8 +150,13 @@ def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any]
 
 def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:
     """Rows for ``plan``: (number, label, repeat, swept parameters, key, done)."""
+    from apps.vdb import runs_in_process
+
     rows = []
     for p in plans:
         params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "(no swept settings)"
+        clients = p.point.config.query.clients
+        if runs_in_process(p.point.settings) and set(clients) != {1}:  # query_sweep.sweep measures 1
+            params += f"; queries with 1 client, not vdb.query.clients {clients}: it runs in its client"
         rows.append((str(p.number), p.label, str(p.point.repeat), params, p.key, p.complete))
     return rows

@@ -400,3 +400,19 @@ def test_a_finished_sweep_costs_nothing(tmp_path: Path) -> None:
     done = [replace(p, directory=tmp_path) for p in plans]  # a directory with a manifest of the key
     (tmp_path / "manifest.json").write_text(f'{{"key": "{plans[0].key}", "files": []}}')
     assert sweep_cost(vdb, done) == "sweep cost: none: all 1 point(s) are done"
+
+
+def test_plan_says_an_in_process_engine_queries_with_one_client(tmp_path: Path) -> None:
+    """vdb.query.clients [1, 4]: FAISS and Qdrant edge serve their one client; plan's point line says so."""
+    from pipeline.sweep import describe
+
+    config = base_config(
+        tmp_path / "c.jsonl",
+        tmp_path,
+        vdb={"databases": [QDRANT, {"name": "faiss"}, {"name": "milvus"}], "query": {"clients": [1, 4]}},
+    )
+    vdb = VdbConfig.model_validate(config["vdb"])
+    lines = {row[1]: row[3] for row in describe(plan_points(vdb, tmp_path / "store", ["d"], "cosine"))}
+    note = "queries with 1 client, not vdb.query.clients [1, 4]: it runs in its client"
+    assert note in lines["qdrant"] and note in lines["faiss"], lines
+    assert "client" not in lines["milvus"], lines
