@@ -63,7 +63,8 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         fields.setdefault(text, []).append((line, field))
     listed = []
     for text, ((line, field), *others) in fields.items():
-        also = f" (also {', '.join(other for _, other in others)})" if others else ""
+        where = [other if at in (None, line) else f"{other} at line {at}" for at, other in others]
+        also = f" (also {', '.join(where)})" if others else ""
         listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
     raise ConfigError(
         f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
