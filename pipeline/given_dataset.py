@@ -16,6 +16,7 @@ from typing import Any
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.layout import dataset_problems, own_files
 from apps.interchange.importer import cached_import, import_target
+from apps.interchange.published import unusable_reason
 from core.errors import ArtifactError, InputDataError
 from core.store import complete_manifest, content_key, read_manifest
 from pipeline.config.loader import LoadedConfig
@@ -120,6 +121,8 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         rows, dimension = target.source.rows, target.source.dim
         queries = len(target.source.query_ids)
         params: dict[str, Any] = {"format": target.fmt, "files": target.identity, "metric": target.metric}
+        made = complete_manifest(target.directory)
+        truth = truth_source(cfg.groundtruth, made) if made else _truth_before_import(cfg.groundtruth, target)
     else:
         folder = resolve_stored(loaded, store)
         manifest = _given_manifest(loaded, folder)
@@ -127,6 +130,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         rows, dimension = manifest["rows"], manifest["dimension"]
         queries = manifest["queries"].get("rows")
         params = {"stored": str(folder)}
+        truth = truth_source(cfg.groundtruth, manifest)
         metric = manifest.get("metric") or manifest["groundtruth"].get("metric")
         if metric != cfg.groundtruth.metric:
             raise loaded.error_at(
@@ -162,4 +166,28 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
     resources = resource_plan(
         loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=not gt.to_run
     )
-    return Plan(loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources)
+    return Plan(
+        loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources, truth
+    )
+
+
+def truth_source(groundtruth: Any, manifest: dict[str, Any]) -> str:
+    """Where a made dataset's run takes its ground truth from, for ``plan``: the rule of
+    :func:`apps.interchange.published.unusable_reason`, as the ground-truth stage applies it."""
+    reason = unusable_reason(manifest, groundtruth)
+    if reason is None:
+        kind = "exact" if manifest["groundtruth"].get("exact") else "published"  # `dataset synth`: exact
+        return f"the dataset's {kind} lists, cut to k={groundtruth.k}"
+    return f"exact search (the published lists do not serve: {reason})"
+
+
+def _truth_before_import(groundtruth: Any, target: Any) -> str:
+    """:func:`truth_source` of an import not yet made: its agreement with exact search is known only then."""
+    published_k = target.source.gt_ids.shape[1] if target.source.gt_ids.ndim == 2 else 0
+    if published_k < groundtruth.k:
+        held = f"{published_k} neighbours per query, the run asks {groundtruth.k}"
+        return f"exact search (the published lists hold {held})"
+    return (
+        f"the published lists, cut to k={groundtruth.k}, if they agree with exact search when imported; "
+        "else exact search"
+    )

@@ -68,6 +68,7 @@ class Plan:
     embedding: EmbeddingConfig | None  # the config's embedding, ``model`` resolved once to an absolute path
     points: list[PointPlan] = field(default_factory=list)  # the vdb stage's points (pipeline/sweep.py)
     resources: Any = None  # pipeline.resources.ResourcePlan: every point's estimate against a node
+    truth_source: str = ""  # a given dataset: whether its published ground truth serves the run, and why
 
     @property
     def config(self):

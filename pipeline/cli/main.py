@@ -325,7 +325,7 @@ def _input_line(plan: Plan) -> str:
     size = f"{rows:,} vectors x {plan.dimension}" + (
         f", {plan.synthetic_note}" if plan.synthetic_note else ""
     )
-    return f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}"
+    return f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}\nground truth: {plan.truth_source}"
 
 
 def _stage_status(directory: Path, parts: Sequence[PointPlan] = ()) -> tuple[str, str, list[str]]:

@@ -140,6 +140,7 @@ def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_c
     plan = run_cli("plan", str(path))
     assert plan.returncode == 0, plan.stderr
     assert "embed (stored)" in plan.stdout and "dataset fm: 1,000 vectors x 784, stored in" in plan.stdout
+    assert "ground truth: the dataset's published lists, cut to k=10\n" in plan.stdout
     result = run_cli("run", str(path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = sorted((stored / "runs").iterdir())[-1]
@@ -160,6 +161,9 @@ def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_c
 
 def test_a_k_beyond_the_published_lists_is_computed_exactly(stored, write_config) -> None:
     config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 150, "metric": "l2"})
+    said = build_plan(load_config(write_config(config))).truth_source  # plan says so before the run
+    held = "it holds 100 neighbours per query, the run asks 150"
+    assert said == f"exact search (the published lists do not serve: {held})"
     result = run_cli("run", str(write_config(config)), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ground truth computed by exact search: it holds 100 neighbours per query, the run asks 150" in (
@@ -285,3 +289,19 @@ def test_the_config_file_is_valid_yaml_with_no_generating_section() -> None:
     config = yaml.safe_load(CONFIG.read_text())
     assert not {"corpus", "embedding", "chunking", "queries"} & set(config)
     assert {db["name"] for db in config["vdb"]["databases"]} == ENGINES
+
+
+def test_plan_says_whether_an_imports_published_truth_will_serve(tmp_path, write_config) -> None:
+    """Before the import, agreement with exact search is not known yet: plan says on what it depends, or
+    that exact search is certain (the published lists hold fewer than k)."""
+    imported = {"name": "fm", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}
+
+    def said(k: int) -> str:
+        config = given_config(tmp_path / "wd", imported, groundtruth={"k": k, "metric": "l2"})
+        return build_plan(load_config(write_config(config))).truth_source
+
+    assert said(100) == (
+        "the published lists, cut to k=100, if they agree with exact search when imported; else exact search"
+    )
+    assert said(150) == "exact search (the published lists hold 100 neighbours per query, the run asks 150)"
+    assert not (tmp_path / "wd" / "store").exists()  # nothing written
