@@ -119,6 +119,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
             raise loaded.error_at(("dataset", "imported", "paths"), str(exc)) from None
         folder, key, producer = target.directory, target.key, "import"
         rows, dimension = target.source.rows, target.source.dim
+        source_dtype = target.source.base_dtype
         queries = len(target.source.query_ids)
         params: dict[str, Any] = {"format": target.fmt, "files": target.identity, "metric": target.metric}
         made = complete_manifest(target.directory)
@@ -128,6 +129,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         manifest = _given_manifest(loaded, folder)
         key, producer = str(manifest["key"]), "stored"
         rows, dimension = manifest["rows"], manifest["dimension"]
+        source_dtype = (manifest.get("import") or {}).get("source_dtype", "float32")
         queries = manifest["queries"].get("rows")
         params = {"stored": str(folder)}
         truth = truth_source(cfg.groundtruth, manifest)
@@ -160,6 +162,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
+    metadata["source_dtype"] = source_dtype  # bigann's uint8: read as float32, as the databases take it
     if producer == "stored" and (like := synthetic_like(manifest)):  # `dataset synth`: say so
         metadata["synthetic_like"] = like
     pending = [p.point for p in points if not p.complete]

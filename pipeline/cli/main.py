@@ -321,10 +321,11 @@ def _input_line(plan: Plan) -> str:
         return f"{len(plan.corpus_files)} corpus file(s), model {plan.model_dir}, dimension {plan.dimension}"
     dataset = plan.stage("embed")
     how = "imported by the run into" if dataset.name == "import" else "stored in"
-    rows = plan.file_metadata["rows"]
+    rows, dtype = plan.file_metadata["rows"], plan.file_metadata["source_dtype"]
     size = f"{rows:,} vectors x {plan.dimension}" + (
-        f", {plan.synthetic_note}" if plan.synthetic_note else ""
+        f" ({dtype}, read as float32)" if dtype != "float32" else ""
     )
+    size += f", {plan.synthetic_note}" if plan.synthetic_note else ""
     return f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}\nground truth: {plan.truth_source}"
 
 

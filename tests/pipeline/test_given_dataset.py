@@ -305,3 +305,16 @@ def test_plan_says_whether_an_imports_published_truth_will_serve(tmp_path, write
     )
     assert said(150) == "exact search (the published lists hold 100 neighbours per query, the run asks 150)"
     assert not (tmp_path / "wd" / "store").exists()  # nothing written
+
+
+def test_the_dataset_line_names_a_source_type_other_than_float32(tmp_path, write_config) -> None:
+    """bigann's base is uint8 in its files; the databases take it as float32: validate and plan say so."""
+    from pipeline.cli.main import _input_line
+
+    def line(name: str) -> str:
+        imported = {"name": name, "imported": {"format": "vecs", "paths": [str(ANN / name)]}}
+        config = given_config(tmp_path / "wd", imported, groundtruth={"k": 10, "metric": "l2"})
+        return _input_line(build_plan(load_config(write_config(config)))).splitlines()[0]
+
+    assert "dataset bigann10k: 10,000 vectors x 128 (uint8, read as float32), imported" in line("bigann10k")
+    assert "dataset fmnist1k: 1,000 vectors x 784, imported" in line("fmnist1k")
