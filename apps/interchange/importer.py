@@ -31,6 +31,7 @@ from apps.dataset.groundtruth.exact_distance import exact_distances
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
+from apps.interchange.cards import card_problem
 from apps.interchange.formats import Source, canonical_format, first_bad_row, open_source
 from core.errors import ArtifactError, InputDataError
 from core.format import table
@@ -329,6 +330,8 @@ def import_target(
     """
     fmt = canonical_format(fmt)
     source = open_source(fmt, paths)
+    if (problem := card_problem(name, source.dim, source.where("base"))) is not None:
+        raise InputDataError(problem)
     metric = _metric(source, metric, asked_by)
     identity = {role: file_identity(path) for role, path in source.files.items()}
     params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}

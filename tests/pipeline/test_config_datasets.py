@@ -19,7 +19,10 @@ def study(small_corpus, tmp_path, **entry_sections) -> dict:
     config["dataset"] = {"name": "pes2o", "expected_rows": 88453763}
     config["datasets"] = {
         "gist": {
-            "dataset": {"name": "gist-1m", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}},
+            "dataset": {
+                "name": "fm-as-gist",
+                "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]},
+            },
             "groundtruth": {"k": 10, "metric": "l2"},
             **entry_sections,
         }
@@ -35,7 +38,7 @@ def test_an_entry_replaces_the_dataset_drops_the_generating_sections_and_merges_
     cfg = loaded.config
     assert loaded.dataset_entry == "gist" and loaded.dataset_entries == ("gist",)
     assert cfg.name == "test-gist"  # the file's name, with the entry's
-    assert cfg.dataset.name == "gist-1m" and cfg.dataset.expected_rows is None  # replaced, not merged
+    assert cfg.dataset.name == "fm-as-gist" and cfg.dataset.expected_rows is None  # replaced, not merged
     assert cfg.corpus is None and cfg.embedding is None and cfg.queries is None  # a given dataset's run
     assert (cfg.groundtruth.k, cfg.groundtruth.metric) == (10, "l2")
     assert cfg.executor.workers == 1 and cfg.executor.platform == "local"  # merged into the file's
@@ -142,7 +145,7 @@ def test_an_entrys_dataset_is_named_after_it_unless_it_says(write_config, small_
     config["datasets"]["fm"] = {"dataset": {"imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}}
     path = write_config(config)
     assert load_config(path, "fm").config.dataset.name == "fm"
-    assert load_config(path, "gist").config.dataset.name == "gist-1m"
+    assert load_config(path, "gist").config.dataset.name == "fm-as-gist"
 
 
 def test_an_entry_with_nothing_to_make_its_dataset_from_is_refused(write_config, tmp_path) -> None:

@@ -318,3 +318,18 @@ def test_the_dataset_line_names_a_source_type_other_than_float32(tmp_path, write
 
     assert "dataset bigann10k: 10,000 vectors x 128 (uint8, read as float32), imported" in line("bigann10k")
     assert "dataset fmnist1k: 1,000 vectors x 784, imported" in line("fmnist1k")
+
+
+def test_an_import_under_a_study_name_without_its_dimension_is_refused_at_plan(tmp_path, write_config):
+    """configs/polaris.yaml's gist-1m entry with GIST_DIR pointing at the wrong folder: exit 2 at validate,
+    naming the field, before the import reads the files."""
+    imported = {"name": "gist-1m", "imported": {"format": "vecs", "paths": [str(ANN / "fmnist1k")]}}
+    path = write_config(given_config(tmp_path / "wd", imported))
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "paths:" in text)
+    assert f"config.yaml:{line}: dataset.imported.paths: " in result.stderr
+    assert "784-dimensional vectors, but 'gist-1m' is gist-1m, whose card (gist-1m.yaml) gives 960" in (
+        result.stderr.replace("\n", " ")
+    )
+    assert not (tmp_path / "wd" / "store").exists()
