@@ -68,7 +68,7 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
     raise ConfigError(
         f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
-        file=str(loaded.path),
+        file=str(loaded.shown_path),
         line=placed[0][0],
     )
 

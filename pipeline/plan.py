@@ -274,7 +274,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "tokenizer_fingerprint": chunk_params["tokenizer"],
     }
     if not files:
-        raise ConfigError("no corpus files", file=str(loaded.path))
+        raise ConfigError("no corpus files", file=str(loaded.shown_path))
     from pipeline.hpc_plan import check_or_raise
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)

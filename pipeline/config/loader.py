@@ -33,11 +33,18 @@ class LoadedConfig:
     node: yaml.Node | None = field(default=None, compare=False, repr=False)
     dataset_entry: str | None = None  # the ``datasets`` entry this config is; None: the file's own dataset
     dataset_entries: tuple[str, ...] = ()  # every entry of the file's ``datasets`` section
+    given_path: Path | None = field(default=None, compare=False)  # as the user wrote it: errors name it so
+
+    @property
+    def shown_path(self) -> Path:
+        """The config file as the user named it (``path`` is resolved): every error names it the same way."""
+        return self.given_path or self.path
 
     def error_at(self, loc: tuple, message: str) -> ConfigError:
         """A ConfigError for the field at ``loc`` (e.g. ("corpus", "paths")), with its line and value."""
         line = _line_in(self.node, loc, self.dataset_entry)
-        return ConfigError(f"{self.where_prefix}{_dotted(loc)}: {message}", file=str(self.path), line=line)
+        text = f"{self.where_prefix}{_dotted(loc)}: {message}"
+        return ConfigError(text, file=str(self.shown_path), line=line)
 
     @property
     def where_prefix(self) -> str:
@@ -90,7 +97,7 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     except ValidationError as exc:
         raise _config_error(exc, node, path, dataset) from None
     _refuse_coerced_booleans(data, config, node, path, (), dataset)
-    return LoadedConfig(config, path.resolve(), node, dataset, tuple(entries))
+    return LoadedConfig(config, path.resolve(), node, dataset, tuple(entries), path)
 
 
 def dataset_entries(path: str | Path) -> tuple[str, ...]:
