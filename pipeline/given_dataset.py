@@ -170,8 +170,9 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         loaded, [p.point for p in points], rows, dimension, queries, pending=pending, truth_done=not gt.to_run
     )
     return Plan(
-        loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources, truth
-    )
+        loaded, store, [], None, None, dimension, stages, metadata, None, None, points, resources,
+        truth_source=truth,
+    )  # fmt: skip
 
 
 def truth_source(groundtruth: Any, manifest: dict[str, Any]) -> str:

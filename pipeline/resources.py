@@ -297,10 +297,12 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     upload and index times are checked against their timeouts (:func:`_beyond_timeouts`)."""
     executor = loaded.config.executor
     default = getattr(executor, "walltime", None)
+    if default is None or in_one_allocation(executor):  # one job: _beyond_allocation times them together
+        return []
     config = point.config
     settings = query_settings(point)
-    windows = query_windows_s(point)
-    if default is None or not windows or in_one_allocation(executor):  # one job: _beyond_allocation
+    windows = settings * (config.query.duration_s or 0)  # as query_windows_s, with the count for the message
+    if not windows:
         return []
     jobs = {"its client block": (executor.cpu or executor.gpu).walltime or default}
     if config.cluster is not None and not runs_in_process(point.settings):
