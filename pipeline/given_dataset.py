@@ -15,6 +15,7 @@ from typing import Any
 
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.layout import dataset_problems, own_files
+from apps.interchange.cards import card_problem
 from apps.interchange.importer import cached_import, import_target
 from apps.interchange.published import unusable_reason
 from core.errors import ArtifactError, InputDataError
@@ -133,6 +134,8 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         queries = manifest["queries"].get("rows")
         params = {"stored": str(folder)}
         truth = truth_source(cfg.groundtruth, manifest)
+        if (problem := card_problem(spec.name, manifest["dimension"], str(folder))) is not None:
+            raise loaded.error_at(("dataset", "stored"), problem)  # the import checked its own name only
         metric = manifest.get("metric") or manifest["groundtruth"].get("metric")
         if metric != cfg.groundtruth.metric:
             raise loaded.error_at(
@@ -178,20 +181,20 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 def truth_source(groundtruth: Any, manifest: dict[str, Any]) -> str:
     """Where a made dataset's run takes its ground truth from, for ``plan``: the rule of
     :func:`apps.interchange.published.unusable_reason`, as the ground-truth stage applies it."""
+    kind = "exact" if (manifest.get("groundtruth") or {}).get("exact") else "published"  # synth: exact
     reason = unusable_reason(manifest, groundtruth)
     if reason is None:
-        kind = "exact" if manifest["groundtruth"].get("exact") else "published"  # `dataset synth`: exact
         return f"the dataset's {kind} lists, cut to k={groundtruth.k}"
-    return f"exact search (the published lists do not serve: {reason})"
+    return f"exact search: the dataset's {kind} ground truth does not serve ({reason})"
 
 
 def _truth_before_import(groundtruth: Any, target: Any) -> str:
     """:func:`truth_source` of an import not yet made: its agreement with exact search is known only then."""
     published_k = target.source.gt_ids.shape[1] if target.source.gt_ids.ndim == 2 else 0
     if published_k < groundtruth.k:
-        held = f"{published_k} neighbours per query, the run asks {groundtruth.k}"
-        return f"exact search (the published lists hold {held})"
+        held = f"it holds {published_k} neighbours per query, the run asks {groundtruth.k}"
+        return f"exact search: the files' published ground truth does not serve ({held})"
     return (
-        f"the published lists, cut to k={groundtruth.k}, if they agree with exact search when imported; "
-        "else exact search"
+        f"the files' published lists, cut to k={groundtruth.k}, if they agree with exact search when "
+        "imported; else exact search"
     )

@@ -63,8 +63,12 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         fields.setdefault(text, []).append((line, field))
     listed = []
     for text, ((line, field), *others) in fields.items():
-        where = [other if at in (None, line) else f"{other} at line {at}" for at, other in others]
-        also = f" (also {', '.join(where)})" if others else ""
+        by_line: dict[int | None, list[str]] = {}  # in line order: the fields on this line come first
+        for at, other in others:
+            by_line.setdefault(at, []).append(other)
+        groups = [(f"line {at}: " if at not in (None, line) else "") + ", ".join(names)
+                  for at, names in by_line.items()]  # fmt: skip
+        also = f" (also {'; '.join(groups)})" if others else ""
         listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
     raise ConfigError(
         f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),

@@ -157,6 +157,7 @@ def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool
         params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "(no swept settings)"
         clients = p.point.config.query.clients
         if runs_in_process(p.point.settings) and set(clients) != {1}:  # query_sweep.sweep measures 1
-            params += f"; queries with 1 client, not vdb.query.clients {clients}: it runs in its client"
+            params += "\n       queries with 1 client (an in-process engine: "
+            params += f"vdb.query.clients {clients} does not apply)"
         rows.append((str(p.number), p.label, str(p.point.repeat), params, p.key, p.complete))
     return rows

@@ -1,18 +1,22 @@
 """The dataset cards in ``datasets/`` (one YAML file per dataset), read for what an import can check.
 
-A remote dataset's dimension is its own: files imported under its name (``gist-1m``), or a subset's
-(``yandex-t2i-10m``), must have it. An environment variable pointing at the wrong folder is refused
-before gigabytes are read, instead of making a dataset that bears the study's name and not its data.
+A remote dataset's dimension is its own: files imported under its name (``gist-1m``), or under a
+subset's (its name and a row count with its unit: ``yandex-t2i-10m``), must have it. An environment
+variable pointing at the wrong folder is refused before gigabytes are read, instead of making a dataset
+that bears the study's name and not its data. Any other name (``gist-1m-pca128``, ``dbpedia-openai-1m-512``,
+``my-gist``) is the user's own: not checked.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 CARDS = Path(__file__).resolve().parents[2] / "datasets"  # absent from an installed wheel: nothing checked
+SUBSET = re.compile(r"-\d+[kmb]")  # a prefix by its row count: -10m, -500k (not -512: maybe a dimension)
 
 
 @dataclass(frozen=True)
@@ -25,12 +29,15 @@ class Card:
 
 
 def remote_card(name: str, folder: Path = CARDS) -> Card | None:
-    """The card of the remote dataset ``name`` is (its name, or its name and a suffix); None when none."""
+    """The card of the remote dataset ``name`` is, or is a subset of (case aside); None when none."""
+    wanted = name.lower()
     for path in sorted(folder.glob("*.yaml")):
         card = yaml.safe_load(path.read_text()) or {}
-        own = card.get("name")
-        if card.get("kind") == "remote" and own and (name == own or name.startswith(f"{own}-")):
-            return Card(own, int(card["dims"]), path)
+        own = str(card.get("name", "")).lower()
+        if card.get("kind") != "remote" or not own or not isinstance(card.get("dims"), int):
+            continue
+        if wanted == own or (wanted.startswith(own) and SUBSET.fullmatch(wanted[len(own) :])):
+            return Card(card["name"], card["dims"], path)
     return None
 
 
@@ -39,7 +46,10 @@ def card_problem(name: str, dim: int, where: str) -> str | None:
     card = remote_card(name)
     if card is None or card.dims == dim:
         return None
+    whose = f"{card.name}'s card" if name.lower() == card.name.lower() else (
+        f"{name!r} names a subset of {card.name}, whose card"
+    )  # fmt: skip
     return (
-        f"{where}: {dim}-dimensional vectors, but {name!r} is {card.name}, whose card ({card.path.name}) "
-        f"gives {card.dims} dimensions: are these {card.name}'s files? (or import them under another name)"
+        f"{where}: {dim}-dimensional vectors, but {whose} (datasets/{card.path.name}) gives {card.dims} "
+        f"dimensions: are these {card.name}'s files? (else give the dataset another name)"
     )

@@ -183,7 +183,7 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
     loaded, the_plan = _load_plan(config, dataset)
     cfg = loaded.config
     which = f"  dataset {dataset}" if dataset else ""
-    out.print(f"[bold]{cfg.name}[/]  config {loaded.path}{which}  hash {loaded.config_hash[:12]}")
+    out.print(f"[bold]{cfg.name}[/]  config {loaded.shown_path}{which}  hash {loaded.config_hash[:12]}")
     if name_others:
         _other_datasets_line(loaded)
     if cfg.generates_dataset:
@@ -326,7 +326,9 @@ def _input_line(plan: Plan) -> str:
         f" ({dtype}, read as float32)" if dtype != "float32" else ""
     )
     size += f", {plan.synthetic_note}" if plan.synthetic_note else ""
-    return f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}\nground truth: {plan.truth_source}"
+    return (
+        f"dataset {cfg.dataset.name}: {size}, {how} {dataset.directory}\n  ground truth: {plan.truth_source}"
+    )
 
 
 def _stage_status(directory: Path, parts: Sequence[PointPlan] = ()) -> tuple[str, str, list[str]]:

@@ -592,5 +592,7 @@ def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path
     missing = [line for line in listed if "vdb-data does not exist" in line]
     assert len(missing) == 1 and "(also vdb." in missing[0], listed
     # an alias on another line keeps that line (the override's Lustre path, below the entries' anchor)
-    assert re.search(r"vdb\.cluster\.overrides\.milvus\.storage\.lustre_path at line \d+\)$", missing[0])
+    assert re.search(
+        r"lustre_path; line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)$", missing[0]
+    )
     assert len(listed) == 3  # the directory and the two images

@@ -99,7 +99,7 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
     # Synthetic data says so wherever it appears: the config check, the report.
     valid = run_cli("validate", str(path))
     assert valid.returncode == 0 and "SYNTHETIC (drawn from a model of fm; not real data)" in valid.stdout
-    assert "ground truth: the dataset's exact lists, cut to k=10\n" in valid.stdout  # computed when drawn
+    assert "\n  ground truth: the dataset's exact lists, cut to k=10\n" in valid.stdout  # computed when drawn
     result = run_cli("run", str(path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = sorted((workdir / "runs").iterdir())[-1]

@@ -140,7 +140,7 @@ def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_c
     plan = run_cli("plan", str(path))
     assert plan.returncode == 0, plan.stderr
     assert "embed (stored)" in plan.stdout and "dataset fm: 1,000 vectors x 784, stored in" in plan.stdout
-    assert "ground truth: the dataset's published lists, cut to k=10\n" in plan.stdout
+    assert "\n  ground truth: the dataset's published lists, cut to k=10\n" in plan.stdout
     result = run_cli("run", str(path), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = sorted((stored / "runs").iterdir())[-1]
@@ -163,7 +163,7 @@ def test_a_k_beyond_the_published_lists_is_computed_exactly(stored, write_config
     config = given_config(stored, {"name": "fm", "stored": "fm"}, groundtruth={"k": 150, "metric": "l2"})
     said = build_plan(load_config(write_config(config))).truth_source  # plan says so before the run
     held = "it holds 100 neighbours per query, the run asks 150"
-    assert said == f"exact search (the published lists do not serve: {held})"
+    assert said == f"exact search: the dataset's published ground truth does not serve ({held})"
     result = run_cli("run", str(write_config(config)), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ground truth computed by exact search: it holds 100 neighbours per query, the run asks 150" in (
@@ -301,9 +301,11 @@ def test_plan_says_whether_an_imports_published_truth_will_serve(tmp_path, write
         return build_plan(load_config(write_config(config))).truth_source
 
     assert said(100) == (
-        "the published lists, cut to k=100, if they agree with exact search when imported; else exact search"
+        "the files' published lists, cut to k=100, if they agree with exact search when imported; else "
+        "exact search"
     )
-    assert said(150) == "exact search (the published lists hold 100 neighbours per query, the run asks 150)"
+    held = "it holds 100 neighbours per query, the run asks 150"
+    assert said(150) == f"exact search: the files' published ground truth does not serve ({held})"
     assert not (tmp_path / "wd" / "store").exists()  # nothing written
 
 
@@ -329,7 +331,14 @@ def test_an_import_under_a_study_name_without_its_dimension_is_refused_at_plan(t
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "paths:" in text)
     assert f"config.yaml:{line}: dataset.imported.paths: " in result.stderr
-    assert "784-dimensional vectors, but 'gist-1m' is gist-1m, whose card (gist-1m.yaml) gives 960" in (
+    assert "784-dimensional vectors, but gist-1m's card (datasets/gist-1m.yaml) gives 960" in (
         result.stderr.replace("\n", " ")
     )
     assert not (tmp_path / "wd" / "store").exists()
+
+
+def test_a_stored_dataset_under_a_study_name_without_its_dimension_is_refused(stored, write_config) -> None:
+    """dataset: {name: gist-1m, stored: fm} would run fmnist1k's 784-d vectors as GIST: refused."""
+    config = given_config(stored, {"name": "gist-1m", "stored": "fm"})
+    refused = _refusal(write_config, config)
+    assert "dataset.stored: " in refused and "784-dimensional vectors, but gist-1m's card" in refused

@@ -413,6 +413,6 @@ def test_plan_says_an_in_process_engine_queries_with_one_client(tmp_path: Path) 
     )
     vdb = VdbConfig.model_validate(config["vdb"])
     lines = {row[1]: row[3] for row in describe(plan_points(vdb, tmp_path / "store", ["d"], "cosine"))}
-    note = "queries with 1 client, not vdb.query.clients [1, 4]: it runs in its client"
+    note = "\n       queries with 1 client (an in-process engine: vdb.query.clients [1, 4] does not apply)"
     assert note in lines["qdrant"] and note in lines["faiss"], lines
     assert "client" not in lines["milvus"], lines
