@@ -125,10 +125,12 @@ def load_s(point: SweepPoint, estimate: Any) -> float:
     return estimate.upload_s * len(point.config.insert.batch_sizes) + (estimate.index_s or 0)
 
 
-def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None) -> str:
+def sweep_cost(
+    vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None, one_job: bool = False
+) -> str:
     """One line for ``plan``: points to run, pilot jobs, query settings, the floor of their measured
     windows and, with the resource plan's ``estimates`` (id of a point -> PointEstimate), the upload and
-    index time it expects."""
+    index time it expects. ``one_job``: the run is one allocation, its pilots are started inside it."""
     from apps.vdb import runs_in_process
     from apps.vdb.resources import duration
 
@@ -136,6 +138,7 @@ def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any]
     if not todo:
         return f"sweep cost: none: all {len(plans)} point(s) are done"
     jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
+    pilots = "deployment(s) inside the one allocation" if one_job else "job(s)"
     settings = sum(query_settings(p.point) for p in todo)
     windows = sum(query_windows_s(p.point) for p in todo)
     floor = f"; at least {duration(windows)} of measured query windows" if windows else ""
@@ -143,7 +146,7 @@ def sweep_cost(vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any]
     loads = sum(load_s(point, e) for point, e in found if e is not None)
     expected = f"; about {duration(loads)} of upload and index by the resource plan" if loads else ""
     return (
-        f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot job(s), {settings:,} query "
+        f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot {pilots}, {settings:,} query "
         f"setting(s){floor}{expected} (deploy time comes on top)"
     )
 

@@ -231,7 +231,9 @@ def _plan(config: Path, dataset: str | None, name_others: bool = True) -> None:
             [f"{line}: measured again by the next run" for p in the_plan.points for line in p.damage()]
         )
         estimates = {id(p): e for p, e in the_plan.resources.estimates} if the_plan.resources else {}
-        cost = sweep_cost(cfg.vdb, the_plan.points, estimates)
+        from pipeline.hpc_plan import one_allocation
+
+        cost = sweep_cost(cfg.vdb, the_plan.points, estimates, one_allocation(loaded))
         out.print(cost, markup=False, highlight=False, soft_wrap=True)
         _resource_table(the_plan)
     from pipeline.hpc_plan import render_plan

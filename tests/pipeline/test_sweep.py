@@ -370,6 +370,10 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     line = sweep_cost(vdb, plans)
     assert line.startswith("sweep cost: 4 of 4 point(s) to run, 0 pilot job(s), 24 query setting(s)")
     assert line.endswith("at least 2 min of measured query windows (deploy time comes on top)")
+    # one allocation: the pilots start inside the run's one job, not as jobs of their own
+    assert ", 0 pilot deployment(s) inside the one allocation, 24 query" in sweep_cost(
+        vdb, plans, one_job=True
+    )
 
 
 def test_the_sweep_cost_counts_the_settings_the_query_stage_runs(tmp_path: Path) -> None:
