@@ -16,8 +16,8 @@ from typing import Any
 from apps.dataset.groundtruth import stage as gt_stage
 from apps.dataset.layout import dataset_problems, own_files
 from apps.interchange.cards import card_problem
-from apps.interchange.importer import cached_import, import_target
-from apps.interchange.published import unusable_reason
+from apps.interchange.importer import ImportTarget, cached_import, import_target
+from apps.interchange.published import too_few_neighbours, unusable_reason
 from core.errors import ArtifactError, InputDataError
 from core.store import complete_manifest, content_key, read_manifest
 from pipeline.config.loader import LoadedConfig
@@ -115,7 +115,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
                 spec.imported.rows_per_part,
                 asked_by="groundtruth.metric",
             )
-            cached_import(target.directory)  # an earlier import of these files: refused when damaged
+            made = cached_import(target.directory)  # an earlier import of these files: refused when damaged
         except (InputDataError, ArtifactError) as exc:
             raise loaded.error_at(("dataset", "imported", "paths"), str(exc)) from None
         folder, key, producer = target.directory, target.key, "import"
@@ -123,7 +123,6 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
         source_dtype = target.source.base_dtype
         queries = len(target.source.query_ids)
         params: dict[str, Any] = {"format": target.fmt, "files": target.identity, "metric": target.metric}
-        made = complete_manifest(target.directory)
         truth = truth_source(cfg.groundtruth, made) if made else _truth_before_import(cfg.groundtruth, target)
     else:
         folder = resolve_stored(loaded, store)
@@ -165,7 +164,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
 
     check_or_raise(loaded)  # platform rules: queue limits, images, storage media (a no-op locally)
     metadata = {"dataset_name": spec.name, "dataset_key": key, "dimension": dimension, "rows": rows}
-    metadata["source_dtype"] = source_dtype  # bigann's uint8: read as float32, as the databases take it
+    metadata["source_dtype"] = source_dtype  # bigann's uint8: stored as float32, as the databases take it
     if producer == "stored" and (like := synthetic_like(manifest)):  # `dataset synth`: say so
         metadata["synthetic_like"] = like
     pending = [p.point for p in points if not p.complete]
@@ -178,7 +177,7 @@ def build_given_plan(loaded: LoadedConfig, store: Path) -> Plan:
     )  # fmt: skip
 
 
-def truth_source(groundtruth: Any, manifest: dict[str, Any]) -> str:
+def truth_source(groundtruth: gt_stage.GroundTruthConfig, manifest: dict[str, Any]) -> str:
     """Where a made dataset's run takes its ground truth from, for ``plan``: the rule of
     :func:`apps.interchange.published.unusable_reason`, as the ground-truth stage applies it."""
     kind = "exact" if (manifest.get("groundtruth") or {}).get("exact") else "published"  # synth: exact
@@ -188,12 +187,11 @@ def truth_source(groundtruth: Any, manifest: dict[str, Any]) -> str:
     return f"exact search: the dataset's {kind} ground truth does not serve ({reason})"
 
 
-def _truth_before_import(groundtruth: Any, target: Any) -> str:
+def _truth_before_import(groundtruth: gt_stage.GroundTruthConfig, target: ImportTarget) -> str:
     """:func:`truth_source` of an import not yet made: its agreement with exact search is known only then."""
     published_k = target.source.gt_ids.shape[1] if target.source.gt_ids.ndim == 2 else 0
-    if published_k < groundtruth.k:
-        held = f"it holds {published_k} neighbours per query, the run asks {groundtruth.k}"
-        return f"exact search: the files' published ground truth does not serve ({held})"
+    if (short := too_few_neighbours(published_k, groundtruth.k)) is not None:
+        return f"exact search: the files' published ground truth does not serve ({short})"
     return (
         f"the files' published lists, cut to k={groundtruth.k}, if they agree with exact search when "
         "imported; else exact search"

@@ -21,6 +21,12 @@ from core.errors import ArtifactError
 from core.store import atomic_write_json, complete_manifest, read_manifest, write_parquet_atomic
 
 
+def too_few_neighbours(held: int, k: int) -> str | None:
+    """Why published lists of ``held`` neighbours per query cannot serve a run asking ``k``; None when
+    they can."""
+    return f"it holds {held} neighbours per query, the run asks {k}" if held < k else None
+
+
 def unusable_reason(dataset: dict[str, Any], groundtruth: GroundTruthConfig) -> str | None:
     """Why a dataset's published ground truth cannot serve as the run's; None when it can."""
     published = dataset.get("groundtruth")
@@ -28,8 +34,8 @@ def unusable_reason(dataset: dict[str, Any], groundtruth: GroundTruthConfig) -> 
         return "the dataset has no published ground truth"
     if published.get("metric") != groundtruth.metric:
         return f"it was measured with metric {published.get('metric')}, the run asks {groundtruth.metric}"
-    if published["k"] < groundtruth.k:
-        return f"it holds {published['k']} neighbours per query, the run asks {groundtruth.k}"
+    if (short := too_few_neighbours(published["k"], groundtruth.k)) is not None:
+        return short
     if published.get("exact"):  # computed here by exact search (a synthetic dataset)
         return None
     check = (dataset.get("import") or {}).get("groundtruth_check") or {}

@@ -317,7 +317,8 @@ def _resource_warnings(plan: Plan) -> None:
 
 
 def _input_line(plan: Plan) -> str:
-    """What the run reads: its corpus and model, or the dataset it is given."""
+    """What the run reads: its corpus and model, or the dataset it is given (its size, its source element
+    type when not float32, and, on a second line, where its ground truth comes from)."""
     cfg = plan.config
     if cfg.generates_dataset:
         return f"{len(plan.corpus_files)} corpus file(s), model {plan.model_dir}, dimension {plan.dimension}"
@@ -325,7 +326,7 @@ def _input_line(plan: Plan) -> str:
     how = "imported by the run into" if dataset.name == "import" else "stored in"
     rows, dtype = plan.file_metadata["rows"], plan.file_metadata["source_dtype"]
     size = f"{rows:,} vectors x {plan.dimension}" + (
-        f" ({dtype}, read as float32)" if dtype != "float32" else ""
+        f" ({dtype}, stored as float32)" if dtype != "float32" else ""
     )
     size += f", {plan.synthetic_note}" if plan.synthetic_note else ""
     return (
