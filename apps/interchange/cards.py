@@ -15,7 +15,10 @@ from pathlib import Path
 
 import yaml
 
-CARDS = Path(__file__).resolve().parents[2] / "datasets"  # absent from an installed wheel: nothing checked
+_ROOT = Path(__file__).resolve().parents[2]
+# The repository's cards; an installed wheel has none (its parents[2] is site-packages, whose `datasets` is
+# Hugging Face's package): nothing is checked there.
+CARDS = _ROOT / "datasets" if (_ROOT / "pyproject.toml").is_file() else None
 SUBSET = re.compile(r"-\d+[kmb]")  # a prefix by its row count: -10m, -500k (not -512: maybe a dimension)
 
 
@@ -28,11 +31,23 @@ class Card:
     path: Path
 
 
-def remote_card(name: str, folder: Path = CARDS) -> Card | None:
+def _read_card(path: Path) -> dict:
+    """A card's fields; empty when it is not a YAML mapping (a user's draft: not this check's business,
+    and the shipped cards are validated by tests/test_datasets_folder.py)."""
+    try:
+        card = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return card if isinstance(card, dict) else {}
+
+
+def remote_card(name: str, folder: Path | None = CARDS) -> Card | None:
     """The card of the remote dataset ``name`` is, or is a subset of (case aside); None when none."""
+    if folder is None:
+        return None
     wanted = name.lower()
     for path in sorted(folder.glob("*.yaml")):
-        card = yaml.safe_load(path.read_text()) or {}
+        card = _read_card(path)
         own = str(card.get("name", "")).lower()
         if card.get("kind") != "remote" or not own or not isinstance(card.get("dims"), int):
             continue

@@ -78,15 +78,21 @@ def import_(
     """Import a dataset and check its published ground truth against exact search."""
     import re
 
-    from apps.interchange.importer import import_dataset
+    from apps.interchange.importer import import_target, run_import
 
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
     store = root.expanduser().resolve() / "store"
+    try:
+        target = import_target(fmt, paths, name, store, metric, rows_per_part)  # files checked: nothing made
+    except PipelineError as exc:
+        _fail(exc)
+    except OSError as exc:  # a file that vanished or cannot be read while it is hashed
+        _error(f"reading the input: {_os_reason(exc)}", 3)
     _writable_store(root, store)
     try:
-        result = import_dataset(fmt, paths, name, store, metric, rows_per_part)
+        result = run_import(target, name, rows_per_part)
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault

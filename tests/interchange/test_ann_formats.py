@@ -289,13 +289,26 @@ def test_files_under_a_study_datasets_name_must_have_its_dimension(tmp_path: Pat
         code, output = _cli("dataset", "import", "vecs", fm, "--name", name, "--workdir", str(tmp_path / "w"))
         assert code == 3 and output.count("\n") == 1, output
         assert f"fmnist1k_base.fvecs: 784-dimensional vectors, {message}" in output
-    assert not list((tmp_path / "w" / "store" / "datasets").iterdir())  # nothing imported
+    assert not (tmp_path / "w" / "store").exists()  # refused before the store is made
     for own in ("pes2o-ve-minilm", "gistx", "gist-1m-pca128", "dbpedia-openai-1m-512", "gist-1m-sample"):
         assert remote_card(own) is None, own  # built, no card, or a variant of the user's own
     code, output = _cli(
         "dataset", "import", "vecs", fm, "--name", "gist-like", "--workdir", str(tmp_path / "w")
     )
     assert code == 0, output
+
+
+def test_cards_a_user_is_drafting_or_an_installed_wheel_check_what_they_can(tmp_path: Path) -> None:
+    """A card that is not a YAML mapping is passed over, not a traceback at `validate`; with no cards
+    folder (an installed wheel) nothing is checked."""
+    from apps.interchange.cards import remote_card
+
+    (tmp_path / "draft.yaml").write_text("name: [gist-1m\n")  # unclosed: not YAML
+    (tmp_path / "list.yaml").write_text("- gist-1m\n")
+    (tmp_path / "gist-1m.yaml").write_text("name: gist-1m\nkind: remote\ndims: 960\n")
+    card = remote_card("gist-1m-10k", tmp_path)
+    assert card is not None and card.dims == 960 and card.path.name == "gist-1m.yaml"
+    assert remote_card("gist-1m", None) is None
 
 
 def test_interrupted_import_leaves_no_dataset(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
