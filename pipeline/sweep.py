@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apps.vdb.config import VdbConfig
 from apps.vdb.sweep import SweepPoint, label_slug
 from core.errors import ArtifactError
 from core.store import complete_manifest, content_key, read_manifest, verify_files
+
+if TYPE_CHECKING:
+    from apps.vdb.resources import PointEstimate
 
 POINT_VERSION = "1"
 POINTS_DIR = "vdb-points"
@@ -115,18 +118,23 @@ def query_settings(point: SweepPoint) -> int:
     return len(sweep(config.query, config.collection.index_type, runs_in_process(point.settings)))
 
 
-def query_windows_s(point: SweepPoint) -> float:
-    """Seconds of measured query windows a point's sweep takes at least (its settings x duration_s)."""
-    return query_settings(point) * (point.config.query.duration_s or 0)
+def query_cost(point: SweepPoint) -> tuple[int, float]:
+    """A point's query settings and the seconds of measured windows they take at least (settings x
+    ``duration_s``; none without it)."""
+    settings = query_settings(point)
+    return settings, settings * (point.config.query.duration_s or 0)
 
 
-def load_s(point: SweepPoint, estimate: Any) -> float:
+def load_s(point: SweepPoint, estimate: PointEstimate) -> float:
     """Seconds of upload (one per batch size) and index build the resource plan's ``estimate`` expects."""
     return estimate.upload_s * len(point.config.insert.batch_sizes) + (estimate.index_s or 0)
 
 
 def sweep_cost(
-    vdb: VdbConfig, plans: list[PointPlan], estimates: dict[int, Any] | None = None, one_job: bool = False
+    vdb: VdbConfig,
+    plans: list[PointPlan],
+    estimates: dict[int, PointEstimate | None] | None = None,
+    one_job: bool = False,
 ) -> str:
     """One line for ``plan``: points to run, pilot jobs, query settings, the floor of their measured
     windows and, with the resource plan's ``estimates`` (id of a point -> PointEstimate), the upload and
@@ -139,8 +147,9 @@ def sweep_cost(
         return f"sweep cost: none: all {len(plans)} point(s) are done"
     jobs = sum(1 for p in todo if not runs_in_process(p.point.settings)) if vdb.cluster else 0
     pilots = "deployment(s) inside the one allocation" if one_job else "job(s)"
-    settings = sum(query_settings(p.point) for p in todo)
-    windows = sum(query_windows_s(p.point) for p in todo)
+    costs = [query_cost(p.point) for p in todo]
+    settings = sum(count for count, _ in costs)
+    windows = sum(seconds for _, seconds in costs)
     floor = f"; at least {duration(windows)} of measured query windows" if windows else ""
     found = [(p.point, (estimates or {}).get(id(p.point))) for p in todo]
     loads = sum(load_s(point, e) for point, e in found if e is not None)
@@ -154,12 +163,13 @@ def sweep_cost(
 def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:
     """Rows for ``plan``: (number, label, repeat, swept parameters, key, done)."""
     from apps.vdb import runs_in_process
+    from apps.vdb.stages.query_sweep import measured_clients
 
     rows = []
     for p in plans:
         params = ", ".join(f"{k}={v}" for k, v in p.point.params.items()) or "(no swept settings)"
         clients = p.point.config.query.clients
-        if runs_in_process(p.point.settings) and set(clients) != {1}:  # query_sweep.sweep measures 1
+        if measured_clients(p.point.config.query, runs_in_process(p.point.settings)) != sorted(set(clients)):
             params += "\n       queries with 1 client (an in-process engine: "
             params += f"vdb.query.clients {clients} does not apply)"
         rows.append((str(p.number), p.label, str(p.point.repeat), params, p.key, p.complete))

@@ -55,6 +55,11 @@ ATTEMPTS = 2  # a stalled setting is run once more before it is flagged
 RELEASE_AHEAD_S = 0.25
 
 
+def measured_clients(query_cfg: QuerySweepConfig, in_process: bool = False) -> list[int]:
+    """The client counts a sweep measures: an in-process engine serves one client, whatever is asked."""
+    return [1] if in_process else sorted(set(query_cfg.clients))
+
+
 def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False) -> list[QuerySetting]:
     """Every setting of the sweep, grouped by clients (pool reuse).
 
@@ -64,7 +69,7 @@ def sweep(query_cfg: QuerySweepConfig, index_type: str, in_process: bool = False
     repeating the same setting.
     """
     efs = query_cfg.ef if index_type in SEARCH_KNOB else [None]
-    clients = [1] if in_process else sorted(set(query_cfg.clients))
+    clients = measured_clients(query_cfg, in_process)
     rates = query_cfg.rate if isinstance(query_cfg.rate, list) else []
     return [
         QuerySetting(ef=ef, batch_size=b, clients=c, k=k, rate=rate)
