@@ -22,6 +22,7 @@ from parsl.launchers.base import Launcher
 from parsl.utils import get_all_checkpoints
 
 from core.errors import PipelineError
+from executors.allocation import in_one_allocation
 from executors.config import (
     AuroraExecutorConfig,
     CpuWorkers,
@@ -164,6 +165,8 @@ def hpc_config(
     address = resolve_address(executor.interface, address)
 
     def htex_args(block: GpuWorkers | CpuWorkers, gpus: bool) -> dict[str, Any]:
+        one_job = in_one_allocation(executor)
+        job_walltime = executor.walltime if one_job else block.walltime or executor.walltime
         init = worker_init([*executor.worker_init, *block_environment(executor.platform, block)])
         request = JobRequest(
             nodes=block.nodes_per_block,
@@ -183,8 +186,9 @@ def hpc_config(
             "run_dir": run_dir,
             "heartbeat_period": executor.heartbeat_period,
             "heartbeat_threshold": executor.heartbeat_threshold,
-            # Workers drain before their own block's walltime ends, not the executor default's.
-            "drain_period": drain_period(block.walltime or executor.walltime, executor.drain_margin_s),
+            # Workers drain before their own job's walltime ends: their block's, or under allocation one
+            # the one job's (a block's own walltime does not apply inside it).
+            "drain_period": drain_period(job_walltime, executor.drain_margin_s),
         }
 
     executors = [gpu_executor(executor.gpu, **htex_args(executor.gpu, True))]

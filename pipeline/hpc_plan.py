@@ -66,8 +66,7 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         by_line: dict[int | None, list[str]] = {}  # in line order: the fields on this line come first
         for at, other in others:
             by_line.setdefault(at, []).append(other)
-        groups = [(f"line {at}: " if at not in (None, line) else "") + ", ".join(names)
-                  for at, names in by_line.items()]  # fmt: skip
+        groups = [_on_line(at, line) + ", ".join(names) for at, names in by_line.items()]
         also = f" (also {'; '.join(groups)})" if others else ""
         listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
     raise ConfigError(
@@ -75,6 +74,14 @@ def check_or_raise(loaded: LoadedConfig) -> None:
         file=str(loaded.shown_path),
         line=placed[0][0],
     )
+
+
+def _on_line(at: int | None, first: int | None) -> str:
+    """The prefix of a group of fields on line ``at`` beside a problem named at line ``first``: none on
+    the same line; a field the file does not write (a default) is said to be so, not left unprefixed."""
+    if at == first:
+        return ""
+    return f"line {at}: " if at is not None else "not in the file: "
 
 
 def _run_dir(loaded: LoadedConfig) -> Path:

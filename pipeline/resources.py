@@ -24,7 +24,7 @@ from core.format import size
 from executors.allocation import in_one_allocation
 from executors.config import walltime_seconds
 from pipeline.config.loader import LoadedConfig
-from pipeline.sweep import load_s, query_settings, query_windows_s
+from pipeline.sweep import load_s, query_cost
 
 # The queries a query client sends when vdb.query.max_queries does not bound them: the study's order
 # (22,723 BV-BRC terms, 100K Yandex-T2I queries) is 10^4 to 10^5; `plan` prints the assumption.
@@ -300,8 +300,7 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     if default is None or in_one_allocation(executor):  # one job: _beyond_allocation times them together
         return []
     config = point.config
-    settings = query_settings(point)
-    windows = settings * (config.query.duration_s or 0)  # as query_windows_s, with the count for the message
+    settings, windows = query_cost(point)
     if not windows:
         return []
     jobs = {"its client block": (executor.cpu or executor.gpu).walltime or default}
@@ -317,21 +316,27 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     ]
 
 
-def _beyond_allocation(loaded: LoadedConfig, points: list[Any], estimates: dict[int, Any]) -> list[str]:
+def _beyond_allocation(
+    loaded: LoadedConfig, points: list[Any], estimates: dict[int, PointEstimate | None]
+) -> list[str]:
     """A warning when, under ``executor.allocation: one``, the points to run outlast the one job: they run
     one after another inside it, so their query windows and the upload and index time the resource plan
     expects (``estimates``: id of a point -> PointEstimate, when the row count is known) add up."""
     executor = loaded.config.executor
     if not in_one_allocation(executor) or not points:
         return []
-    windows = sum(query_windows_s(point) for point in points)
+    windows = sum(query_cost(point)[1] for point in points)
     loads = sum(load_s(p, e) for p in points if (e := estimates.get(id(p))) is not None)
-    if windows + loads <= walltime_seconds(executor.walltime):
+    # Workers take no task in the last drain_margin_s (executors.hpc.drain_period).
+    margin = executor.drain_margin_s or 0
+    if windows + loads <= walltime_seconds(executor.walltime) - margin:
         return []
-    expected = f" and about {duration(loads)} of upload and index by the resource plan" if loads else ""
+    taken = [f"at least {duration(windows)} of measured query windows"] if windows else []
+    taken += [f"about {duration(loads)} of upload and index by the resource plan"] if loads else []
+    usable = f", less its {duration(margin)} drain margin (executor.drain_margin_s)" if margin else ""
+    fewer = "settings (or shorter vdb.query.duration_s)" if windows else "rows (vdb.insert.rows)"
     return [
-        f"the {len(points):,} point(s) to run take at least {duration(windows)} of measured query "
-        f"windows{expected}, one after another inside the one allocation, more than its walltime "
-        f"({executor.walltime}, executor.walltime): ask a longer walltime, sweep fewer points or "
-        "settings, or the job ends before the run does"
+        f"the {len(points):,} point(s) to run take {' and '.join(taken)}, one after another inside the one "
+        f"allocation, more than its walltime ({executor.walltime}, executor.walltime){usable}: ask a longer "
+        f"walltime, run fewer points or {fewer}, or the job ends before the run does"
     ]

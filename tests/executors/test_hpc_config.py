@@ -417,6 +417,27 @@ def test_retry_handler_retries_lost_workers_not_bad_input() -> None:
         assert retry_handler(bad, {}) == float("inf")
 
 
+def test_workers_drain_before_the_walltime_of_the_job_they_run_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU block of 20 min: its own job's walltime when separate; inside one allocation, the one job's
+    40 min (executor.walltime), less the drain margin either way."""
+    from executors.allocation import NodeSplit
+    from executors.platforms import parsl_config_for
+
+    drains = {}
+    for allocation in ("separate", "one"):
+        monkeypatch.setenv("ALLOCATION", allocation)
+        executor = load_config(REPO / "configs" / "slurm-local.yaml").config.executor
+        cpu = executor.cpu.model_copy(update={"walltime": "00:20:00"})
+        executor = executor.model_copy(update={"drain_margin_s": 600, "cpu": cpu})
+        split = NodeSplit(["n1"], ["n2"], ["n3"]) if allocation == "one" else None
+        config = parsl_config_for(executor, tmp_path / allocation / "runs" / "r1", split=split)
+        drains[allocation] = {e.label: getattr(e, "drain_period", None) for e in config.executors}
+    assert drains["separate"] == {"workers": 1800, "cpu": 600, "driver": None}
+    assert drains["one"] == {"workers": 1800, "cpu": 1800, "driver": None}
+
+
 def test_memoizer_loads_checkpoints_of_earlier_runs(tmp_path: Path) -> None:
     from parsl.dataflow.memoization import BasicMemoizer
 
@@ -596,3 +617,8 @@ def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path
         r"lustre_path; line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)$", missing[0]
     )
     assert len(listed) == 3  # the directory and the two images
+    # a field the file does not write is said to be so, not run on after another line's fields
+    from pipeline.hpc_plan import _on_line
+
+    assert (_on_line(12, 12), _on_line(30, 12), _on_line(None, 12)) == ("", "line 30: ", "not in the file: ")
+    assert _on_line(None, None) == ""

@@ -398,3 +398,14 @@ def test_one_allocations_points_are_timed_together(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("ALLOCATION", "one")
     fits = load_config(REPO / "configs" / "slurm-local.yaml")  # as shipped: 3 s windows
     assert not [w for w in resource_plan(fits, fits.config.vdb.points, 8580, 384).warnings if "walltime" in w]
+    # Workers take no task in the job's last drain_margin_s: 20 settings x 110 s (37 min) fit 40 min, not
+    # 40 min less a 10 min margin.
+    path, _ = edited_polaris(tmp_path, old, "duration_s: 110 ", name="slurm-local.yaml")
+    for margin, warned in (("null", False), ("600", True)):
+        text = re.sub(r"drain_margin_s: \S+", f"drain_margin_s: {margin}", path.read_text(), count=1)
+        path.write_text(text)
+        loaded = load_config(path)
+        plan = resource_plan(loaded, loaded.config.vdb.points, None, 384)
+        late = [w for w in plan.warnings if "walltime" in w]
+        assert len(late) == warned, late
+    assert "(00:40:00, executor.walltime), less its 10 min drain margin (executor.drain_margin_s)" in late[0]
