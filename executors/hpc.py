@@ -164,8 +164,9 @@ def hpc_config(
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     address = resolve_address(executor.interface, address)
 
+    one_job = in_one_allocation(executor)
+
     def htex_args(block: GpuWorkers | CpuWorkers, gpus: bool) -> dict[str, Any]:
-        one_job = in_one_allocation(executor)
         job_walltime = executor.walltime if one_job else block.walltime or executor.walltime
         init = worker_init([*executor.worker_init, *block_environment(executor.platform, block)])
         request = JobRequest(
