@@ -280,6 +280,26 @@ def _deepest(node: yaml.Node | None, loc: tuple) -> tuple[int | None, int]:
     return line, depth
 
 
+def _without_tags(node: yaml.Node | None, loc: tuple) -> tuple:
+    """``loc`` without the union tags pydantic puts in it (``executor.slurm.allocation``: the file writes
+    ``executor.allocation``): a part the file's mapping lacks as a key but holds as a value (``platform:
+    slurm``), the discriminator pydantic chose the model by."""
+    kept: list = []
+    for i, part in enumerate(loc):
+        if isinstance(node, yaml.MappingNode):
+            keys = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+            values = {v.value for v in keys.values() if isinstance(v, yaml.ScalarNode)}
+            if part not in keys and part in values and i + 1 < len(loc):
+                continue  # a tag: the field sits directly in this mapping
+            node = keys.get(part)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+        kept.append(part)
+    return tuple(kept)
+
+
 def _entry_prefix(entry: str | None) -> str:
     """What every message about a ``datasets`` entry's config starts with (empty for the file's own)."""
     return f"dataset {entry}: " if entry else ""
@@ -294,7 +314,7 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
     problems = []
     first_line = None
     for err in exc.errors():
-        loc = tuple(err["loc"])
+        loc = _without_tags(node, tuple(err["loc"]))
         cause = err.get("ctx", {}).get("error")
         if isinstance(cause, FieldError):  # a cross-field check naming its field
             loc += cause.loc

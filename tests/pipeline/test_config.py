@@ -119,6 +119,12 @@ def test_discriminated_union_error_path(write_config, small_corpus, tmp_path) ->
     with pytest.raises(ConfigError) as info:
         load_config(write_config(config))
     assert "chunk_overlap (20) must be < chunk_size (10)" in str(info.value)
+    # A field is named as the file writes it, without the union's tag pydantic adds (executor.local.workers).
+    config = base_config(small_corpus, tmp_path, chunking={"method": "recursive", "chunk_size": 10})
+    config["executor"] = {"platform": "local", "workers": "two"}
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "executor.workers: Input should be a valid integer" in str(info.value), info.value
 
 
 def test_env_interpolation(write_config, small_corpus, tmp_path, monkeypatch) -> None:
