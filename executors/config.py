@@ -82,6 +82,17 @@ def walltime_seconds(value: str) -> int:
     return hours * 3600 + minutes * 60 + seconds
 
 
+MIN_DRAIN_PERIOD_S = 60  # workers take tasks for at least this long, whatever the margin
+
+
+def drain_period(walltime: str, margin_s: int | None) -> int | None:
+    """Seconds after which workers stop taking tasks, so none is killed mid-task by the walltime (None:
+    never drain)."""
+    if margin_s is None:
+        return None
+    return max(MIN_DRAIN_PERIOD_S, walltime_seconds(walltime) - margin_s)
+
+
 # --- machine facts -----------------------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ from executors.config import (
     GpuWorkers,
     PolarisExecutorConfig,
     SlurmExecutorConfig,
-    walltime_seconds,
+    drain_period,
 )
 from executors.labels import CPU, DRIVER, WORKERS
 from executors.providers import JobRequest, worker_init
@@ -71,13 +71,6 @@ def memoizer(run_dir: Path, checkpoint_mode: str | None) -> BasicMemoizer:
             if parsl_dir.parent != run_dir:
                 files.extend(get_all_checkpoints(str(parsl_dir)))
     return BasicMemoizer(memoize=True, checkpoint_mode=checkpoint_mode, checkpoint_files=files)
-
-
-def drain_period(walltime: str, margin_s: int | None) -> int | None:
-    """Seconds after which workers stop taking tasks, so none is killed mid-task by the walltime."""
-    if margin_s is None:
-        return None
-    return max(60, walltime_seconds(walltime) - margin_s)
 
 
 def gpu_executor(block: GpuWorkers, provider: Any, address: str | None, run_dir: Path, **common: Any):

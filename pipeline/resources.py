@@ -22,7 +22,7 @@ from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory,
 from core.errors import ConfigError
 from core.format import size
 from executors.allocation import in_one_allocation
-from executors.config import walltime_seconds
+from executors.config import MIN_DRAIN_PERIOD_S, drain_period, walltime_seconds
 from pipeline.config.loader import LoadedConfig
 from pipeline.sweep import load_s, query_cost
 
@@ -195,6 +195,7 @@ def resource_plan(
     to_run = points if pending is None else pending  # done points do not run
     check_local_cores(loaded, to_run)
     plan = ResourcePlan(rows)
+    plan.warnings += _drain_beyond_walltimes(loaded)
     for point in to_run:  # needs no row count
         plan.warnings += _beyond_walltimes(loaded, point)
     if cfg.vdb is None or rows is None:
@@ -316,6 +317,27 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     ]
 
 
+def _drain_beyond_walltimes(loaded: LoadedConfig) -> list[str]:
+    """A warning for each batch job whose walltime ``executor.drain_margin_s`` leaves less than a minute
+    of (:func:`executors.config.drain_period`): its workers take tasks for their first minute only."""
+    executor = loaded.config.executor
+    margin = getattr(executor, "drain_margin_s", None)
+    if getattr(executor, "walltime", None) is None or margin is None:
+        return []
+    if in_one_allocation(executor):
+        jobs = {"the one allocation": executor.walltime}
+    else:
+        blocks = {"gpu": executor.gpu, "cpu": executor.cpu}
+        jobs = {f"the {name} block": b.walltime or executor.walltime for name, b in blocks.items() if b}
+    return [
+        f"executor.drain_margin_s ({margin:,} s) is not below the walltime of {job} ({walltime}) by a "
+        f"minute: its workers take tasks for their first {MIN_DRAIN_PERIOD_S} s only; lower "
+        "executor.drain_margin_s or ask a longer walltime"
+        for job, walltime in jobs.items()
+        if walltime_seconds(walltime) - margin < MIN_DRAIN_PERIOD_S
+    ]
+
+
 def _beyond_allocation(
     loaded: LoadedConfig, points: list[Any], estimates: dict[int, PointEstimate | None]
 ) -> list[str]:
@@ -327,9 +349,10 @@ def _beyond_allocation(
         return []
     windows = sum(query_cost(point)[1] for point in points)
     loads = sum(load_s(p, e) for p in points if (e := estimates.get(id(p))) is not None)
-    # Workers take no task in the last drain_margin_s (executors.hpc.drain_period).
+    # Workers take no task after their drain period (the walltime less drain_margin_s), as Parsl is told.
     margin = executor.drain_margin_s or 0
-    if windows + loads <= walltime_seconds(executor.walltime) - margin:
+    drained = drain_period(executor.walltime, executor.drain_margin_s)
+    if windows + loads <= (drained if drained is not None else walltime_seconds(executor.walltime)):
         return []
     taken = [f"at least {duration(windows)} of measured query windows"] if windows else []
     taken += [f"about {duration(loads)} of upload and index by the resource plan"] if loads else []

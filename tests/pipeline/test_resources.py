@@ -409,3 +409,12 @@ def test_one_allocations_points_are_timed_together(monkeypatch: pytest.MonkeyPat
         late = [w for w in plan.warnings if "walltime" in w]
         assert len(late) == warned, late
     assert "(00:40:00, executor.walltime), less its 10 min drain margin (executor.drain_margin_s)" in late[0]
+    # A margin that leaves a job less than a minute: its workers would take tasks for 60 s only.
+    path.write_text(path.read_text().replace("drain_margin_s: 600", "drain_margin_s: 2370", 1))
+    loaded = load_config(path)
+    drains = [w for w in resource_plan(loaded, loaded.config.vdb.points, None, 384).warnings if "drain" in w]
+    assert drains[0] == (
+        "executor.drain_margin_s (2,370 s) is not below the walltime of the one allocation (00:40:00) by a "
+        "minute: its workers take tasks for their first 60 s only; lower executor.drain_margin_s or ask a "
+        "longer walltime"
+    ), drains
