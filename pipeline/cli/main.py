@@ -323,7 +323,11 @@ def _input_line(plan: Plan) -> str:
     if cfg.generates_dataset:
         return f"{len(plan.corpus_files)} corpus file(s), model {plan.model_dir}, dimension {plan.dimension}"
     dataset = plan.stage("embed")
-    how = "imported by the run into" if dataset.name == "import" else "stored in"
+    from core.store import complete_manifest
+
+    how = "stored in"
+    if dataset.name == "import":  # made by an earlier run or `dataset import` of the same files: done
+        how = "imported into" if complete_manifest(dataset.directory) else "imported by the run into"
     rows, dtype = plan.file_metadata["rows"], plan.file_metadata["source_dtype"]
     size = f"{rows:,} vectors x {plan.dimension}" + (
         f" ({dtype}, stored as float32)" if dtype != "float32" else ""

@@ -322,7 +322,12 @@ def test_the_dataset_line_names_a_source_type_other_than_float32(tmp_path, write
         return _input_line(build_plan(load_config(write_config(config)))).splitlines()[0]
 
     assert "dataset bigann10k: 10,000 vectors x 128 (uint8, stored as float32), imported" in line("bigann10k")
-    assert "dataset fmnist1k: 1,000 vectors x 784, imported" in line("fmnist1k")
+    assert "dataset fmnist1k: 1,000 vectors x 784, imported by the run into" in line("fmnist1k")
+    # imported since (here by `dataset import` of the same files): the line no longer says the run will
+    from apps.interchange.importer import import_dataset
+
+    import_dataset("vecs", [ANN / "fmnist1k"], "fmnist1k", tmp_path / "wd" / "store")
+    assert "dataset fmnist1k: 1,000 vectors x 784, imported into " in line("fmnist1k")
 
 
 def test_an_import_under_a_study_name_without_its_dimension_is_refused_at_plan(tmp_path, write_config):
