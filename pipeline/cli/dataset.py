@@ -3,6 +3,7 @@ layout, their geometry, and synthetic ones shaped like a real one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -50,6 +51,17 @@ def _writable_store(root: Path, store: Path) -> None:
             _error(f"cannot create the store under {root}: {os_error_reason(exc, folder)}", 2)
 
 
+def _remove_made(made: list[Path], store: Path, folder: Path) -> None:
+    """After a failed import, the store folders this command made (the import removed its own
+    temporary folder): a bad base row found while streaming leaves the workdir as it was."""
+    if not made:  # the store was there before: its folders may be another import's
+        return
+    (store / "locks" / "datasets" / f"{folder.name}.lock").unlink(missing_ok=True)
+    for empty in (store / "datasets", store / "locks" / "datasets", store / "locks", *made):
+        with contextlib.suppress(OSError):  # not empty: something else writes there too; kept
+            empty.rmdir()
+
+
 @app.command("import")
 def import_(
     fmt: Annotated[
@@ -90,12 +102,15 @@ def import_(
         _fail(exc)
     except OSError as exc:  # a file that vanished or cannot be read while it is hashed
         _error(f"reading the input: {_os_reason(exc)}", 3)
+    made = [p for p in (store, *store.parents) if not p.exists()]  # removed again if the import fails
     _writable_store(root, store)
     try:
         result = run_import(target, name, rows_per_part)
     except PipelineError as exc:
+        _remove_made(made, store, target.directory)
         _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
+        _remove_made(made, store, target.directory)
         _error(f"importing into {store}: {_os_reason(exc)}", 1)
     manifest, check = result.manifest, result.check
     state = "already imported" if result.cached else "imported"

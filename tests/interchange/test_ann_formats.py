@@ -409,7 +409,7 @@ def test_a_row_holding_nan_or_infinity_is_one_line(
         fh.write(np.float32(value).tobytes())
     code, output = _cli("dataset", "import", "vecs", str(folder), "--name", "fm", "--workdir", str(tmp_path))
     _one_line(code, output, 3, f"{damaged}: {role} row {row} (0-based) holds NaN or an infinite value")
-    assert _leftovers(tmp_path / "store") == []
+    assert not (tmp_path / "store").exists()  # found while streaming: the store made for it is removed
 
 
 def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Path) -> None:
