@@ -101,16 +101,8 @@ REPORTED_AS = {"executor.gpu.accelerators.0": "executor.gpu.accelerators"}
 
 
 def shown_path(dotted: str, data: dict[str, Any]) -> str:
-    """The field path as the error names it: union tags (platform, database) after their mapping."""
-    parts = REPORTED_AS.get(dotted, dotted).split(".")
-    out = []
-    for i, part in enumerate(parts):
-        out.append(part)
-        if parts[:1] == ["executor"] and i == 0 and len(parts) > 1:
-            out.append(data["executor"]["platform"])
-        if parts[:2] == ["vdb", "databases"] and i == 2:
-            out.append(data["vdb"]["databases"][int(part)]["name"])
-    return ".".join(out)
+    """The field path as the error names it: as the file writes it (no union tag: platform, database)."""
+    return REPORTED_AS.get(dotted, dotted)
 
 
 def _fill(value: Any, marker: Path) -> Any:

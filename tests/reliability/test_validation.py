@@ -120,18 +120,16 @@ def test_a_server_url_without_scheme_or_host_is_refused(small_corpus, tmp_path) 
         {"name": "weaviate", "label": "w-80", "url": "http://weaviate"},  # port 80, or Weaviate's 8080?
     ]
     config = base_config(small_corpus, tmp_path / "wd", vdb={"databases": databases})
-    flat = _validate(
-        _write(tmp_path, config), "config.yaml", "vdb.databases.0.weaviate.url", "'weaviate:8080'"
-    )
-    assert "vdb.databases.1.qdrant.url: must be a server URL such as http://host:8080" in flat, flat
+    flat = _validate(_write(tmp_path, config), "config.yaml", "vdb.databases.0.url", "'weaviate:8080'")
+    assert "vdb.databases.1.url: must be a server URL such as http://host:8080" in flat, flat
     assert "'http://qdrant:99999'" in flat, flat
-    milvus = "vdb.databases.2.milvus.uri: must be a server URL such as http://host:8080 (http or https or tcp"
+    milvus = "vdb.databases.2.uri: must be a server URL such as http://host:8080 (http or https or tcp"
     assert milvus in flat, flat
     for index in (3, 4):  # the recorded config would hold the password, and so would the error
-        assert f"vdb.databases.{index}.pgvector.url: must not hold a password" in flat, flat
+        assert f"vdb.databases.{index}.url: must not hold a password" in flat, flat
     assert "secret" not in flat, flat
-    assert "vdb.databases.5.weaviate.url: must be http://host:port" in flat, flat
-    assert "vdb.databases.6.weaviate.url: must name its port" in flat, flat
+    assert "vdb.databases.5.url: must be http://host:port" in flat, flat
+    assert "vdb.databases.6.url: must name its port" in flat, flat
 
 
 @pytest.mark.parametrize(
