@@ -43,6 +43,12 @@ def in_one_allocation(executor: Any) -> bool:
     return getattr(executor, "allocation", "separate") == "one"
 
 
+def job_walltime(executor: Any, block: Any) -> str:
+    """The walltime of the job a worker block runs in: its own (else the executor's), or under
+    ``allocation: one`` the one job's (a block's own walltime does not apply inside it)."""
+    return executor.walltime if in_one_allocation(executor) else block.walltime or executor.walltime
+
+
 def nodes_needed(executor: Any, vdb: Any) -> tuple[int, int, int]:
     """(GPU block, CPU block, database) nodes of one allocation: the largest database job of any point."""
     cpu = executor.cpu.nodes_per_block if executor.cpu is not None else 0

@@ -22,7 +22,7 @@ from parsl.launchers.base import Launcher
 from parsl.utils import get_all_checkpoints
 
 from core.errors import PipelineError
-from executors.allocation import in_one_allocation
+from executors.allocation import job_walltime
 from executors.config import (
     AuroraExecutorConfig,
     CpuWorkers,
@@ -157,10 +157,7 @@ def hpc_config(
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     address = resolve_address(executor.interface, address)
 
-    one_job = in_one_allocation(executor)
-
     def htex_args(block: GpuWorkers | CpuWorkers, gpus: bool) -> dict[str, Any]:
-        job_walltime = executor.walltime if one_job else block.walltime or executor.walltime
         init = worker_init([*executor.worker_init, *block_environment(executor.platform, block)])
         request = JobRequest(
             nodes=block.nodes_per_block,
@@ -182,7 +179,7 @@ def hpc_config(
             "heartbeat_threshold": executor.heartbeat_threshold,
             # Workers drain before their own job's walltime ends: their block's, or under allocation one
             # the one job's (a block's own walltime does not apply inside it).
-            "drain_period": drain_period(job_walltime, executor.drain_margin_s),
+            "drain_period": drain_period(job_walltime(executor, block), executor.drain_margin_s),
         }
 
     executors = [gpu_executor(executor.gpu, **htex_args(executor.gpu, True))]

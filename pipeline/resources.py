@@ -21,7 +21,7 @@ from apps.vdb.binding import local_cpus
 from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
 from core.errors import ConfigError
 from core.format import size
-from executors.allocation import in_one_allocation
+from executors.allocation import in_one_allocation, job_walltime
 from executors.config import MIN_DRAIN_PERIOD_S, drain_period, walltime_seconds
 from pipeline.config.loader import LoadedConfig
 from pipeline.sweep import load_s, query_cost
@@ -328,7 +328,7 @@ def _drain_beyond_walltimes(loaded: LoadedConfig) -> list[str]:
         jobs = {"the one allocation": executor.walltime}
     else:
         blocks = {"gpu": executor.gpu, "cpu": executor.cpu}
-        jobs = {f"the {name} block": b.walltime or executor.walltime for name, b in blocks.items() if b}
+        jobs = {f"the {name} block": job_walltime(executor, b) for name, b in blocks.items() if b}
     return [
         f"executor.drain_margin_s ({margin:,} s) is not below the walltime of {job} ({walltime}) by a "
         f"minute: its workers take tasks for their first {MIN_DRAIN_PERIOD_S} s only; lower "

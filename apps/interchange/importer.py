@@ -354,6 +354,11 @@ def import_dataset(
     return run_import(target, name, rows_per_part, row_group_rows, memory_budget_mb)
 
 
+def import_lock(final: Path) -> Path:
+    """The lock file one import of the files that land at ``final`` holds (``store/locks/datasets/``)."""
+    return final.parent.parent / "locks" / "datasets" / f"{final.name}.lock"
+
+
 def run_import(
     target: ImportTarget,
     name: str,
@@ -366,7 +371,7 @@ def run_import(
     if (done := cached_import(final)) is not None:
         return Imported(final, done, cached=True)
     # One import of these files at a time: a second one waits, then finds the first's dataset.
-    with exclusive_lock(final.parent.parent / "locks" / "datasets" / f"{final.name}.lock") as locked:
+    with exclusive_lock(import_lock(final)) as locked:
         if (done := cached_import(final)) is not None:
             return Imported(final, done, cached=True)
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,9 @@ def _remove_made(made: list[Path], store: Path, folder: Path) -> None:
     temporary folder): a bad base row found while streaming leaves the workdir as it was."""
     if not made:  # the store was there before: its folders may be another import's
         return
-    (store / "locks" / "datasets" / f"{folder.name}.lock").unlink(missing_ok=True)
+    from apps.interchange.importer import import_lock
+
+    import_lock(folder).unlink(missing_ok=True)
     for empty in (store / "datasets", store / "locks" / "datasets", store / "locks", *made):
         with contextlib.suppress(OSError):  # not empty: something else writes there too; kept
             empty.rmdir()
