@@ -465,12 +465,7 @@ def written_loc(
         if rest and rest[0] == name:  # the discriminated union's tag
             rest = rest[1:]
         written = ("databases", entry, *rest)
-    elif (
-        loc
-        and loc[0] in ENTRY_SECTIONS
-        and len(loc) > 1
-        and loc[1] in expansion.entry_keys.get(entry, {}).get(loc[0], {})
-    ) or (loc and loc[0] in ENTRY_FIELDS and loc[0] in expansion.entry_keys.get(entry, {})):
+    elif _written_by_entry(expansion.entry_keys.get(entry, {}), loc, expansion.base):
         written = ("databases", entry, *loc)
     else:
         written = loc
@@ -478,6 +473,23 @@ def written_loc(
         if written[: len(path)] == path:
             return (*path, index, *written[len(path) :])
     return written
+
+
+def _written_by_entry(own: dict[str, Any], loc: tuple, shared: dict[str, Any]) -> bool:
+    """True when the field at ``loc`` is the entry's (``own``: its sections and fields as written): the
+    entry writes it, or a value that replaces everything under it. Sections merge key by key, so a key
+    the entry's mapping lacks is the shared section's where that writes it (``storage: {medium: lustre}``
+    keeps the shared ``lustre_path``); a default neither writes is placed where the entry would add it."""
+    if not loc or loc[0] not in ENTRY_OWN or loc[0] not in own:
+        return False
+    node: Any = own[loc[0]]
+    for depth, part in enumerate(loc[1:], start=1):
+        if not (isinstance(node, dict) and node):  # a value, a list, or {} that clears the shared one
+            return True
+        if part not in node:
+            return depth > 1 and _at(shared, loc) is None
+        node = node[part]
+    return True
 
 
 def restore(dumped: dict[str, Any], expansion: Expansion) -> dict[str, Any]:

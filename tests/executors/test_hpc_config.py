@@ -21,7 +21,7 @@ from executors.config import (
     walltime_seconds,
 )
 from pipeline.config.checks import check_platform
-from pipeline.config.loader import load_config
+from pipeline.config.loader import _line_of, load_config
 from tests.conftest import REPO, SAMPLE, TERMS, run_cli
 
 PLATFORMS = ("polaris", "aurora", "slurm")
@@ -292,6 +292,18 @@ def test_lustre_directory_must_exist(hpc_env: Path) -> None:
     (hpc_env / "project" / "vdb-data").rmdir()
     problems = problems_of(hpc_env, study("polaris"))
     assert "does not exist" in problems[("vdb", "cluster", "overrides", "milvus", "storage", "lustre_path")]
+    # The Fig. 2 entries write `storage: {medium: [memory, ssd, lustre]}`: their lustre_path is the shared
+    # section's, named where it is written, not at the entry that merely inherits it.
+    assert "does not exist" in problems[("vdb", "cluster", "storage", "lustre_path")]
+    assert not [loc for loc in problems if loc[:2] == ("vdb", "databases")], problems
+    # Written nowhere: named at the entry that asks for Lustre, where it would be added.
+    data = study("polaris")
+    del data["vdb"]["cluster"]["storage"]["lustre_path"]
+    entries = [i for i, db in enumerate(data["vdb"]["databases"]) if "lustre" in str(db.get("cluster"))]
+    needs = {loc for loc, text in problems_of(hpc_env, data).items() if "needs lustre_path" in text}
+    assert entries and needs == {
+        ("vdb", "databases", i, "cluster", "storage", "lustre_path") for i in entries
+    }
 
 
 def test_cores_must_fit_one_socket_per_rank(hpc_env: Path) -> None:
@@ -598,8 +610,9 @@ def test_the_gpu_nearest_a_rank_follows_the_node_topology() -> None:
 
 
 def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path) -> None:
-    """configs/polaris.yaml as shipped: its entries share one Lustre directory (a YAML anchor), so a
-    missing one is one line naming the other fields that hold it; lines come in the file's order."""
+    """configs/polaris.yaml as shipped: its entries inherit one Lustre directory, so a missing one is one
+    line, at the field that writes it, naming the other field that holds it; lines come in the file's
+    order."""
     from pipeline.hpc_plan import check_or_raise
 
     (hpc_env / "project" / "vdb-data").rmdir()
@@ -611,11 +624,17 @@ def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path
     numbers = [int(line.split(":")[0].removeprefix("  line ")) for line in listed]
     assert numbers == sorted(numbers) and err.value.line == numbers[0]
     missing = [line for line in listed if "vdb-data does not exist" in line]
-    assert len(missing) == 1 and "(also vdb." in missing[0], listed
-    # an alias on another line keeps that line (the override's Lustre path, below the entries' anchor)
-    assert re.search(
-        r"lustre_path; line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)$", missing[0]
+    assert len(missing) == 1, listed
+    # the shared section's line, where the value is written (the Fig. 2 entries that inherit it write
+    # only `storage: {medium: [...]}`), then the override's own Lustre path on its line
+    lustre = _line_of(
+        load_config(REPO / "configs" / "polaris.yaml").node, ("vdb", "cluster", "storage", "lustre_path")
     )
+    assert re.fullmatch(
+        rf"  line {lustre}: vdb\.cluster\.storage\.lustre_path: directory \S+ does not exist "
+        r"\(also line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)",
+        missing[0],
+    ), missing
     assert len(listed) == 3  # the directory and the two images
     # a field the file does not write is said to be so, not run on after another line's fields
     from pipeline.hpc_plan import _on_line
