@@ -52,8 +52,8 @@ def _writable_store(root: Path, store: Path) -> None:
 
 
 def _remove_made(made: list[Path], store: Path, folder: Path) -> None:
-    """After a failed import, the store folders this command made (the import removed its own
-    temporary folder): a bad base row found while streaming leaves the workdir as it was."""
+    """After a failed or interrupted import, the store folders this command made (the import removed its
+    own temporary folder): a bad base row found while streaming leaves the workdir as it was."""
     if not made:  # the store was there before: its folders may be another import's
         return
     from apps.interchange.importer import import_lock
@@ -114,6 +114,9 @@ def import_(
     except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
         _remove_made(made, store, target.directory)
         _error(f"importing into {store}: {_os_reason(exc)}", 1)
+    except KeyboardInterrupt:  # Ctrl-C: the staged folder is gone already; so are the folders made for it
+        _remove_made(made, store, target.directory)
+        raise
     manifest, check = result.manifest, result.check
     state = "already imported" if result.cached else "imported"
     out.print(

@@ -412,6 +412,23 @@ def test_a_row_holding_nan_or_infinity_is_one_line(
     assert not (tmp_path / "store").exists()  # found while streaming: the store made for it is removed
 
 
+def test_an_interrupted_import_leaves_the_workdir_as_it_was(
+    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the base streams: the staged folder and the store folders made for it are removed."""
+    from apps.interchange import importer
+
+    def interrupted(source, fmt, out: Path, *args, **kwargs):
+        (out / "base-00000.parquet").write_bytes(b"half a part")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importer, "_build", interrupted)
+    folder = str(shared_data / "ann" / "fmnist1k")
+    code, _ = _cli("dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path))
+    assert code != 0
+    assert not (tmp_path / "store").exists()
+
+
 def test_a_damaged_import_is_refused_not_reused(shared_data: Path, tmp_path: Path) -> None:
     folder = str(shared_data / "ann" / "fmnist1k")
     args = ["dataset", "import", "vecs", folder, "--name", "fm", "--workdir", str(tmp_path)]
