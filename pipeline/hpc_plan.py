@@ -55,20 +55,25 @@ def check_or_raise(loaded: LoadedConfig) -> None:
     # In the file's order, each problem once: a directory several entries share (a YAML anchor) is one
     # line, naming the other fields that hold it.
     placed = sorted(
-        ((loaded.error_at(loc, text).line, ".".join(str(p) for p in loc), text) for loc, text in problems),
+        ((loaded.error_at(loc, text).line, loc, text) for loc, text in problems),
         key=lambda item: (item[0] is None, item[0] or 0),
     )
-    fields: dict[str, list[tuple[int | None, str]]] = {}
-    for line, field, text in placed:
-        fields.setdefault(text, []).append((line, field))
+    fields: dict[str, list[tuple[int | None, tuple]]] = {}
+    for line, loc, text in placed:
+        fields.setdefault(text, []).append((line, loc))
     listed = []
-    for text, ((line, field), *others) in fields.items():
+    for text, ((line, loc), *others) in fields.items():
         by_line: dict[int | None, list[str]] = {}  # in line order: the fields on this line come first
         for at, other in others:
-            by_line.setdefault(at, []).append(other)
+            by_line.setdefault(at, []).append(".".join(str(p) for p in other))
         groups = [_on_line(at, line) + ", ".join(names) for at, names in by_line.items()]
-        also = f" (also {'; '.join(groups)})" if others else ""
-        listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{also}")
+        written = loaded.written_as(loc)  # a value from the environment: the variable is named
+        facts = ([f"written as {written}"] if written else []) + (
+            [f"also {'; '.join(groups)}"] if others else []
+        )
+        shown = f" ({'; '.join(facts)})" if facts else ""
+        field = ".".join(str(p) for p in loc)
+        listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{shown}")
     raise ConfigError(
         f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
         file=str(loaded.shown_path),

@@ -43,8 +43,13 @@ class LoadedConfig:
     def error_at(self, loc: tuple, message: str) -> ConfigError:
         """A ConfigError for the field at ``loc`` (e.g. ("corpus", "paths")), with its line and value."""
         line = _line_in(self.node, loc, self.dataset_entry)
-        text = f"{self.where_prefix}{_dotted(loc)}: {message}"
+        written = self.written_as(loc)
+        text = f"{self.where_prefix}{_dotted(loc)}: {message}{f' (written as {written})' if written else ''}"
         return ConfigError(text, file=str(self.shown_path), line=line)
+
+    def written_as(self, loc: tuple) -> str | None:
+        """The file's text at ``loc`` when it takes ``${NAME}`` from the environment, else None."""
+        return _written_with_variables(self.node, loc, self.dataset_entry)
 
     @property
     def where_prefix(self) -> str:
@@ -144,6 +149,17 @@ def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -
             where = (variants.SECTION, name)
             raise ConfigError(f"{_dotted(where)}: {problem}", file=str(path), line=_line_of(node, where))
     return section
+
+
+def _written_with_variables(node: yaml.Node | None, loc: tuple, entry: str | None) -> str | None:
+    """The text the file writes at ``loc`` when it takes ``${NAME}`` from the environment (the value in an
+    error came from there: the user looks at the variable, not the file); None otherwise. A list's items
+    that hold variables are joined."""
+    found = _at(node, (variants.SECTION, entry, *loc)) if entry is not None else None
+    found = found if found is not None else _at(node, loc)
+    items = found.value if isinstance(found, yaml.SequenceNode) else [found]
+    texts = [i.value for i in items if isinstance(i, yaml.ScalarNode) and _ENV_PATTERN.search(str(i.value))]
+    return ", ".join(texts) or None
 
 
 def _at(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:
@@ -322,7 +338,11 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         first_line = first_line or line
         value = err.get("input")
         hidden = err["type"] == "missing" or isinstance(value, dict) or isinstance(cause, SecretValueError)
-        shown = "" if hidden else f" (got {value!r})"  # a refused secret is not printed back
+        # a refused secret is not printed back; the variable it came from is
+        facts = ([] if hidden else [f"got {value!r}"]) + [
+            f"written as {written}" for written in [_written_with_variables(node, loc, entry)] if written
+        ]
+        shown = f" ({', '.join(facts)})" if facts else ""
         where = f"line {line}: " if line else ""
         # A check's own words, without pydantic's "Value error, " before them.
         message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]

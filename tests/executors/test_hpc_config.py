@@ -626,13 +626,14 @@ def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path
     missing = [line for line in listed if "vdb-data does not exist" in line]
     assert len(missing) == 1, listed
     # the shared section's line, where the value is written (the Fig. 2 entries that inherit it write
-    # only `storage: {medium: [...]}`), then the override's own Lustre path on its line
+    # only `storage: {medium: [...]}`), the variable it came from, then the override's own Lustre path
     lustre = _line_of(
         load_config(REPO / "configs" / "polaris.yaml").node, ("vdb", "cluster", "storage", "lustre_path")
     )
     assert re.fullmatch(
         rf"  line {lustre}: vdb\.cluster\.storage\.lustre_path: directory \S+ does not exist "
-        r"\(also line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)",
+        r"\(written as \$\{PROJECT_DIR\}/vdb-data; "
+        r"also line \d+: vdb\.cluster\.overrides\.milvus\.storage\.lustre_path\)",
         missing[0],
     ), missing
     assert len(listed) == 3  # the directory and the two images

@@ -136,6 +136,26 @@ def test_env_interpolation(write_config, small_corpus, tmp_path, monkeypatch) ->
     assert loaded.config.workdir == "/tmp/wd"
 
 
+def test_a_value_from_the_environment_names_its_variable(
+    write_config, small_corpus, tmp_path, monkeypatch
+) -> None:
+    """The value in an error came from a variable: the message says which, as the file writes it, both in
+    validation (the schema) and in the checks after it (LoadedConfig.error_at)."""
+    monkeypatch.setenv("TEST_WORKERS", "two")
+    config = base_config(small_corpus, tmp_path)
+    config["executor"] = {"platform": "local", "workers": "${TEST_WORKERS:-1}"}
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert "executor.workers: Input should be a valid integer" in str(info.value)
+    assert "(got 'two', written as ${TEST_WORKERS:-1})" in str(info.value), info.value
+    monkeypatch.setenv("TEST_WORKERS", "2")
+    config["corpus"]["paths"] = ["${TEST_CORPUS_DIR:-nowhere}/x.jsonl", str(small_corpus)]
+    loaded = load_config(write_config(config))
+    message = str(loaded.error_at(("corpus", "paths"), "matches no file"))
+    assert message.endswith("corpus.paths: matches no file (written as ${TEST_CORPUS_DIR:-nowhere}/x.jsonl)")
+    assert "written as" not in str(loaded.error_at(("name",), "bad"))  # written literally: nothing added
+
+
 def test_env_missing_is_an_error(write_config, small_corpus, tmp_path) -> None:
     config = base_config(small_corpus, tmp_path)
     config["workdir"] = "${SURELY_UNSET_VARIABLE_123}"
