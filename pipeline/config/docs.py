@@ -94,7 +94,8 @@ def render() -> str:
         "`python -m pipeline.config.docs > docs/configuration.md`; do not edit by hand.",
         "Unknown keys are rejected everywhere. String values may use `${VAR}` or `${VAR:-default}` "
         "(the default also when VAR is set to nothing, as in a shell); `validate` names every unset "
-        "variable at once.",
+        "variable at once, and an error about a value that came from one says how the file writes it "
+        "(`got 'bogus', written as ${ALLOCATION:-separate}`).",
         "Paths of input data are relative to the configuration file; `workdir` to the current directory.",
         "A union of sections is chosen by its `method`, `platform` or `name` field.",
         "",
