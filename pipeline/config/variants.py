@@ -60,8 +60,9 @@ def _given(entry: dict[str, Any]) -> bool:
 
 def pruned(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """The file's sections that stay under ``entry``, before either is interpolated: what the entry
-    removes (``null``, a given dataset's generating sections) and the ``dataset`` it replaces are gone,
-    so a variable only they use (``${PES2O_CORPUS}``) need not be set."""
+    removes (``null``, a given dataset's generating sections) or replaces (the ``dataset`` section, a list
+    such as ``vdb.databases``, a value) is gone, so a variable only they use (``${PES2O_CORPUS}``, the
+    replaced databases' ``${DAOS_POOL}``) need not be set."""
     dropped = {SECTION, "dataset", *(GENERATING_SECTIONS if _given(entry) else ())}
     return _without_removed({k: v for k, v in base.items() if k not in dropped}, entry)
 
@@ -76,13 +77,13 @@ def merged(base: dict[str, Any], entry: dict[str, Any], name: str) -> dict[str, 
 
 
 def _without_removed(base: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """``base`` less what ``entry`` removes or replaces: only two mappings merge (:func:`_merge`)."""
     result = {}
     for key, value in base.items():
-        if key in entry and entry[key] is None:
-            continue
         if isinstance(value, dict) and isinstance(entry.get(key), dict):
-            value = _without_removed(value, entry[key])
-        result[key] = value
+            result[key] = _without_removed(value, entry[key])
+        elif key not in entry:
+            result[key] = value
     return result
 
 

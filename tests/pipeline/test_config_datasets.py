@@ -57,7 +57,9 @@ def test_the_files_own_dataset_ignores_the_entries_but_lists_them(
 
 
 def test_null_removes_a_section_and_a_list_replaces(write_config, small_corpus, tmp_path) -> None:
-    vdb = {"databases": [{"name": "faiss"}, {"name": "qdrant", "mode": "edge"}], "query": {"ef": [16]}}
+    # the file's list reads a variable the entry's list does not: replaced, it need not be set
+    replaced = {"name": "qdrant", "mode": "edge", "local_path": "${ONLY_THE_REPLACED_LIST_USES}"}
+    vdb = {"databases": [{"name": "faiss"}, replaced], "query": {"ef": [16]}}
     config = study(small_corpus, tmp_path, vdb={"databases": [{"name": "faiss"}]})
     config["vdb"] = vdb
     config["datasets"]["plain"] = {**config["datasets"]["gist"], "vdb": None}

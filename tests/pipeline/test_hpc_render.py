@@ -26,6 +26,7 @@ from apps.telemetry.collector import DatabaseTelemetry
 from apps.vdb.cluster.layout import ClusterLayout, node_shape, plan_cluster
 from apps.vdb.cluster.pilot import ClusterDeployment, read_registry
 from apps.vdb.cluster.render import launcher_command, render_files
+from core.errors import ConfigError
 from pipeline.config.loader import load_config
 from pipeline.hpc_plan import render_artifacts, render_plan
 from tests.conftest import REPO, TERMS
@@ -547,3 +548,21 @@ def test_hpc_configs_express_the_open_loop(platform: str) -> None:
     assert {p.config.query.rate for p in points} == {"auto"}
     axes = {(p.config.mixed.insert_rate, p.config.mixed.query_rate) for p in points}
     assert axes == {(1000, 200), (4000, 800)}
+
+
+def test_a_dataset_entry_needs_no_variable_of_the_databases_it_replaces(
+    fixed_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Aurora's own Fig. 2 points read the DAOS pool; the other datasets' entries replace vdb.databases
+    with points that do not, so those runs validate without DAOS_POOL and DAOS_CONT."""
+    from pipeline.config.loader import dataset_entries
+
+    monkeypatch.delenv("DAOS_POOL")
+    monkeypatch.delenv("DAOS_CONT")
+    path = REPO / "configs" / "aurora.yaml"
+    with pytest.raises(ConfigError, match="environment variable DAOS_POOL is not set"):
+        load_config(path)
+    entries = dataset_entries(path)
+    assert entries
+    for entry in entries:
+        assert load_config(path, entry).dataset_entry == entry
