@@ -83,6 +83,20 @@ def ensure_writable_dir(path: Path) -> None:
     os.unlink(name)
 
 
+def uncreatable_reason(path: Path) -> str | None:
+    """Why the directory ``path`` could not be made or written, told without creating anything (for
+    ``validate`` and ``plan``): a file in the way, or its nearest existing folder not writable. None when
+    nothing says so; :func:`ensure_writable_dir`'s probe, when the run writes, has the last word."""
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a directory"
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return f"{parent}: permission denied"
+            return None
+    return None
+
+
 def os_error_reason(exc: OSError, path: Path) -> str:
     """Why ``path`` could not be created or written, for a one-line message."""
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # EEXIST: mkdir of a path that is a file

@@ -32,7 +32,7 @@ from apps.dataset.embedding.model import TRANSFORMERS_RECIPE
 from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
-from core.store import complete_manifest, content_key, sha256_file
+from core.store import complete_manifest, content_key, sha256_file, uncreatable_reason
 from pipeline.config.loader import LoadedConfig
 from pipeline.plan_model import (
     Plan,
@@ -130,7 +130,11 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     """Resolve inputs and compute every stage's key and directory; raise ConfigError for bad paths."""
     cfg = loaded.config
     base = loaded.base_dir
-    store = Path(cfg.workdir).expanduser().resolve() / "store"
+    workdir = Path(cfg.workdir).expanduser().resolve()
+    store = workdir / "store"
+    for folder in (store, workdir / "runs"):  # what `run` would find first, told before it starts
+        if (reason := uncreatable_reason(folder)) is not None:
+            raise loaded.error_at(("workdir",), f"cannot create {folder.name}/ under {workdir}: {reason}")
     if not cfg.generates_dataset:
         from pipeline.given_dataset import build_given_plan
 

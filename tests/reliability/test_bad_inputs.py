@@ -113,9 +113,10 @@ def test_workdir_under_a_file_is_a_config_error(tmp_path: Path) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("not a directory\n")
     config = config_for(tmp_path, corpus, workdir=str(blocker / "wd"))
-    result = run_cli("run", str(config))
-    assert_clean_failure(result, f"{config}:", "workdir", f"{blocker} is a file, not a directory")
-    assert result.returncode == 2
+    for command in ("validate", "plan", "run"):  # told before anything runs, by each of them
+        result = run_cli(command, str(config))
+        assert_clean_failure(result, f"{config}:", "workdir", f"{blocker} is a file, not a directory")
+        assert result.returncode == 2
     assert blocker.read_text() == "not a directory\n"
 
 
@@ -124,7 +125,8 @@ def test_runs_directory_not_writable(tmp_path: Path) -> None:
     (tmp_path / "wd").mkdir()
     (tmp_path / "wd" / "runs").write_text("")
     result = run_cli("run", str(config_for(tmp_path, corpus)))
-    assert_clean_failure(result, "workdir", "cannot create the run directory", "runs is a file")
+    assert_clean_failure(result, "workdir", "cannot create runs/ under", "runs is a file")
+    assert result.returncode == 2
     assert not (tmp_path / "wd" / "store").exists()
 
 
@@ -134,10 +136,9 @@ def test_store_not_writable(tmp_path: Path) -> None:
     store = tmp_path / "wd" / "store"
     store.write_text("")
     result = run_cli("run", str(config_for(tmp_path, corpus)))
-    assert_clean_failure(result, "workdir", "cannot write the shard stage's output", f"{store} is a file")
+    assert_clean_failure(result, "workdir", "cannot create store/ under", f"{store} is a file")
     assert result.returncode == 2
-    prov = failed_runs(tmp_path / "wd")
-    assert prov and prov[-1]["status"] == "failed"
+    assert not (tmp_path / "wd" / "runs").exists()  # refused at the plan: no run was started
 
 
 # --- dataset.dir pointing at someone else's directory --------------------------------------------------
