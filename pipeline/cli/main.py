@@ -294,7 +294,8 @@ def _client_and_driver_line(plan: Plan) -> str:
 
     resources = plan.resources
     cfg = plan.config
-    queries = f"{resources.queries:,} queries" if resources.queries else "its queries"
+    # a point's vdb.query.max_queries may send fewer: its estimate (the table above) counts those
+    queries = f"the dataset's {resources.queries:,} queries" if resources.queries else "its queries"
     assumed = "; 10,000 queries assumed where neither vdb.query.max_queries nor the dataset gives the count"
     prefix = (
         f", groundtruth.memory_budget_mb ({cfg.groundtruth.memory_budget_mb:,} MiB) for the exact top-k of "
@@ -304,7 +305,7 @@ def _client_and_driver_line(plan: Plan) -> str:
     )
     return (
         f"memory/client: each client process (x how many share a client node) holds one row group of "
-        f"{cfg.dataset.row_group_rows:,} rows or {queries} (at most vdb.query.max_queries)"
+        f"{cfg.dataset.row_group_rows:,} rows or {queries} (vdb.query.max_queries, where fewer)"
         f"{assumed if resources.queries_assumed else ''}. driver (the DAG and the report): about "
         f"{size(resources.driver_memory)} ({DRIVER_MEASURED_MIB} MiB measured, the base vectors the report "
         f"fetches{prefix})"

@@ -257,7 +257,8 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     assert "1,000 x 784" in table
     assert "│ 226.8 MiB x 2" in table  # milvus: one insert worker, two client processes
     assert "memory/client: each client process (x how many share a client node)" in result.stdout
-    assert "or 500 queries" in result.stdout  # fmnist1k's own count
+    # fmnist1k's own count
+    assert "or the dataset's 500 queries (vdb.query.max_queries, where fewer)" in result.stdout
     assert "driver (the DAG and the report): about 3" in result.stdout
 
 
