@@ -6,12 +6,14 @@ turns the file into another dataset's run. ``--dataset NAME`` picks one, ``--dat
 
 How an entry applies to the file (one rule each, so a reader can tell the result from the text):
 
-* its ``dataset`` section replaces the file's (a dataset's size, name and source go together);
+* it must have its own ``dataset`` section, which replaces the file's (a dataset's size, name and source
+  go together);
 * when that section names ``imported`` or ``stored``, the sections only a generated dataset has
   (:data:`~pipeline.config.model.GENERATING_SECTIONS`) are left out;
 * its other sections merge into the file's mapping by mapping: a list or a value replaces, ``null`` removes
   the file's value, so the field takes its default (limits such as ``vdb.query.max_queries`` and the
-  timeouts are the file's unless the entry writes them);
+  timeouts are the file's unless the entry writes them); a variable only what it replaces or removes
+  reads need not be set;
 * the run's ``name`` is the file's with ``-<entry>`` appended, and ``dataset.name`` is the entry's name,
   unless the entry sets them.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.config.model import GENERATING_SECTIONS
+from pipeline.config.model import GENERATING_SECTIONS, RunConfig
 
 __all__ = ["ALL", "GENERATING_SECTIONS", "SECTION", "entry_problem", "merged", "pruned"]
 
@@ -40,6 +42,10 @@ def entry_problem(name: Any, entry: Any, base: dict[str, Any]) -> str | None:
         return f"'{ALL}' is reserved for --dataset {ALL} (every dataset of the file)"
     if not isinstance(entry, dict) or not entry:
         return "an entry is a mapping of the sections that differ from the file's (dataset:, vdb:, ...)"
+    unknown = [str(key) for key in entry if key not in RunConfig.model_fields]
+    if unknown:  # checked here, not only when the entry runs: `validate FILE` tells of a misspelt section
+        known = ", ".join(key for key in RunConfig.model_fields)
+        return f"{unknown[0]!r} is not a section of a config (sections: {known})"
     if not isinstance(entry.get("dataset"), dict):
         return (
             "an entry needs its own dataset: section (imported or stored names its files; its name defaults "

@@ -98,6 +98,7 @@ def test_a_plan_error_of_an_entry_points_into_the_entry(write_config, small_corp
         ("{all: {dataset: {name: x, stored: x}}}", "'all' is reserved"),
         ("{'bad name': {dataset: {name: x, stored: x}}}", "is not a dataset entry name"),
         ("{gist: {groundtruth: {k: 5}}}", "an entry needs its own dataset: section"),
+        ("{gist: {dataset: {stored: x}, vbd: {}}}", r"'vbd' is not a section of a config \(sections: name,"),
     ],
 )
 def test_a_malformed_datasets_section_is_refused(write_config, small_corpus, tmp_path, entries, message):
