@@ -67,7 +67,8 @@ class RunDatasetConfig(DatasetConfig):
         None,
         ge=1,
         description="Rows the generated dataset will have, for the resource plan before it exists (the full "
-        "Pes2o-VE: 88,453,763). Once it is made, its manifest's count is used.",
+        "Pes2o-VE: 88,453,763). Once it is made, its manifest's count is used. A given dataset (stored, "
+        "imported) is counted from its files.",
     )
 
     @property
@@ -131,7 +132,9 @@ class RunConfig(Strict):
         # By value, not by what was written: a recorded config (rerender) writes every default back.
         defaults = {"sharding": ShardingConfig(), "chunking": NoChunking()}
         extra = [name for name in GENERATING_SECTIONS if getattr(self, name) != defaults.get(name)]
-        extra += [f"dataset.{name}" for name in ("dir", "holdout_fraction") if getattr(given, name)]
+        extra += [
+            f"dataset.{name}" for name in ("dir", "holdout_fraction", "expected_rows") if getattr(given, name)
+        ]  # a given dataset's rows are read from its files
         if extra:
             raise FieldError(
                 tuple(extra[0].split(".")),

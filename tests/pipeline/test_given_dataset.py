@@ -278,6 +278,7 @@ def test_files_that_do_not_match_the_format_are_refused(tmp_path, write_config) 
             "dataset.stored and dataset.imported both name the dataset",
         ),
         ({"name": "x", "imported": {"format": "parquet2", "paths": ["a"]}}, {}, "unknown format 'parquet2'"),
+        ({"name": "x", "stored": "fm", "expected_rows": 5}, {}, "remove dataset.expected_rows"),
     ],
 )
 def test_contradictory_dataset_sections_exit_2(tmp_path, write_config, dataset, extra, expected) -> None:
