@@ -154,12 +154,18 @@ def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -
 def _written_with_variables(node: yaml.Node | None, loc: tuple, entry: str | None) -> str | None:
     """The text the file writes at ``loc`` when it takes ``${NAME}`` from the environment (the value in an
     error came from there: the user looks at the variable, not the file); None otherwise. A list's items
-    that hold variables are joined."""
+    that hold variables are joined; a variable set to nothing (and no default) is said to be so."""
     found = _at(node, (variants.SECTION, entry, *loc)) if entry is not None else None
     found = found if found is not None else _at(node, loc)
     items = found.value if isinstance(found, yaml.SequenceNode) else [found]
     texts = [i.value for i in items if isinstance(i, yaml.ScalarNode) and _ENV_PATTERN.search(str(i.value))]
-    return ", ".join(texts) or None
+    empty = {
+        match.group(1)
+        for text in texts
+        for match in _ENV_PATTERN.finditer(text)
+        if match.group(2) is None and os.environ.get(match.group(1)) == ""
+    }
+    return ", ".join(texts + [f"{name} is set to nothing" for name in sorted(empty)]) or None
 
 
 def _at(node: yaml.Node | None, loc: tuple) -> yaml.Node | None:

@@ -154,6 +154,11 @@ def test_a_value_from_the_environment_names_its_variable(
     message = str(loaded.error_at(("corpus", "paths"), "matches no file"))
     assert message.endswith("corpus.paths: matches no file (written as ${TEST_CORPUS_DIR:-nowhere}/x.jsonl)")
     assert "written as" not in str(loaded.error_at(("name",), "bad"))  # written literally: nothing added
+    monkeypatch.setenv("TEST_CORPUS_DIR", "")  # set to nothing: a shell's empty value, said to be so
+    config["corpus"]["paths"] = ["${TEST_CORPUS_DIR}/x.jsonl", str(small_corpus)]
+    loaded = load_config(write_config(config))
+    message = str(loaded.error_at(("corpus", "paths"), "matches no file"))
+    assert message.endswith("(written as ${TEST_CORPUS_DIR}/x.jsonl, TEST_CORPUS_DIR is set to nothing)")
 
 
 def test_env_missing_is_an_error(write_config, small_corpus, tmp_path) -> None:
