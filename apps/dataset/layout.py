@@ -42,7 +42,12 @@ class DatasetConfig(Strict):
         description="Write the dataset here instead of store/datasets/<name>-<model>-<key>/. An existing "
         "dataset there must have been made by the same configuration.",
     )
-    row_group_rows: int = Field(4096, ge=64, description="Rows per Parquet row group (bounds read memory).")
+    row_group_rows: int = Field(
+        4096,
+        ge=64,
+        description="Rows per Parquet row group (bounds read memory) of the dataset this run writes: a "
+        "layout, not content, so not in its key; a dataset already written keeps its own.",
+    )
     holdout_fraction: float = Field(
         0.0,
         ge=0.0,
