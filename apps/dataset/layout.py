@@ -20,7 +20,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from core.config import Strict
-from core.errors import ArtifactError
+from core.errors import ArtifactError, InputDataError
 from core.format import table
 from core.store import (
     atomic_write_json,
@@ -102,6 +102,19 @@ def own_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The queries and ground truth a dataset keeps beside its parts (an imported or drawn one; a dataset
     a run generated keeps them in store/queries and store/groundtruth): their manifest entries."""
     return [manifest[role] for role in ("queries", "groundtruth") if role in manifest]
+
+
+def dataset_manifest(dataset_dir: Path) -> dict[str, Any]:
+    """The manifest of a complete dataset folder; InputDataError naming the folder when it is none (a
+    mistyped path is said to be missing, not "an incomplete dataset")."""
+    manifest = read_manifest(dataset_dir)
+    if manifest is None and not dataset_dir.is_dir():
+        raise InputDataError(
+            f"{dataset_dir}: no such folder (a dataset is a folder, store/datasets/<name>-<key>)"
+        )
+    if manifest is None or manifest.get("stage") != "embed":
+        raise InputDataError(f"{dataset_dir}: not a complete dataset (no dataset manifest.json)")
+    return manifest
 
 
 def dataset_problems(dataset_dir: Path, manifest: dict[str, Any]) -> list[str]:

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.dataset.layout import dataset_problems, iter_vectors
+from apps.dataset.layout import dataset_manifest, dataset_problems, iter_vectors
 from apps.interchange import vecs
 from apps.interchange.formats import HDF5_DISTANCE, list_matrix, parquet_file
 from core.errors import ArtifactError, ConfigError, InputDataError
@@ -62,9 +62,7 @@ def locate(
     ``metric`` names the ground truth's metric only when nothing recorded it: contradicting the record
     would relabel neighbours computed with another distance (InputDataError).
     """
-    manifest = read_manifest(dataset_dir)
-    if manifest is None or manifest.get("stage") != "embed":
-        raise InputDataError(f"{dataset_dir}: not a complete dataset (no dataset manifest.json)")
+    manifest = dataset_manifest(dataset_dir)
     problems = dataset_problems(dataset_dir, manifest)
     if problems:
         raise ArtifactError(f"{dataset_dir}: damaged dataset ({problems[0]}); import or build it again")

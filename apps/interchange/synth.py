@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from apps.dataset.geometry.estimates import estimate_geometry, sample_dataset
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
-from apps.dataset.layout import METADATA_KEY, iter_vectors, vectors_to_arrow
+from apps.dataset.layout import METADATA_KEY, dataset_manifest, iter_vectors, vectors_to_arrow
 from core.errors import InputDataError
 from core.store import (
     atomic_write_json,
@@ -133,9 +133,7 @@ def synthesize(
 ) -> tuple[Path, dict[str, Any], bool]:
     """Draw a dataset like ``like_dir`` into ``store/datasets/<name>-<key>``; (folder, manifest, cached)."""
     say = say or (lambda _line: None)
-    like = read_manifest(like_dir)
-    if like is None or like.get("stage") != "embed":
-        raise InputDataError(f"{like_dir}: not a complete dataset (no dataset manifest.json)")
+    like = dataset_manifest(like_dir)
     if spec.k > spec.rows:
         raise InputDataError(f"--k {spec.k} exceeds --rows {spec.rows}")
     sample, _ = sample_dataset(like_dir, FIT_ROWS, spec.seed, 64)

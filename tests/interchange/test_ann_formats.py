@@ -207,6 +207,9 @@ def test_pipeline_built_dataset_exports_with_its_ids(tmp_path: Path) -> None:
     compute_groundtruth(str(tmp_path / "gt"), str(dataset), str(queries), GroundTruthConfig(k=5, metric="l2"))
     code, output = _cli("dataset", "export", str(dataset), "fvecs", str(tmp_path / "none"))
     assert code == 3 and "name them with --queries and --groundtruth" in output
+    for command in (["export", str(tmp_path / "typo"), "fvecs", str(tmp_path / "out")], ["geometry", "typo"]):
+        code, output = _cli("dataset", *command)  # a mistyped folder is not "an incomplete dataset"
+        assert code == 3 and "typo: no such folder" in output and "not a complete" not in output, output
     code, output = _cli(
         "dataset", "export", str(dataset), "fvecs", str(tmp_path / "fvecs"),
         "--queries", str(queries.parent), "--groundtruth", str(tmp_path / "gt"),
