@@ -64,17 +64,19 @@ class Source:
         inside = self.inside.get(role)
         return f"{self.files[role]}: dataset {inside!r}" if inside else str(self.files[role])
 
-    def check(self) -> None:
-        """Shapes agree: queries' dimension with the base's, ground-truth rows with the queries."""
+    def check(self, ordered: bool = False) -> None:
+        """Shapes agree: queries' dimension with the base's, ground-truth rows with the queries. ``ordered``:
+        the user gave the files in order, so shapes that disagree may be a swapped pair (said so)."""
+        order = " (the files are read as base, queries, ground truth, in that order)" if ordered else ""
         if self.queries.ndim != 2 or self.queries.shape[1] != self.dim:
             raise InputDataError(
                 f"{self.files['queries']}: queries have dimension {self.queries.shape[-1]}, "
-                f"the base {self.files['base']} has {self.dim}"
+                f"the base {self.files['base']} has {self.dim}{order}"
             )
         if len(self.gt_ids) != len(self.queries):
             raise InputDataError(
                 f"{self.files['groundtruth']}: {len(self.gt_ids)} ground-truth rows for "
-                f"{len(self.queries)} queries in {self.files['queries']}"
+                f"{len(self.queries)} queries in {self.files['queries']}{order}"
             )
         if self.gt_distances is not None and self.gt_distances.shape != self.gt_ids.shape:
             raise InputDataError(
@@ -529,5 +531,5 @@ def open_source(fmt: str, paths: list[str | Path]) -> Source:
         raise InputDataError(f"{source.where('queries')}: no queries (0 rows)")
     if source.gt_ids.shape[1] == 0:  # every format's ground truth is 2-D by now
         raise InputDataError(f"{source.where('groundtruth')}: no neighbours per query (k=0)")
-    source.check()
+    source.check(ordered=len(resolved) == 3)
     return source

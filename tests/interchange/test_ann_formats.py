@@ -259,6 +259,7 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["vecs", str(truncated), fmq, fmgt], f"{truncated}: 3139993 bytes is not a whole number of rows"),
         (["bin", str(header), bgq, bggt], f"{header}: header says 10000x128"),
         (["vecs", fmb, str(bg / "bigann10k_query.bvecs"), fmgt], "queries have dimension 128, the base"),
+        (["vecs", fmq, fmb, fmgt], "1000 queries in " + fmb + " (the files are read as base, queries, "),
         (["vecs", fmb, fmq, str(out_of_range)], f"{out_of_range}: 1 neighbour id(s) outside"),
         (["parquet", str(fm)], "unknown format 'parquet'"),
         (["hdf5", str(no_key)], f"{no_key}: no 'neighbors' dataset (found test, train)"),
