@@ -87,23 +87,28 @@ def uncreatable_reason(path: Path) -> str | None:
     """Why the directory ``path`` could not be made or written, told without creating anything (for
     ``validate`` and ``plan``): a file in the way, or its nearest existing folder not writable. None when
     nothing says so; :func:`ensure_writable_dir`'s probe, when the run writes, has the last word."""
-    for parent in [path, *path.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                return f"{parent} is a file, not a directory"
-            if not os.access(parent, os.W_OK | os.X_OK):
-                return f"{parent}: permission denied"
-            return None
+    nearest = _nearest_existing(path)
+    if nearest is None:
+        return None
+    if not nearest.is_dir():
+        return f"{nearest} is a file, not a directory"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return f"{nearest}: permission denied"
     return None
 
 
 def os_error_reason(exc: OSError, path: Path) -> str:
     """Why ``path`` could not be created or written, for a one-line message."""
-    if exc.errno in (errno.ENOTDIR, errno.EEXIST):  # EEXIST: mkdir of a path that is a file
-        for parent in [path, *path.parents]:
-            if parent.exists() and not parent.is_dir():
-                return f"{parent} is a file, not a directory"
+    nearest = _nearest_existing(path)
+    # ENOTDIR, or EEXIST from mkdir of a path that is a file: name the file in the way.
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST) and nearest is not None and not nearest.is_dir():
+        return f"{nearest} is a file, not a directory"
     return exc.strerror or str(exc)
+
+
+def _nearest_existing(path: Path) -> Path | None:
+    """``path`` or its closest ancestor that exists (what a mkdir -p of ``path`` runs into)."""
+    return next((parent for parent in [path, *path.parents] if parent.exists()), None)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

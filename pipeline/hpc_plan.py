@@ -21,6 +21,7 @@ from executors.config import HPC_PLATFORMS
 from executors.safe import safe_path_problem
 from pipeline.config.checks import check_platform
 from pipeline.config.loader import LoadedConfig
+from pipeline.config.yaml_guard import dotted_path
 
 RUN_ID = "<run-id>"
 ADDRESS = "<login-node-address>"
@@ -55,7 +56,7 @@ def check_or_raise(loaded: LoadedConfig) -> None:
     # In the file's order, each problem once: a directory several entries share (a YAML anchor) is one
     # line, naming the other fields that hold it.
     placed = sorted(
-        ((loaded.error_at(loc, text).line, loc, text) for loc, text in problems),
+        ((loaded.line_at(loc), loc, text) for loc, text in problems),
         key=lambda item: (item[0] is None, item[0] or 0),
     )
     fields: dict[str, list[tuple[int | None, tuple]]] = {}
@@ -65,15 +66,14 @@ def check_or_raise(loaded: LoadedConfig) -> None:
     for text, ((line, loc), *others) in fields.items():
         by_line: dict[int | None, list[str]] = {}  # in line order: the fields on this line come first
         for at, other in others:
-            by_line.setdefault(at, []).append(".".join(str(p) for p in other))
+            by_line.setdefault(at, []).append(dotted_path(other))
         groups = [_on_line(at, line) + ", ".join(names) for at, names in by_line.items()]
         written = loaded.written_as(loc)  # a value from the environment: the variable is named
         facts = ([f"written as {written}"] if written else []) + (
             [f"also {'; '.join(groups)}"] if others else []
         )
         shown = f" ({'; '.join(facts)})" if facts else ""
-        field = ".".join(str(p) for p in loc)
-        listed.append(f"{f'line {line}: ' if line else ''}{field}: {text}{shown}")
+        listed.append(f"{f'line {line}: ' if line else ''}{dotted_path(loc)}: {text}{shown}")
     raise ConfigError(
         f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
         file=str(loaded.shown_path),

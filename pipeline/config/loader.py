@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from executors.safe import SecretValueError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
-from pipeline.config.yaml_guard import parse_yaml
+from pipeline.config.yaml_guard import dotted_path, parse_yaml
 
 # ${NAME} or ${NAME:-default}
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -42,10 +42,14 @@ class LoadedConfig:
 
     def error_at(self, loc: tuple, message: str) -> ConfigError:
         """A ConfigError for the field at ``loc`` (e.g. ("corpus", "paths")), with its line and value."""
-        line = _line_in(self.node, loc, self.dataset_entry)
         written = self.written_as(loc)
-        text = f"{self.where_prefix}{_dotted(loc)}: {message}{f' (written as {written})' if written else ''}"
-        return ConfigError(text, file=str(self.shown_path), line=line)
+        shown = f" (written as {written})" if written else ""
+        text = f"{self.where_prefix}{dotted_path(loc)}: {message}{shown}"
+        return ConfigError(text, file=str(self.shown_path), line=self.line_at(loc))
+
+    def line_at(self, loc: tuple) -> int | None:
+        """The line that writes the field at ``loc`` (the entry's own where it writes it); None: a default."""
+        return _line_in(self.node, loc, self.dataset_entry)
 
     def written_as(self, loc: tuple) -> str | None:
         """The file's text at ``loc`` when it takes ``${NAME}`` from the environment, else None."""
@@ -147,7 +151,7 @@ def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -
         problem = variants.entry_problem(name, entry, data)
         if problem:
             where = (variants.SECTION, name)
-            raise ConfigError(f"{_dotted(where)}: {problem}", file=str(path), line=_line_of(node, where))
+            raise ConfigError(f"{dotted_path(where)}: {problem}", file=str(path), line=_line_of(node, where))
     return section
 
 
@@ -184,7 +188,7 @@ def _refuse_coerced_booleans(
     if isinstance(value, bool):
         if not isinstance(model, bool) and isinstance(model, int | float):
             raise ConfigError(
-                f"{_entry_prefix(entry)}{_dotted(where)}: a boolean ({value}) where a number is expected",
+                f"{_entry_prefix(entry)}{dotted_path(where)}: a boolean ({value}) where a number is expected",
                 file=str(path),
                 line=_line_in(node, where, entry),
             )
@@ -214,10 +218,10 @@ def _interpolate(path: Path, *parts: tuple[Any, yaml.Node | None, tuple]) -> lis
         for name, line, at in missing:
             first.setdefault(name, (line, at))
         (name, (line, at)), *rest = first.items()
-        others = ", ".join(f"{n} ({f'line {ln}, ' if ln else ''}{_dotted(w)})" for n, (ln, w) in rest)
+        others = ", ".join(f"{n} ({f'line {ln}, ' if ln else ''}{dotted_path(w)})" for n, (ln, w) in rest)
         raise ConfigError(
-            f"{_dotted(at)}: environment variable {name} is not set (use ${{{name}:-default}} for a default)"
-            + (f"; also not set: {others}" if others else ""),
+            f"{dotted_path(at)}: environment variable {name} is not set "
+            f"(use ${{{name}:-default}} for a default)" + (f"; also not set: {others}" if others else ""),
             file=str(path),
             line=line,
         )
@@ -236,7 +240,7 @@ def _substitute(value: Any, node: yaml.Node | None, path: Path, where: tuple, mi
     # ("${PBS_NODEFILE%/*}" in worker_init) is shell for the job script and passes as written.
     if re.search(r"\$\{[^}]*$", _ENV_PATTERN.sub("", value)):
         raise ConfigError(
-            f"{_dotted(where)}: {value!r} has a '${{' that no '}}' closes (write ${{NAME}} or "
+            f"{dotted_path(where)}: {value!r} has a '${{' that no '}}' closes (write ${{NAME}} or "
             "${NAME:-default})",
             file=str(path),
             line=node.start_mark.line + 1 if node is not None else None,
@@ -327,10 +331,6 @@ def _entry_prefix(entry: str | None) -> str:
     return f"dataset {entry}: " if entry else ""
 
 
-def _dotted(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc) or "<top level>"
-
-
 def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str | None) -> ConfigError:
     """One ConfigError listing every problem pydantic found, each with line, field and value."""
     problems = []
@@ -352,6 +352,6 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         where = f"line {line}: " if line else ""
         # A check's own words, without pydantic's "Value error, " before them.
         message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]
-        problems.append(f"{where}{_dotted(loc)}: {message}{shown}")
+        problems.append(f"{where}{dotted_path(loc)}: {message}{shown}")
     message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

@@ -33,7 +33,8 @@ class _Refused(Exception):
         self.where, self.message, self.line = where, message, line
 
 
-def _dotted(where: tuple) -> str:
+def dotted_path(where: tuple) -> str:
+    """A field's path as a config file writes it: ``vdb.databases.0.engine``."""
     return ".".join(str(p) for p in where) or "<top level>"
 
 
@@ -148,7 +149,7 @@ def parse_yaml(text: str, path: Path) -> tuple[Node | None, Any]:
         line = _line_at(text, bad.start())
         try:
             node, _ = _compose(_NON_PRINTABLE.sub(" ", text))
-            where = _dotted(_where_at(node, bad.start()))
+            where = dotted_path(_where_at(node, bad.start()))
         except (yaml.YAMLError, _Refused):
             where = "<unknown field>"
         code = ord(bad.group())
@@ -161,7 +162,7 @@ def parse_yaml(text: str, path: Path) -> tuple[Node | None, Any]:
     try:
         return _compose(text)
     except _Refused as exc:
-        raise ConfigError(f"{_dotted(exc.where)}: {exc.message}", file=str(path), line=exc.line) from None
+        raise ConfigError(f"{dotted_path(exc.where)}: {exc.message}", file=str(path), line=exc.line) from None
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise ConfigError(f"malformed YAML: {exc.problem}", file=str(path), line=line) from None
