@@ -82,14 +82,18 @@ def parsl_config_for(
     monitoring: bool = False,
     address: str | None = None,
     split: NodeSplit | None = None,
+    gpu_on_demand: bool = False,
 ) -> Config:
     """The Parsl ``Config`` for ``executor.platform``; ``address`` overrides the login node's (HPC);
-    ``split``: the job's nodes by role under ``executor.allocation: one``."""
+    ``split``: the job's nodes by role under ``executor.allocation: one``; ``gpu_on_demand``: the GPU
+    block is not started with the run (``init_blocks`` 0) but when a task first needs it."""
     hub = monitoring_hub(run_dir) if monitoring else None
     if executor.platform == "local":
         from executors.local import local_config
 
         return local_config(executor, run_dir, hub)
+    if gpu_on_demand and executor.gpu.init_blocks:
+        executor = executor.model_copy(update={"gpu": executor.gpu.model_copy(update={"init_blocks": 0})})
     platform = PLATFORMS.get(executor.platform)
     if platform is None:
         raise ValueError(f"no Parsl configuration for platform {executor.platform!r}")

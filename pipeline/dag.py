@@ -172,6 +172,8 @@ class DagRunner:
             "finalize_chunks": python_app(finalize_chunks, executors=[DRIVER]),
             "finalize_dataset": python_app(finalize_dataset, executors=[DRIVER]),
             "import": python_app(import_given, executors=[cpu]),
+            # A given dataset's truth: its published lists cut to k (driver threads), or exact search (GPU)
+            "published_groundtruth": python_app(published.run_groundtruth, executors=[DRIVER]),
             "given_groundtruth": python_app(published.run_groundtruth, executors=[WORKERS]),
         }
 
@@ -422,7 +424,8 @@ class DagRunner:
             truth = read_manifest(gt.directory)
         else:
             progress.add_stage("groundtruth", 1)
-            future = self.apps["given_groundtruth"](
+            usable = published.unusable_reason(manifest, cfg.groundtruth) is None
+            future = self.apps["published_groundtruth" if usable else "given_groundtruth"](
                 str(gt.directory),
                 str(dataset.directory),
                 str(plan.stage("queries").directory / "queries.parquet"),
@@ -603,7 +606,13 @@ def execute(plan: Plan, provenance: Provenance, console: Console) -> dict[str, s
 
     if in_one_allocation(executor):  # the run is its own batch job
         split = current_split(executor, plan.config.vdb)
-    parsl_config = parsl_config_for(executor, provenance.run_dir, plan.config.monitoring, split=split)
+    parsl_config = parsl_config_for(
+        executor,
+        provenance.run_dir,
+        plan.config.monitoring,
+        split=split,
+        gpu_on_demand=plan.config.gpu_on_demand,
+    )
     with ctrl_c_held():  # the interchange and the first worker pools ignore the terminal's Ctrl-C
         dfk = parsl.load(parsl_config)
     record_interchanges(dfk)

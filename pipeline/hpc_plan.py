@@ -119,7 +119,13 @@ def parsl_config(loaded: LoadedConfig, run_dir: Path | None = None, address: str
     from executors.platforms import parsl_config_for
 
     split = placeholder_split(loaded) if one_allocation(loaded) else None
-    return parsl_config_for(loaded.config.executor, run_dir or _run_dir(loaded), address=address, split=split)
+    return parsl_config_for(
+        loaded.config.executor,
+        run_dir or _run_dir(loaded),
+        address=address,
+        split=split,
+        gpu_on_demand=loaded.config.gpu_on_demand,
+    )
 
 
 def submit_script(provider: Any, command: str, job_name: str, script_dir: str) -> tuple[str, str]:
@@ -287,6 +293,8 @@ def _summary(loaded: LoadedConfig) -> str:
         blocks.append(("cpu", ex.cpu.nodes_per_block, ex.cpu.max_blocks, ex.cpu.workers_per_node))
     for label, nodes, max_blocks, per_node in blocks:
         lines.append(f"  {label}: {nodes} node(s) x up to {max_blocks} block(s), {per_node} workers per node")
+        if label == "workers (GPU)" and cfg.gpu_on_demand:
+            lines.append("    not started with the run: only for exact ground truth (the dataset is given)")
     if cfg.vdb and cfg.vdb.cluster:
         node = node_shape(ex)
         for point, points in pilot_shapes(cfg.vdb):

@@ -148,6 +148,12 @@ class RunConfig(Strict):
         """True when the run makes its dataset (corpus -> chunks -> embeddings), False when it is given."""
         return not self.dataset.given
 
+    @property
+    def gpu_on_demand(self) -> bool:
+        """True when the GPU block waits for a task instead of starting with the run: a run that takes its
+        dataset embeds nothing, and needs GPUs only for exact ground truth its published lists cannot give."""
+        return not self.generates_dataset
+
     @model_validator(mode="after")
     def _chunks_fit_the_model(self) -> RunConfig:
         # A chunk longer than the model's input is cut when it is embedded: its tail is silently lost.

@@ -642,3 +642,21 @@ def test_platform_problems_are_listed_in_the_files_order_each_once(hpc_env: Path
 
     assert (_on_line(12, 12), _on_line(30, 12), _on_line(None, 12)) == ("", "line 30: ", "not in the file: ")
     assert _on_line(None, None) == ""
+
+
+@pytest.mark.parametrize("platform", ["polaris", "aurora"])
+def test_a_given_dataset_starts_its_gpu_block_only_on_demand(
+    hpc_env: Path, platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A study entry that imports its dataset embeds nothing: its GPU block (16 nodes on Polaris) is not
+    submitted with the run, only if exact ground truth needs it; the client block is as the file says."""
+    from pipeline.hpc_plan import parsl_config, render_plan
+
+    monkeypatch.setenv("GIST_DIR", str(hpc_env))
+    own = load_config(REPO / "configs" / f"{platform}.yaml")
+    given = load_config(REPO / "configs" / f"{platform}.yaml", dataset="gist-1m")
+    started = [e.provider.init_blocks for e in parsl_config(own).executors[:2]]
+    assert started[0] >= 1  # the file's own run embeds: its GPU block starts with it
+    assert [e.provider.init_blocks for e in parsl_config(given).executors[:2]] == [0, started[1]]
+    assert "not started with the run: only for exact ground truth" in render_plan(given, check=False)
+    assert "not started with the run" not in render_plan(own, check=False)

@@ -9,6 +9,7 @@ numpy alone. The fast tests use a stored dataset (made by ``dataset import``) an
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,6 +47,13 @@ def recomputed_recall(raw_file: Path, truth: np.ndarray) -> float:
             ]
         )
     )
+
+
+def executors_of(run_dir: Path, app: str) -> list[str]:
+    """The executor labels the tasks of ``app`` ran on, from the run's Parsl log."""
+    log = "\n".join(p.read_text() for p in (run_dir / "parsl").rglob("parsl.log"))
+    tasks = re.findall(rf"Task (\d+) submitted for App {app}\b", log)
+    return [m for t in tasks for m in re.findall(rf"Parsl task {t} try \d+ launched on executor (\w+)", log)]
 
 
 @pytest.fixture(scope="module", params=["fmnist1k", "bigann10k"])
@@ -148,6 +156,9 @@ def test_a_stored_dataset_runs_with_its_published_truth_cut_to_k(stored, write_c
     assert json.loads((truth_dir / "manifest.json").read_text())["source"] == "published"
     neighbors = np.asarray(pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist())
     assert np.array_equal(neighbors, published_truth("fmnist1k")[:, :10])
+    # Cutting the published lists needs no GPU: the driver's threads do it (on an HPC platform the GPU
+    # block then never starts; tests/executors/test_hpc_config.py).
+    assert executors_of(run_dir, "run_groundtruth") == ["driver"]
     # The geometry measures the dataset's own queries and ground truth too (a given dataset has no
     # queries section): the queries' LID and the relative contrast, not a dash.
     geometry = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["geometry"])
@@ -173,6 +184,7 @@ def test_a_k_beyond_the_published_lists_is_computed_exactly(stored, write_config
     truth_dir = Path(json.loads((run_dir / "provenance.json").read_text())["outputs"]["groundtruth"])
     neighbors = np.asarray(pq.read_table(truth_dir / "groundtruth.parquet").column("neighbors").to_pylist())
     assert neighbors.shape == (500, 150)
+    assert executors_of(run_dir, "run_groundtruth") == ["workers"]  # exact search: where the GPUs are
     # The first 100 exact neighbours are the published ones (fmnist1k has no ties among them).
     assert np.array_equal(neighbors[:, :100], published_truth("fmnist1k"))
 
