@@ -11,6 +11,7 @@ are removed, so the directory holds the report's figures only.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -70,12 +71,51 @@ def check_inputs(run: RunRecord, outcomes: list[DatabaseOutcome]) -> None:
         )
 
 
+def refuse_a_partial_view(run: RunRecord) -> None:
+    """Refuse to rewrite a complete vdb stage's report from a run that holds only some of its points.
+
+    The report lives in the stage directory, which every run of the same content key shares: a run
+    stopped after one point, reported after a later run completed the stage, would otherwise replace
+    the whole stage's report (and what ``compare`` and the headline read) with its one point.
+    """
+    manifest = read_manifest(run.vdb.directory)
+    if manifest is None:  # the stage is not complete: its report is whichever run's reached furthest
+        return
+    complete = {(p.get("key"), p.get("repeat")) for p in manifest.get("points") or []}
+    missing = complete - {(p.key, p.repeat) for p in run.points}
+    if not missing:
+        return
+    owner = _run_that_completed(run)
+    which = f"run {owner}" if owner else "the run that completed it"
+    raise ArtifactError(
+        f"run {run.run_id} holds {len(complete) - len(missing)} of the {len(complete)} points of its vdb "
+        f"stage, which a later run completed: the stage's report ({run.report_dir}) is of all "
+        f"{len(complete)}, and is not replaced by a part; `python -m pipeline report "
+        f"{owner or '<run id>'}` rewrites it from {which}"
+    )
+
+
+def _run_that_completed(run: RunRecord) -> str | None:
+    """A succeeded run (the last by name in ``run``'s runs folder) whose vdb stage is ``run``'s, or None."""
+    for provenance in sorted(run.run_dir.parent.glob("*/provenance.json"), reverse=True):
+        try:
+            record = json.loads(provenance.read_text(encoding="utf-8"))
+            vdb = (record.get("stages") or {}).get("vdb") or {}
+            if record.get("status") == "succeeded" and Path(vdb.get("directory", "")) == run.vdb.directory:
+                return str(record.get("run_id") or provenance.parent.name)
+        except (OSError, ValueError, AttributeError):  # another run's damaged record: not this question's
+            continue
+    return None
+
+
 def rerender(run: RunRecord) -> dict[str, Any]:
     """Rewrite ``results.parquet``, ``report.md`` and the figures of ``run``; returns the written files.
 
     Returns ``{"report": Path, "results": Path, "rows": int, "files": [...]}``. The vdb stage's manifest,
-    when the stage is complete, is updated to list the new files (so the stage still verifies).
+    when the stage is complete, is updated to list the new files (so the stage still verifies). A run that
+    holds only part of a complete stage is refused (:func:`refuse_a_partial_view`).
     """
+    refuse_a_partial_view(run)
     outcomes = read_outcomes(run)
     report_dir = run.report_dir
     report_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -215,3 +215,33 @@ def test_status_tells_a_run_whose_driver_died_from_one_running(small_run, tmp_pa
     assert lost.returncode == 1, lost.stderr  # as `status --endpoint` exits for a lost run
     assert "status lost" in lost.stdout
     assert f"its driver (pid {alive.pid}) is gone without finishing" in lost.stdout
+
+
+@pytest.mark.slow
+def test_a_run_stopped_part_way_does_not_replace_the_complete_stages_report(
+    small_run, tmp_path: Path
+) -> None:
+    """Runs of one content key share the vdb stage and its report: ``report`` of a run stopped after its
+    first point, once a later run completed the stage, is refused naming that run; the report stays whole."""
+    stage = copy_vdb_stage(small_run, tmp_path)
+
+    def completed(prov: dict) -> None:
+        prov["run_id"], prov["stages"]["vdb"]["directory"] = "whole", str(stage)
+
+    def stopped(prov: dict) -> None:
+        completed(prov)
+        prov["run_id"], prov["status"] = "stopped", "interrupted"
+        del prov["stages"]["vdb"]["points"][1:]
+
+    copy_run(small_run, tmp_path, "whole", completed)
+    copy_run(small_run, tmp_path, "stopped", stopped)
+    before = (stage / "report" / "results.parquet").read_bytes()
+    line = assert_one_line_error(
+        run_cli("report", "stopped", "--workdir", str(tmp_path)), "1 of the 2 points"
+    )
+    assert "`python -m pipeline report whole` rewrites it" in line
+    assert (stage / "report" / "results.parquet").read_bytes() == before
+    rewritten = run_cli("report", "whole", "--workdir", str(tmp_path))
+    assert rewritten.returncode == 0 and "from 2 point(s)" in rewritten.stdout + rewritten.stderr, (
+        rewritten.stderr
+    )
