@@ -421,7 +421,7 @@ def submit(
     ] = None,
     dataset: DatasetOpt = None,
 ) -> None:
-    """Start ``run`` on a remote login node through Globus Compute; prints the run id."""
+    """Start `run` on a remote login node through Globus Compute; prints the run id."""
     from executors.globus import compute_executor, submit_run
 
     with _remote_errors(endpoint, "submit"), compute_executor(endpoint) as executor:

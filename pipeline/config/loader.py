@@ -18,6 +18,7 @@ from core.errors import ConfigError
 from executors.safe import SecretValueError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
+from pipeline.config.suggest import unknown_field_message
 from pipeline.config.yaml_guard import dotted_path, parse_yaml
 
 # ${NAME} or ${NAME:-default}
@@ -352,6 +353,8 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         where = f"line {line}: " if line else ""
         # A check's own words, without pydantic's "Value error, " before them.
         message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]
+        if err["type"] == "extra_forbidden":  # not pydantic's "Extra inputs are not permitted": the one meant
+            message = unknown_field_message(RunConfig, tuple(err["loc"]))
         problems.append(f"{where}{dotted_path(loc)}: {message}{shown}")
     message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

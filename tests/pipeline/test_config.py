@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from core.errors import ConfigError
 from pipeline.config.loader import load_config
@@ -36,9 +37,42 @@ def test_unknown_key_names_field_and_line(write_config, small_corpus, tmp_path) 
         load_config(path)
     message = str(info.value)
     assert "embedding.modle_dtype" in message
-    assert "Extra inputs are not permitted" in message
+    assert "embedding.modle_dtype: unknown field; did you mean" in message
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "modle_dtype" in text)
     assert f"line {line}:" in message
+
+
+@pytest.mark.parametrize(
+    ("written", "meant"),
+    [
+        ("chunking.chunk_sise: 64", "chunking.chunk_sise: unknown field; did you mean 'chunk_size'?"),
+        ("vdb.collection.hnsw_mm: 8", "vdb.collection.hnsw_mm: unknown field; did you mean 'hnsw_m'?"),
+        (
+            "vdb.databases.0.colection: {}",
+            "vdb.databases.0.colection: unknown field; did you mean 'collection'?",
+        ),
+        (
+            "vdb.databases.0.insert.batch_sise: [8]",
+            "vdb.databases.0.insert.batch_sise: unknown field; did you mean 'batch_sizes'?",
+        ),
+        ("groundtruth.metrik: l2", "groundtruth.metrik: unknown field; did you mean 'metric'?"),
+    ],
+)
+def test_a_misspelt_field_is_told_the_field_it_meant(
+    write_config, small_corpus, tmp_path, written: str, meant: str
+) -> None:
+    """Pydantic's "Extra inputs are not permitted" names no alternative; the error says the field meant,
+    found along the config model (an entry's own sections are vdb's sections of that name)."""
+    config = base_config(small_corpus, tmp_path, vdb={"databases": [{"name": "faiss"}]})
+    dotted, value = written.split(": ", 1)
+    *parents, key = [int(p) if p.isdigit() else p for p in dotted.split(".")]
+    section = config
+    for part in parents:
+        section = section.setdefault(part, {}) if isinstance(section, dict) else section[part]
+    section[key] = yaml.safe_load(value)
+    with pytest.raises(ConfigError) as info:
+        load_config(write_config(config))
+    assert meant in str(info.value)
 
 
 def test_wrong_type_shows_value(write_config, small_corpus, tmp_path) -> None:
