@@ -69,6 +69,14 @@ class StageProgress(AbstractContextManager):
         was queued behind them."""
         self._started[name] = time.monotonic()
 
+    def phase(self, name: str, text: str) -> None:
+        """What ``name``'s task in progress is doing now (a database point's deploy, insert, index, query):
+        beside the bar, or a line of its own without a terminal."""
+        if self.plain:
+            self.console.print(f"{name}: {text}", highlight=False, markup=False)
+        else:
+            self.progress.update(self._tasks[name], description=f"{name} {escape(text)}")
+
     def advance(self, name: str, items: int = 0, *, reused: bool = False) -> None:
         """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
         stage whose tasks are its only count (the database points) passes none and shows no item rate.
@@ -86,7 +94,7 @@ class StageProgress(AbstractContextManager):
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
         shown = f"{count:,} items" if count else ""
         rate = f"{count / elapsed:,.1f}/s" if count else ""
-        self.progress.update(self._tasks[name], advance=1, items=shown, rate=rate)
+        self.progress.update(self._tasks[name], advance=1, items=shown, rate=rate, description=name)
         if self.plain:
             task = self.progress.tasks[self._tasks[name]]
             eta = f", ETA {task.time_remaining:.0f}s" if task.time_remaining and not task.finished else ""

@@ -143,6 +143,7 @@ class VdbStages:
 
     def __init__(self, plan: Plan, provenance: Provenance, progress: StageProgress) -> None:
         self.plan, self.provenance, self.progress = plan, provenance, progress
+        self._point = ""  # the point being measured, as the console names it
         self.cfg = plan.config.vdb
         self.stage = plan.stage("vdb")
         clients = cpu_label(plan.config.executor)  # clients run on nodes separate from the database's
@@ -242,6 +243,8 @@ class VdbStages:
             shutil.rmtree(db_dir)  # a partial earlier attempt: start clean
         db_dir.mkdir(parents=True)
         log.info("point %d %s (repeat %d): %s", point.number, point.label, point.point.repeat, db_dir)
+        self._point = f"point {point.number} {point.label}"  # as the other point messages name it
+        self.progress.phase("vdb", f"{self._point}: deploy")
         fields: dict[str, Any] = {
             "database": name,
             "label": point.label,
@@ -324,8 +327,8 @@ class VdbStages:
         units = insert_stage.work_units(str(dataset_dir), cfg.insert.rows)
         inserts = []
         searchable: Future | None = None
-        self.telemetry.phase("insert")
         for attempt, batch_size in enumerate(cfg.insert.batch_sizes):
+            self._phase("insert", f"{rows:,} rows, batch {batch_size}")
             prepared = self.apps["prepare"](target, attempt > 0)
             watch.result(prepared, "insert")  # the collection must exist before any client attaches
             tasks = [
@@ -343,17 +346,17 @@ class VdbStages:
             sent = insert_stage.combine_parts([watch.result(t, "insert") for t in tasks])
             ready = watch.result(searchable, "insert")
             inserts.append(insert_record(sent, ready, batch_size, cfg.insert.workers))
-        self.telemetry.phase("index")
+        self._phase("index")
         index = self.apps["index"](target, rows, cfg.index_timeout_s, searchable)
         queries_file = str(plan.stage("queries").directory / "queries.parquet")
         query = self.apps["query"](target, queries_file, cfg.query, str(db_dir), index)
         index_record = watch.result(index, "index")
-        self.telemetry.phase("query")
+        self._phase("query")
         stages = {"insert": inserts, "index": index_record, "queries": watch.result(query, "query")}
         if (
             cfg.mixed is not None
         ):  # on a fresh collection: the task recreates and preloads it (apps/vdb/stages/mixed.py)
-            self.telemetry.phase("mixed")
+            self._phase("mixed")
             mixed = self.apps["mixed"](
                 target,
                 str(dataset_dir),
@@ -365,6 +368,11 @@ class VdbStages:
             )
             stages["mixed"] = watch.result(mixed, "mixed")
         return stages
+
+    def _phase(self, phase: str, detail: str = "") -> None:
+        """A point's next phase: its telemetry's mark, and a word on the console (a point runs minutes)."""
+        self.telemetry.phase(phase)
+        self.progress.phase("vdb", f"{self._point}: {phase}" + (f" ({detail})" if detail else ""))
 
 
 RESULT_FOLDERS = ("raw", "mixed")  # a point's measurements, read by the report

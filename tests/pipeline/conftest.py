@@ -50,6 +50,7 @@ def small_run(tmp_path_factory) -> dict[str, Any]:
     prov = json.loads((run_dir / "provenance.json").read_text())
     return {
         "stdout": result.stdout,
+        "stderr": result.stderr,
         "run_dir": run_dir,
         "report": Path(prov["stages"]["vdb"]["directory"]) / "report",
         "workdir": root / "wd",

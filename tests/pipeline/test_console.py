@@ -47,6 +47,11 @@ def test_run_ends_with_the_headline_and_the_report_path(small_run) -> None:
         (index,) = [r for r in mine if r["stage"] == "index"]
         assert cells[6:8] == [seconds(insert["upload_s"]), seconds(index["index_s"])]
     assert f"report: {small_run['report'] / 'report.md'}" in stdout
+    # Each point's phases are told as they start (a point runs minutes; the bar moves once per point).
+    said = [line for line in small_run["stderr"].splitlines() if line.startswith("vdb: point 0 ")]
+    phases = [line.split(": ")[2].split(" ")[0] for line in said]
+    assert phases == ["deploy", "insert", "index", "query"], said
+    assert re.search(r": insert \(\d[\d,]* rows, batch \d+\)$", said[1]), said
 
 
 @pytest.mark.slow
@@ -288,12 +293,14 @@ def test_progress_lines_count_items_only_where_a_stage_has_them() -> None:
         progress.add_stage("embed", 2)
         progress.add_stage("vdb", 3)
         progress.advance("embed", 1048)
+        progress.phase("vdb", "point 0 qdrant: index")
         progress.advance("vdb")
         # Reused from an earlier run: off the bar (its rate and ETA are the new work's), counted apart.
         progress.add_stage("chunk", 3)
         progress.advance("chunk", 500, reused=True)
         progress.advance("chunk", 20)
-    embed, vdb, chunk = out.getvalue().splitlines()
+    embed, phase, vdb, chunk = out.getvalue().splitlines()
+    assert phase == "vdb: point 0 qdrant: index"
     assert embed.startswith("embed: 1/2 done, 1,048 items ") and "/s" in embed, embed
     assert vdb.startswith("vdb: 1/3 done") and "items" not in vdb and "/s" not in vdb, vdb
     assert chunk.startswith("chunk: 1/2 done (1 done before), 20 items "), chunk
