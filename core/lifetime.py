@@ -216,7 +216,8 @@ def stop_leftovers(workdir: Path, grace: float = 5.0) -> list[str]:
         procs = _run_processes({run}, set(), _exact(records))
         for proc in procs:
             with contextlib.suppress(psutil.Error):
-                stopped.append(f"{run}: pid {proc.pid} {' '.join(proc.cmdline())[:120]}")
+                command = " ".join(" ".join(proc.cmdline()).split())  # a process title's padding dropped
+                stopped.append(f"{run}: pid {proc.pid} {command[:120]}")
         if procs:
             terminate(lambda run=run, records=records: _run_processes({run}, set(), _exact(records)), grace)
         for path, _ in entries:

@@ -48,7 +48,8 @@ def _own_workdir(loaded: LoadedConfig, workdir: Path, console: Console) -> Itera
             console.print(f"stopped {len(stopped)} leftover(s) of an earlier run (processes, batch jobs):")
             for line in stopped:
                 console.print(f"  {escape(line)}", highlight=False)
-            log.warning("stopped leftovers of earlier runs: %s", stopped)
+            # info: before the run's log file exists, a warning would reach stderr a second time
+            log.info("stopped leftovers of earlier runs: %s", stopped)
         yield lock
     finally:
         lock.release()
