@@ -11,18 +11,20 @@ are removed, so the directory holds the report's figures only.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from apps.vdb.records import DatabaseOutcome
 from apps.vdb.stages.query_raw import requests_path
 from core.errors import ArtifactError
 from core.store import atomic_write_json, read_manifest
+from pipeline.provenance import PROVENANCE
 from pipeline.report_stage import write_benchmark_report
-from pipeline.runs import RunRecord
+from pipeline.runs import ProvenanceRecord, RunRecord
 from pipeline.sweep import point_damage
 
 
@@ -97,14 +99,14 @@ def refuse_a_partial_view(run: RunRecord) -> None:
 
 def _run_that_completed(run: RunRecord) -> str | None:
     """A succeeded run (the last by name in ``run``'s runs folder) whose vdb stage is ``run``'s, or None."""
-    for provenance in sorted(run.run_dir.parent.glob("*/provenance.json"), reverse=True):
+    for path in sorted(run.run_dir.parent.glob(f"*/{PROVENANCE}"), reverse=True):
         try:
-            record = json.loads(provenance.read_text(encoding="utf-8"))
-            vdb = (record.get("stages") or {}).get("vdb") or {}
-            if record.get("status") == "succeeded" and Path(vdb.get("directory", "")) == run.vdb.directory:
-                return str(record.get("run_id") or provenance.parent.name)
-        except (OSError, ValueError, AttributeError):  # another run's damaged record: not this question's
+            record = ProvenanceRecord.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError):  # another run's damaged record: not this question's
             continue
+        vdb = record.stages.get("vdb")
+        if record.status == "succeeded" and vdb is not None and Path(vdb.directory) == run.vdb.directory:
+            return record.run_id or path.parent.name
     return None
 
 
