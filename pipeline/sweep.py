@@ -45,7 +45,7 @@ class PointPlan:
         """True when a manifest of this point's key is there and verifies (a partial point is redone).
         A damaged manifest counts as absent: a point is always measured again from scratch."""
         try:
-            manifest = complete_manifest(self.directory)
+            manifest = point_manifest(self.directory)
         except ArtifactError:
             return False
         return manifest is not None and manifest.get("key") == self.key
@@ -53,6 +53,15 @@ class PointPlan:
     def damage(self) -> list[str]:
         """Why a point finished before is no longer complete (see :func:`point_damage`)."""
         return point_damage(self.directory, self.key)
+
+
+def point_manifest(directory: Path) -> dict[str, Any] | None:
+    """A finished point's manifest when every raw file it lists is whole, else None.
+
+    Unlike a dataset's shards, a point's raw files are checked by their sha256, not their size only: a
+    file damaged inside would be taken as measured and stop the report, and they are small (query ids and
+    latencies: megabytes, where one point takes minutes to measure again)."""
+    return complete_manifest(directory, checksums=True)
 
 
 def point_damage(directory: Path, key: str) -> list[str]:
@@ -64,7 +73,7 @@ def point_damage(directory: Path, key: str) -> list[str]:
         return [str(exc).split("; delete it")[0]]
     if manifest is None or manifest.get("key") != key:
         return []
-    return verify_files(directory, manifest.get("files", []))
+    return verify_files(directory, manifest.get("files", []), checksums=True)
 
 
 # Per section of the vdb config: the open-loop rate field and the knobs that only matter when it is set.

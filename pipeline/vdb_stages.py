@@ -44,14 +44,14 @@ from apps.vdb.stages import insert as insert_stage
 from apps.vdb.stages import mixed as mixed_stage
 from apps.vdb.stages import query_sweep as query_stage
 from core.errors import ArtifactError, describe
-from core.store import atomic_write_json, atomic_write_text, complete_manifest, file_entry, read_manifest
+from core.store import atomic_write_json, atomic_write_text, file_entry, read_manifest
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
 from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
 from pipeline.report_stage import write_benchmark_report
-from pipeline.sweep import PointPlan
+from pipeline.sweep import PointPlan, point_manifest
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def read_outcome(db_dir: Path, key: str | None = None) -> DatabaseOutcome | None
     layout). A damaged point is measured again from scratch: the plan named its damage on the console,
     the log keeps it."""
     try:
-        manifest = complete_manifest(db_dir)
+        manifest = point_manifest(db_dir)
     except ArtifactError as exc:
         log.info("%s; measuring the point again", exc)
         return None
@@ -380,7 +380,7 @@ RESULT_FOLDERS = ("raw", "mixed")  # a point's measurements, read by the report
 
 def result_files(db_dir: Path) -> list[dict[str, str | int]]:
     """The raw result files of a finished point, as a manifest lists them (name, bytes, sha256): so
-    ``complete_manifest`` sees one lost or cut short, and the point is measured again."""
+    ``point_manifest`` sees one lost, cut short or damaged, and the point is measured again."""
     paths = [path for folder in RESULT_FOLDERS for path in sorted((db_dir / folder).glob("*.parquet"))]
     return [file_entry(path, str(path.relative_to(db_dir))) for path in paths]
 

@@ -175,3 +175,14 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     again = newest_provenance(tmp_path / "wd")
     assert [t["label"] for t in again["stages"]["vdb"]["tasks"]] == [first.label]
     assert first.complete and (second.directory / "manifest.json").stat().st_mtime_ns == second_done_at
+
+    # A raw file damaged inside, its size unchanged, is found too (by its sha256): measured again.
+    listed = [f["file"] for f in json.loads((second.directory / "manifest.json").read_text())["files"]]
+    damaged = second.directory / listed[0]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    assert not second.complete and second.damage() == [f"{damaged}: sha256 differs from the manifest"]
+    plan = run_cli("plan", str(path))
+    said = " ".join(plan.stderr.split())
+    assert f"{damaged}: sha256 differs from the manifest: measured again by the next run" in said, plan.stderr
