@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,14 +58,34 @@ QueueListingOpt = Annotated[
 
 UNSUCCESSFUL = ("failed", "lost", "interrupted")  # `status` exits 1 for a run that ended so
 
+
+def _all_in_any_case(name: str | None) -> str | None:
+    """``--dataset ALL`` as ``all`` (an entry cannot be named so)."""
+    return variants.ALL if name is not None and name.lower() == variants.ALL else name
+
+
 DatasetOpt = Annotated[
     str | None,
     typer.Option(
         "--dataset",
-        help="An entry of the config's datasets section (a study's other datasets): that dataset's run. "
-        f"'{variants.ALL}': the file's own dataset, then every entry, in turn.",
+        help="An entry of the config's datasets section (a study's other datasets): that dataset's run; "
+        f"the file's own dataset.name: its own. '{variants.ALL}': the file's own dataset, then every entry, "
+        "in turn.",
+        callback=_all_in_any_case,
     ),
 ]
+
+
+def _endpoint_id(endpoint: str | None) -> str | None:
+    """A Globus Compute endpoint id is a UUID: anything else is refused before signing in to Globus."""
+    if endpoint is not None:
+        try:
+            uuid.UUID(endpoint)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{endpoint!r} is not an endpoint id (a UUID, as `globus-compute-endpoint list` prints)"
+            ) from None
+    return endpoint
 
 
 def _datasets(config: Path, dataset: str | None) -> list[str | None]:
@@ -415,7 +436,9 @@ def _run(config: Path, dataset: str | None) -> None:
 @app.command()
 def submit(
     config: ConfigArg,
-    endpoint: Annotated[str, typer.Option(help="Globus Compute endpoint UUID (on the login node)")],
+    endpoint: Annotated[
+        str, typer.Option(help="Globus Compute endpoint UUID (on the login node)", callback=_endpoint_id)
+    ],
     repo_dir: Annotated[
         str | None, typer.Option(help="Pipeline checkout on the remote side (default: $PES2O_REPO there)")
     ] = None,
@@ -423,7 +446,12 @@ def submit(
 ) -> None:
     """Start `run` on a remote login node through Globus Compute; prints the run id."""
     from executors.globus import compute_executor, submit_run
+    from pipeline.config.loader import check_dataset_option
 
+    try:  # what can be checked here, before signing in: its variables take the remote side's values
+        check_dataset_option(config, dataset)
+    except PipelineError as exc:
+        _fail(exc)
     with _remote_errors(endpoint, "submit"), compute_executor(endpoint) as executor:
         record = submit_run(executor, config, repo_dir=repo_dir, dataset=dataset)
     out.print(f"started [bold]{record['run_id']}[/] on {record['host']} (pid {record['pid']})")
@@ -472,7 +500,10 @@ def status(
         Path, typer.Argument(help="A run id (looked up under <workdir>/runs) or a run directory")
     ],
     endpoint: Annotated[
-        str | None, typer.Option(help="Read the run on a remote login node through Globus Compute")
+        str | None,
+        typer.Option(
+            help="Read the run on a remote login node through Globus Compute", callback=_endpoint_id
+        ),
     ] = None,
     workdir: Annotated[
         str | None,

@@ -85,16 +85,9 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     path = Path(path)
     node, data = _parse(path)
     entries = _dataset_entries(data, node, path)
+    dataset = _entry_named(dataset, entries, data, node, path)
     if dataset is None:
         (data,) = _interpolate(path, ({k: v for k, v in data.items() if k != variants.SECTION}, node, ()))
-    elif dataset not in entries:
-        known = ", ".join(entries) if entries else "none: the file has no datasets section"
-        raise ConfigError(
-            f"--dataset {dataset!r}: not an entry of the config's datasets section (entries: {known}; "
-            "leave --dataset out for the file's own dataset)",
-            file=str(path),
-            line=_line_of(node, (variants.SECTION,)),
-        )
     else:
         entry = entries[dataset]
         where = (variants.SECTION, dataset)
@@ -116,6 +109,38 @@ def dataset_entries(path: str | Path) -> tuple[str, ...]:
     path = Path(path)
     node, data = _parse(path)
     return tuple(_dataset_entries(data, node, path))
+
+
+def check_dataset_option(path: str | Path, dataset: str | None) -> None:
+    """What can be checked of a config before it is sent to run elsewhere (``submit``), where its
+    variables take that side's values: it parses, its ``datasets`` section is well formed, and
+    ``--dataset`` names the file's own dataset, one of its entries, or all of them."""
+    path = Path(path)
+    node, data = _parse(path)
+    entries = _dataset_entries(data, node, path)
+    if dataset != variants.ALL:
+        _entry_named(dataset, entries, data, node, path)
+
+
+def _entry_named(
+    dataset: str | None, entries: dict[str, dict], data: dict[str, Any], node: yaml.Node | None, path: Path
+) -> str | None:
+    """The ``datasets`` entry ``--dataset`` names; None for the file's own dataset (also when named by
+    its ``dataset.name``, as a script looping over a study's names does); ConfigError for neither."""
+    if dataset is None or dataset in entries:
+        return dataset
+    own = data.get("dataset")
+    own_name = own.get("name") if isinstance(own, dict) else None
+    if dataset == own_name:
+        return None
+    known = ", ".join(entries) if entries else "none: the file has no datasets section"
+    own_too = f", or name {own_name}," if isinstance(own_name, str) else ""
+    raise ConfigError(
+        f"--dataset {dataset!r}: not an entry of the config's datasets section (entries: {known}; "
+        f"leave --dataset out{own_too} for the file's own dataset)",
+        file=str(path),
+        line=_line_of(node, (variants.SECTION,)),
+    )
 
 
 def _parse(path: Path) -> tuple[yaml.Node | None, dict[str, Any]]:

@@ -23,6 +23,8 @@ import yaml
 from executors.globus import read_status, remote_status, start_run, submit_run, wait_for
 from tests.conftest import REPO, base_config, sample_records, write_jsonl
 
+ENDPOINT = "4b116d3c-1703-4f8f-9f6f-39921e5864df"  # an endpoint id has the form of a UUID
+
 serialize = pytest.importorskip("globus_compute_sdk.serialize")
 
 
@@ -132,9 +134,9 @@ def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Pat
     monkeypatch.setattr(executors.globus, "compute_executor", lambda endpoint_id, **kw: ThreadPoolExecutor(1))
     monkeypatch.setenv("PES2O_REPO", str(tmp_path))
     monkeypatch.delenv("PIPELINE_WORKDIR", raising=False)
-    result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
+    result = CliRunner().invoke(app, ["status", "--endpoint", ENDPOINT, "r-20260101T000000Z-abc"])
     assert result.exit_code == 2, result.output
-    assert result.output.startswith("error: status --endpoint E r-20260101T000000Z-abc: no run")
+    assert result.output.startswith(f"error: status --endpoint {ENDPOINT} r-20260101T000000Z-abc: no run")
     assert result.output.count("\n") == 1, result.output  # one line (the console does not wrap it)
     assert result.exception is None or isinstance(result.exception, SystemExit)
 
@@ -142,9 +144,41 @@ def test_status_command_says_a_remote_run_is_not_found_in_one_line(tmp_path: Pat
         raise OSError("endpoint offline")
 
     monkeypatch.setattr(executors.globus, "read_status", broken)
-    result = CliRunner().invoke(app, ["status", "--endpoint", "E", "r-20260101T000000Z-abc"])
+    result = CliRunner().invoke(app, ["status", "--endpoint", ENDPOINT, "r-20260101T000000Z-abc"])
     assert result.exit_code == 1, result.output
-    assert result.output == "error: status through endpoint E: OSError: endpoint offline\n", result.output
+    assert result.output == f"error: status through endpoint {ENDPOINT}: OSError: endpoint offline\n", (
+        result.output
+    )
+
+
+def test_submit_checks_what_it_can_before_signing_in(tmp_path: Path, monkeypatch) -> None:
+    """An endpoint id that is no UUID, a file that is no YAML, or a --dataset the file does not have is
+    refused here, at once (exit 2, one line), not after a Globus sign-in and a remote start."""
+    from typer.testing import CliRunner
+
+    import executors.globus
+    from pipeline.cli.main import app
+
+    def no_sign_in(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the Globus service was reached")
+
+    monkeypatch.setattr(executors.globus, "compute_executor", no_sign_in)
+    good = REPO / "configs" / "local-ann.yaml"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nvdb: [unclosed\n")
+    cases = [
+        (["--endpoint", "not-a-uuid", str(good)], "'not-a-uuid' is not an endpoint id"),
+        (["--endpoint", ENDPOINT, str(broken)], f"{broken}:"),
+        (["--endpoint", ENDPOINT, str(good), "--dataset", "glove"], "--dataset 'glove': not an entry"),
+    ]
+    for args, said in cases:
+        result = CliRunner().invoke(app, ["submit", *args])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+    # the file's own dataset by its name, and ALL in capitals, pass the check (and reach the service)
+    for dataset in ("fmnist1k", "ALL"):
+        result = CliRunner().invoke(app, ["submit", "--endpoint", ENDPOINT, str(good), "--dataset", dataset])
+        assert "the Globus service was reached" in result.output, result.output
 
 
 def test_status_marks_a_dead_driver_as_lost(tmp_path: Path) -> None:

@@ -107,7 +107,7 @@ def test_a_malformed_datasets_section_is_refused(write_config, small_corpus, tmp
         load_config(write_config(text))
 
 
-def test_cli_dataset_option(write_config, small_corpus, tmp_path) -> None:
+def test_cli_dataset_option(write_config, small_corpus, tmp_path, monkeypatch) -> None:
     path = write_config(study(small_corpus, tmp_path))
     env = {"CORPUS_ONLY_THE_FILE_USES": str(small_corpus)}
     every = run_cli("validate", str(path), "--dataset", "all", env=env)
@@ -120,7 +120,11 @@ def test_cli_dataset_option(write_config, small_corpus, tmp_path) -> None:
     assert (
         "--dataset 'glove': not an entry of the config's datasets section (entries: gist;" in unknown.stderr
     )
+    assert "leave --dataset out, or name pes2o, for the file's own dataset" in unknown.stderr
     assert "Traceback" not in unknown.stderr and not (tmp_path / "store").exists()
+    monkeypatch.setenv("CORPUS_ONLY_THE_FILE_USES", str(small_corpus))
+    by_name = load_config(path, "pes2o")  # the file's own dataset by its name: as without --dataset
+    assert by_name.dataset_entry is None and by_name.config_hash == load_config(path).config_hash
 
 
 def test_dataset_all_checks_every_dataset_and_lists_the_failed(write_config, small_corpus, tmp_path) -> None:
