@@ -436,7 +436,8 @@ def study_section(rows: Sequence[Row], out: Path) -> tuple[list[str], dict[str, 
     lines = [
         "## Study figures",
         "",
-        "Shaped like the study's (000 §V), from every repeat of every sweep point: medians with min–max "
+        "Shaped like the figures of the study (Ockerman et al., *When More Cores Hurts*, arXiv:2606.08950, "
+        "§V), from every repeat of every sweep point: medians with min–max "
         "error bars. A figure is drawn when the sweep varies its axis.",
         "",
     ]
