@@ -42,8 +42,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """``name: a -> b`` for every key whose value differs (absent on one side: ``—``)."""
-    fa, fb = _flatten(a), _flatten(b)
+    """``name: a -> b`` for every key whose value differs (absent or null on one side: ``—``)."""
+    fa, fb = ({k: v for k, v in _flatten(side).items() if v is not None} for side in (a, b))
     return [
         f"{key}: {fa.get(key, '—')} -> {fb.get(key, '—')}"
         for key in sorted(set(fa) | set(fb))
@@ -127,6 +127,8 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
     # Which dataset (a stored name, an import's files, expected rows): a key alone does not say what changed.
     da, db = ({k: v for k, v in (c.get("dataset") or {}).items() if k != "dir"} for c in (ca, cb))
     notes += [f"dataset.{line}" for line in _differences(da, db)]  # not dir: where it is kept, not what
+    for section in ("queries", "groundtruth"):  # what the keys above changed for (k, metric, count)
+        notes += [f"{section}.{line}" for line in _differences(ca.get(section) or {}, cb.get(section) or {})]
     ea, eb = ca.get("embedding") or {}, cb.get("embedding") or {}
     model_a, model_b = ea.get("model_id") or ea.get("model"), eb.get("model_id") or eb.get("model")
     if model_a != model_b:
@@ -145,8 +147,23 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
     return notes
 
 
+def other_datasets(a: RunRecord, b: RunRecord) -> str | None:
+    """A warning when the two runs measured different datasets (their embed stages' keys differ): their
+    ratios then compare different work. None when the dataset is the same."""
+    ka, kb = (run.stages["embed"].key if "embed" in run.stages else None for run in (a, b))
+    if ka == kb:
+        return None
+    na, nb = ((run.config_dict.get("dataset") or {}).get("name") or key for run, key in ((a, ka), (b, kb)))
+    return (
+        f"warning: a and b measured different datasets ({na} -> {nb}): each ratio b/a compares "
+        "different data, not a change of settings"
+    )
+
+
 def print_comparison(out: Console, a: RunRecord, b: RunRecord) -> None:
     """Print the side-by-side table and the configuration differences."""
+    if (warning := other_datasets(a, b)) is not None:
+        out.print(warning, markup=False, highlight=False, soft_wrap=True)
     print_table(out, compare_table(a, b))
     notes = config_notes(a, b)
     if not notes:

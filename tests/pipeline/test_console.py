@@ -98,6 +98,7 @@ def test_compare_of_a_run_with_itself_gives_ratio_one(small_run) -> None:
             a, b, quotient = cells[(label, figure)]
             assert a == b != "—" and quotient == "1.00", (label, figure, cells[(label, figure)])
     assert "configuration: same dataset" in result.stdout
+    assert "different datasets" not in result.stdout
 
 
 @pytest.mark.slow
@@ -120,6 +121,8 @@ def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_pat
     prov["stages"]["vdb"]["directory"] = str(tmp_path / "vdb-b")
     prov["stages"]["embed"]["key"] = "another-dataset"
     prov["config"]["dataset"]["name"] = "other-corpus"
+    k = prov["config"]["groundtruth"]["k"]
+    prov["config"]["groundtruth"]["k"] = k + 10
     (b_dir / "provenance.json").write_text(json.dumps(prov))
 
     result = run_cli("compare", str(small_run["run_dir"]), "run-b", "--workdir", str(tmp_path))
@@ -130,6 +133,10 @@ def test_compare_shows_ratios_and_the_differences_that_matter(small_run, tmp_pat
         assert cells[(label, "upload (s)")][2] == "1.00"
     assert "dataset key:" in result.stdout and "-> another-dataset" in result.stdout
     assert "dataset.name: pes2o-ve -> other-corpus" in result.stdout  # which dataset, not only its key
+    said = " ".join(result.stdout.split())
+    assert said.startswith("warning: a and b measured different datasets (pes2o-ve -> other-corpus)"), said
+    assert f"groundtruth.k: {k} -> {k + 10}" in result.stdout  # why the ground truth key changed
+    assert "-> None" not in result.stdout  # a field null in both is no difference
     assert f"{LABELS[1]}: collection.hnsw_m: 16 -> 32" in result.stdout
     assert f"{LABELS[0]}: collection.hnsw_m" not in result.stdout
 
