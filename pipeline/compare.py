@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from apps.evaluate.results import point_name, read_results
+from apps.evaluate.results import name_order, point_name, read_results
 from pipeline.headline import (
     figures,
     number,
@@ -74,7 +74,7 @@ def compare_table(a: RunRecord, b: RunRecord) -> Table:
     """The side-by-side table: for each label present in either run, its headline figures in a and b."""
     left = {r["name"]: r for r in read_summary(a.report_dir / "results.parquet", a.run_id)}
     right = {r["name"]: r for r in read_summary(b.report_dir / "results.parquet", b.run_id)}
-    labels = sorted(set(left) | set(right))
+    labels = sorted(set(left) | set(right), key=name_order)
     table = Table(title=f"a = {a.run_id}\nb = {b.run_id}", title_justify="left")
     table.add_column("database", no_wrap=True, min_width=max((len(x) for x in labels), default=8))
     table.add_column("figure", no_wrap=True)
@@ -140,9 +140,10 @@ def config_notes(a: RunRecord, b: RunRecord) -> list[str]:
         notes += [f"vdb.{line}" for line in _differences({part: va.get(part)}, {part: vb.get(part)})]
     pa_ = _label_params(read_results(a.report_dir / "results.parquet"))
     pb_ = _label_params(read_results(b.report_dir / "results.parquet"))
-    for label in sorted(set(pa_) & set(pb_)):
+    for label in sorted(set(pa_) & set(pb_), key=name_order):
         notes += [f"{label}: {line}" for line in _differences(pa_[label], pb_[label])]
-    for label in sorted(set(pa_) ^ set(pb_)):  # a database or point one of the runs did not measure
+    # a database or point one of the runs did not measure
+    for label in sorted(set(pa_) ^ set(pb_), key=name_order):
         notes.append(f"{label}: only in {a.run_id if label in pa_ else b.run_id}")
     return notes
 

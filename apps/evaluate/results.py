@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,11 @@ def point_name(row: dict[str, Any]) -> str:
     return row.get("label") or row["database"]
 
 
+def name_order(name: str) -> tuple[Any, ...]:
+    """Sort key of point names with their numbers as numbers: ``rows=2000`` before ``rows=10000``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
 def is_ok(row: dict[str, Any]) -> bool:
     return row["status"] == "ok"
 
@@ -236,7 +242,7 @@ class ResultRows:
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
-        self.databases = sorted({point_name(r) for r in rows})
+        self.databases = sorted({point_name(r) for r in rows}, key=name_order)
 
     def of(self, database: str, stage: str) -> list[dict[str, Any]]:
         return [r for r in self.rows if point_name(r) == database and r["stage"] == stage]

@@ -19,6 +19,7 @@ from apps.evaluate.results import (
     ResultRows,
     insert_rate,
     is_ok,
+    name_order,
     normalize_rows,
     point_name,
     read_results,
@@ -193,7 +194,7 @@ def _insert_sweep(run: ResultRows) -> list[str]:
         "vectors/s",
     ]
     body = []
-    for row in sorted(rows, key=lambda r: (point_name(r), setting_order(r))):
+    for row in sorted(rows, key=lambda r: (name_order(point_name(r)), setting_order(r))):
         if not is_ok(row):
             body.append([point_name(row), row["setting"] or "—", _failure(row), *["—"] * 6])
             continue

@@ -300,3 +300,15 @@ def test_index_and_query_time_versus_dataset_size_have_a_line_per_worker_count()
     assert queries is not None
     medians = [p.median for p in next(iter(queries.of("latency_mean_ms"))).points]
     assert medians == pytest.approx([medians[0], 2 * medians[0], 4 * medians[0]])  # the repeats' median
+
+
+def test_points_are_listed_with_their_numbers_in_numeric_order() -> None:
+    """The summary (report and console headline) lists rows=2000 before rows=10000, as plan does."""
+    from apps.evaluate.results import ResultRows
+
+    rows = []
+    for size in (10000, 2000, 5000):
+        base = point("faiss", {"insert.rows": size})
+        rows.append(query(base, 0, 64, qps=5000.0, recall=0.99, latency=1.0))
+    names = ResultRows(normalize_rows(rows)).databases
+    assert names == ["faiss[rows=2000]", "faiss[rows=5000]", "faiss[rows=10000]"]
