@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -251,6 +251,7 @@ class WorkdirLock:
 
     path: Path
     fh: IO[str]
+    taken: float = field(default_factory=time.time)  # when this run took it (a process may run several)
 
     @classmethod
     def acquire(cls, workdir: Path) -> WorkdirLock:
@@ -275,9 +276,9 @@ class WorkdirLock:
         return lock
 
     def note(self, run: str | None) -> None:
-        """Say in the lock file who holds it: pid, host, start time and (once known) the run id."""
+        """Say in the lock file who holds it: pid, host, when it took the lock and (once known) the run id."""
         pid = os.getpid()
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(_wall_start(pid)))
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.taken))
         text = f"run {run or '(starting)'}, pid {pid} on {socket.gethostname()}, started {stamp}"
         self.fh.seek(0)
         self.fh.truncate()
@@ -289,11 +290,3 @@ class WorkdirLock:
         with contextlib.suppress(OSError):
             fcntl.flock(self.fh, fcntl.LOCK_UN)
         self.fh.close()
-
-
-def _wall_start(pid: int) -> float:
-    """When ``pid`` started, as wall-clock time, for messages (now when it is gone)."""
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return time.time()

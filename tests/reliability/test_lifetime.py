@@ -190,11 +190,14 @@ def test_a_live_run_is_not_a_leftover(tmp_path: Path) -> None:
 def test_second_lock_on_a_workdir_names_the_holder(tmp_path: Path) -> None:
     first = WorkdirLock.acquire(tmp_path)
     try:
+        first.taken = 86400.0  # a day after the epoch: not when this process started
         first.note("test-20260101T000000Z-abcdef12")
         with pytest.raises(WorkdirBusyError) as err:
             WorkdirLock.acquire(tmp_path)
         message = str(err.value)
         assert "test-20260101T000000Z-abcdef12" in message and f"pid {os.getpid()}" in message
+        # when the run took the workdir, not when its process started (--dataset all runs several)
+        assert f"started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(86400.0))}" in message
         assert err.value.exit_code != 0
     finally:
         first.release()
