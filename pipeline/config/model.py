@@ -8,6 +8,7 @@ The YAML file maps one-to-one onto :class:`RunConfig`; :mod:`pipeline.config.loa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -81,6 +82,14 @@ class RunDatasetConfig(DatasetConfig):
 GENERATING_SECTIONS = ("corpus", "sharding", "chunking", "embedding", "queries")
 
 
+def _not_generated(source: str, sections: list[str]) -> str:
+    """Why ``sections`` do not belong beside a given dataset (``source``: dataset.stored or imported)."""
+    return (
+        f"{source} takes the dataset, its queries and ground truth as they are: remove "
+        f"{', '.join(sections)} (they describe a dataset the run generates)"
+    )
+
+
 class RunConfig(Strict):
     """One run of the workflow."""
 
@@ -113,6 +122,19 @@ class RunConfig(Strict):
         None, description="Omit to stop after the dataset, queries and ground truth."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _given_dataset_is_not_generated(cls, data: Any) -> Any:
+        """A corpus or embedding section beside a given dataset, told before its own fields are checked:
+        a half-written ``embedding`` would otherwise ask for its missing model, not to be removed."""
+        given = data.get("dataset") if isinstance(data, dict) else None
+        if isinstance(given, dict):
+            source = next((f"dataset.{k}" for k in ("stored", "imported") if given.get(k) is not None), None)
+            written = [name for name in ("corpus", "embedding") if data.get(name) is not None]
+            if source and written:
+                raise FieldError((written[0],), _not_generated(source, written))
+        return data
+
     @model_validator(mode="after")
     def _one_dataset_source(self) -> RunConfig:
         given = self.dataset
@@ -136,11 +158,7 @@ class RunConfig(Strict):
             f"dataset.{name}" for name in ("dir", "holdout_fraction", "expected_rows") if getattr(given, name)
         ]  # a given dataset's rows are read from its files
         if extra:
-            raise FieldError(
-                tuple(extra[0].split(".")),
-                f"{source} takes the dataset, its queries and ground truth as they are: remove "
-                f"{', '.join(extra)} (they describe a dataset the run generates)",
-            )
+            raise FieldError(tuple(extra[0].split(".")), _not_generated(source, extra))
         return self
 
     @property

@@ -283,6 +283,8 @@ def test_files_that_do_not_match_the_format_are_refused(tmp_path, write_config) 
     ("dataset", "extra", "expected"),
     [
         ({"name": "x", "stored": "fm"}, {"corpus": {"paths": ["a.jsonl"]}}, "remove corpus"),
+        # a half-written embedding is to be removed, not completed with the model it lacks
+        ({"name": "x", "stored": "fm"}, {"embedding": {"dimension": 256}}, "embedding: dataset.stored takes"),
         ({"name": "x"}, {}, "corpus and embedding missing"),
         (
             {"name": "x", "stored": "fm", "imported": {"format": "vecs", "paths": ["a"]}},
