@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class MixtureModel:
     cholesky: np.ndarray  # (c, p, p): lower factors of the components' covariances
     normalize: bool
     variance_kept: float  # share of the real sample's variance in the p directions
+    # An integer source (SIFT's uint8): values rounded into its type's range, as the real set holds them
+    integers: tuple[int, int] | None = None
 
     def draw(self, rows: int, seed: list[int]) -> np.ndarray:
         """``rows`` vectors (float32), the same for the same ``seed``."""
@@ -80,9 +82,21 @@ class MixtureModel:
         noise = rng.standard_normal((rows, self.means.shape[1]))
         coords = self.means[component] + np.einsum("npq,nq->np", self.cholesky[component], noise)
         vectors = (self.mean + coords @ self.basis.T).astype(np.float32)
+        if self.integers is not None:
+            vectors = np.clip(np.rint(vectors), *self.integers).astype(np.float32)
         if self.normalize:
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors
+
+
+def integer_range(like: dict[str, Any]) -> tuple[int, int] | None:
+    """The value range of the real dataset's element type when it is an integer one (an import of
+    .bvecs or u8bin: uint8, 0-255), else None: synthetic rows then hold such values too."""
+    source = (like.get("import") or {}).get("source_dtype")
+    if source is None or not np.issubdtype(np.dtype(source), np.integer):
+        return None
+    info = np.iinfo(np.dtype(source))
+    return int(info.min), int(info.max)
 
 
 def fit_model(sample: np.ndarray, spec: SynthSpec, normalize: bool) -> MixtureModel:
@@ -138,19 +152,23 @@ def synthesize(
         raise InputDataError(f"--k {spec.k} exceeds --rows {spec.rows}")
     sample, _ = sample_dataset(like_dir, FIT_ROWS, spec.seed, 64)
     metric = like_metric(like, sample)
-    params = {"like": like["key"], "spec": spec.__dict__, "metric": metric}
+    integers = integer_range(like)
+    params: dict[str, Any] = {"like": like["key"], "spec": spec.__dict__, "metric": metric}
+    if integers is not None:  # only then: the keys of datasets drawn like float ones stay as they were
+        params["integers"] = list(integers)
     key = content_key("synth", STAGE_VERSION, params, [like["key"]])
     final = store / "datasets" / f"{name}-{key}"
     if (done := read_manifest(final)) is not None:
         return final, done, True
     started = time.time()
     say(f"fitting {spec.components} components in {spec.pca_dims} directions to {len(sample):,} rows")
-    model = fit_model(sample, spec, normalize=metric == "cosine")
+    model = replace(fit_model(sample, spec, normalize=metric == "cosine"), integers=integers)
     synthetic = {
         "synthetic": True,
         "like": {"name": like["metadata"].get("dataset_name"), "key": like["key"], "path": str(like_dir)},
         "model": f"Gaussian mixture, full covariances, in the top {spec.pca_dims} principal directions",
         "variance_kept": round(model.variance_kept, 4),
+        "integers": list(integers) if integers is not None else None,
         "fit_rows": len(sample),
         **spec.__dict__,
     }
@@ -258,9 +276,18 @@ def card(manifest: dict[str, Any]) -> str:
             f"real rows; the directions keep {synth['variance_kept']:.1%} of their variance",
             f"- metric {manifest['metric']}; {synth['queries']:,} queries drawn from the same model; exact "
             f"top-{synth['k']} ground truth",
+            *_integers_line(synth),
             f"- intrinsic dimension (MLE combined, k = {lid['k']}, {LID_ROWS:,} rows): synthetic "
             f"{lid['synthetic']}, real {lid['real']}",
             f"- seed {synth['seed']}: the same arguments draw the same vectors",
             "",
         ]
     )
+
+
+def _integers_line(synth: dict[str, Any]) -> list[str]:
+    """The card's line on integer values (an integer source), or none."""
+    if not synth.get("integers"):
+        return []
+    low, high = synth["integers"]
+    return [f"- values rounded to integers in [{low}, {high}], as the real set's element type holds them"]

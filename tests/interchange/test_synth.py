@@ -189,3 +189,22 @@ def test_sigterm_mid_draw_ends_it_with_143_and_one_line_and_writes_nothing(drawn
     assert proc.returncode == 143, err[-3000:]
     assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-3000:]
     assert sorted(p.name for p in (workdir / "store" / "datasets").iterdir()) == before
+
+
+def test_a_set_of_integers_is_drawn_as_integers_in_its_types_range(tmp_path: Path) -> None:
+    """bigann10k holds uint8 (.bvecs): its synthetic rows are whole numbers in 0-255 too, and say so."""
+    imported = run_cli(
+        "dataset", "import", "vecs", str(REPO / "datasets" / "ann" / "bigann10k"), "--name", "sift",
+        "--workdir", str(tmp_path),
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    result = run_cli(
+        "dataset", "synth", "--like", "sift", "--rows", "2000", "--queries", "20", "--k", "10",
+        "--components", "8", "--workdir", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder,) = (tmp_path / "store" / "datasets").glob("sift-synth-2000-*")
+    values = np.concatenate([vectors for _, vectors in iter_vectors(folder)])
+    assert values.min() >= 0 and values.max() <= 255 and np.array_equal(values, np.rint(values))
+    assert values.std() > 1  # not all clipped to one value
+    assert "values rounded to integers in [0, 255]" in (folder / "README.md").read_text()
