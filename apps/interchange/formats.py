@@ -289,8 +289,21 @@ def find_files(fmt: str, paths: list[Path]) -> dict[str, Path]:
             f"{folder}: no {' and no '.join(missing)} file "
             f"({'/'.join(dict.fromkeys(s for r in missing for s in wanted[r]))} with "
             f"{' / '.join('|'.join(_ROLE_WORDS[r]) for r in missing)} in the name); found {have}"
+            + _other_format_hint(fmt, folder)
         )
     return found
+
+
+def _other_format_hint(fmt: str, folder: Path) -> str:
+    """``; its files look like format X`` when the folder holds another format's files (``bin`` given a
+    folder of .fvecs), else empty."""
+    present = {p.suffix for p in folder.iterdir()}
+    others = [
+        other
+        for other, (vectors, truth) in _SUFFIXES.items()
+        if other != fmt and present & set(vectors) and present & set(truth)
+    ]
+    return f"; its files look like format {' or '.join(others)}" if others else ""
 
 
 def _open_triple(fmt: str, paths: list[Path]) -> Source:

@@ -337,7 +337,8 @@ def caption(data: FigureData) -> str:
         f"{spec.title}. x: {data.axis}"
         + (f" (swept together with {', '.join(data.zipped)})" if data.zipped else "")
         + f". Each marker is the median over repeats of {len(rows)} {spec.stage} rows "
-        f"({len(points)} points, {_range(repeats)} repeats each); error bars span min–max."
+        f"({len(points)} points, {_range(repeats)} {'repeats' if max(repeats) > 1 else 'repeat'} each); "
+        "error bars span min–max."
     )
     if spec.stage == "query":
         sent = [r["queries_sent"] for r in rows if r.get("queries_sent") is not None]

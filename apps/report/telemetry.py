@@ -72,7 +72,8 @@ def _footprint(run: ResultRows) -> list[str]:
     body = [
         [point_name(r), size(r["index_bytes"]), size(r["data_bytes"]), size(r["disk_bytes"])] for r in rows
     ]
-    return ["On-disk footprint by kind:", "", *table(["database", "index", "data", "total"], body), ""]
+    title = "On-disk footprint by kind (the databases that report their index and data apart):"
+    return [title, "", *table(["database", "index", "data", "total"], body), ""]
 
 
 def _read(path: Path) -> list[dict[str, Any]]:

@@ -266,6 +266,7 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["hdf5", str(tmp / "absent.hdf5")], f"{tmp / 'absent.hdf5'}: no such file or directory"),
         (["hdf5", str(tmp)], f"{tmp}: a folder; hdf5 takes the ann-benchmarks .hdf5 file itself"),
         (["vecs", str(shared / "ann" / "siftsmall_partial")], "siftsmall_partial: no base file"),
+        (["bin", str(fm)], "found nothing usable; its files look like format vecs"),
     ]  # fmt: skip
 
 
