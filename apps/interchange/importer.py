@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from apps.dataset.groundtruth.exact_distance import exact_distances
+from apps.dataset.groundtruth.exact_distance import METRICS, exact_distances
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
@@ -217,9 +217,17 @@ def warning_line(check: dict[str, Any], groundtruth_file: Path | str) -> str | N
         f"{s['published_distance']:.6g}, exact {s['exact_id']} at {s['exact_distance']:.6g}"
         for s in check["first"]
     )
+    # Most lists disagreeing is rarely a publisher's error: more often they were made with another metric.
+    others = [m for m in METRICS if m != check["metric"]]
+    hint = (
+        f"; most disagree: was it computed with another metric (--metric {' or '.join(others)})?"
+        if check["disagree"] * 2 > check["queries"]
+        else ""
+    )
     return (
         f"{groundtruth_file}: published ground truth disagrees with exact {check['metric']} search "
         f"beyond ties on {check['disagree']} of {check['queries']} queries (top-{check['k']}); first: {first}"
+        + hint
     )
 
 

@@ -114,6 +114,17 @@ def test_corrupted_groundtruth_is_reported(shared_data: Path, tmp_path: Path) ->
     check = manifest["import"]["groundtruth_check"]
     assert check["disagree"] == 2 and check["disagreeing_query_ids"] == [3, 7]
     assert check["first"][1]["position"] == 0 and manifest["warnings"]
+    assert "another metric" not in output  # 2 of 500: not a question of the metric
+
+
+def test_a_metric_other_than_the_publishers_is_hinted_at(shared_data: Path, tmp_path: Path) -> None:
+    """fmnist1k's lists are L2: imported as cosine, every list disagrees, and the warning asks."""
+    root = str(shared_data / "ann" / "fmnist1k")
+    args = ["vecs", root, "--name", "fmc", "--metric", "cosine", "--workdir", str(tmp_path)]
+    code, output = _cli("dataset", "import", *args)
+    assert code == 0, output
+    said = " ".join(output.split())
+    assert "on 500 of 500 queries" in said and "another metric (--metric ip or l2)?" in said, output
 
 
 @pytest.mark.parametrize("fmt", EXPORT_FORMATS)
