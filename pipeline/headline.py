@@ -17,9 +17,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from apps.evaluate.results import read_results
+from apps.evaluate.results import point_name, read_results
 from apps.evaluate.rules import MIN_RECALL
 from apps.report.document import summarize
+from apps.vdb.stages.query_io import disturbed_note
 from core.errors import ArtifactError
 from core.format import NONE, num
 
@@ -141,4 +142,7 @@ def print_headline(out: Console, results: Path, report: Path, run_id: str | None
             f"{NONE_REACHES}: the recall column shows the highest recall reached, at its setting.",
             highlight=False,
         )
+    best = [r["best"] for r in summary if r["best"] is not None]
+    if (note := disturbed_note(best, point_name)) is not None:  # the settings the table shows
+        out.print(f"warning: {note}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {report}", markup=False, highlight=False, soft_wrap=True)

@@ -87,6 +87,8 @@ RESULTS_SCHEMA = pa.schema(
         pa.field("read_calls_per_query", pa.float64()),  # read syscalls / queries
         pa.field("peak_rss_bytes", pa.int64()),  # resident-set high-water mark during the setting
         pa.field("qps_per_gb", pa.float64()),  # QPS / peak RSS in GB (10^9 bytes)
+        # query: cores the host's other processes kept busy during the window (a busy neighbour)
+        pa.field("other_cpu_cores", pa.float64()),
         # parameters
         pa.field("k", pa.int32()),
         pa.field("ef", pa.int32()),

@@ -32,6 +32,7 @@ from apps.report.open_loop import open_loop_section
 from apps.report.study import study_section
 from apps.report.sweep import combine_repeats, points_section, repeats_section
 from apps.report.telemetry import io_table, telemetry_section
+from apps.vdb.stages.query_io import disturbed_note
 from core.format import num, size, table
 from core.store import atomic_write_text
 
@@ -225,6 +226,13 @@ def _stall_warning(run: ResultRows) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def _disturbed_warning(run: ResultRows) -> list[str]:
+    """A warning naming the settings measured while other processes kept the client's host busy."""
+    rows = [r for db in run.databases for r in run.queries(db)]
+    note = disturbed_note(rows, lambda r: f"{point_name(r)} {r['setting']}")
+    return [f"> **Warning:** {note[0].upper()}{note[1:]}.", ""] if note else []
+
+
 def _rests_on(row: dict[str, Any]) -> str:
     """Queries the setting's QPS rests on (sent in its window) / the distinct queries its recall rests on."""
     return f"{num(row['queries_sent'])} / {num(row['distinct_queries'])}"
@@ -372,7 +380,8 @@ def write_report(
     lines += ["## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
     lines += report_section(geometry)
     lines += ["## Upload and index", "", *_insert_basis(run), *_ingest(run), "", *_insert_sweep(run)]
-    lines += ["## Query sweep", "", *_query_basis(run), *_stall_warning(run), *_query_table(run), ""]
+    lines += ["## Query sweep", "", *_query_basis(run), *_stall_warning(run), *_disturbed_warning(run)]
+    lines += [*_query_table(run), ""]
     lines += io_table(run)
     lines += repeats_section(spreads)
     lines += ["## Figures", ""]

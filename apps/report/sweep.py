@@ -38,6 +38,7 @@ FOLDED = {
         "read_calls_per_query",
         "peak_rss_bytes",
         "qps_per_gb",
+        "other_cpu_cores",
     ),
 }
 SHOWN = {

@@ -38,7 +38,7 @@ def io_table(run: ResultRows) -> list[str]:
     if not rows:
         return []
     header = ["database", "setting", "recall", "QPS", "page cache", "read/query", "read calls/query"]
-    header += ["peak RSS", "QPS per GB"]
+    header += ["peak RSS", "QPS per GB", "others (cores)"]
     body = [
         [
             point_name(r),
@@ -50,6 +50,7 @@ def io_table(run: ResultRows) -> list[str]:
             num(r["read_calls_per_query"], 2),
             size(r["peak_rss_bytes"]),
             num(r["qps_per_gb"], 1),
+            num(r.get("other_cpu_cores"), 2),
         ]
         for r in rows
     ]
@@ -58,7 +59,8 @@ def io_table(run: ResultRows) -> list[str]:
         "deltas from `/proc/<pid>/io`; an in-process engine is its client process): bytes fetched from "
         "storage and read system calls per query answered, the resident-set peak, QPS per GB of it. "
         "`cold`: the page cache was dropped before the setting; `warm`: kept or not allowed. Dashes: the "
-        "servers ran on other nodes."
+        "servers ran on other nodes. `others`: the cores that processes other than the database's and the "
+        "clients' kept busy on the client's host during the window (from 0.5 on, a disturbed figure)."
     )
     return ["### Storage I/O per query", "", note, "", *table(header, body), "", *_footprint(run)]
 

@@ -248,6 +248,64 @@ def test_in_process_probe_reads_its_own_process(tmp_path: Path) -> None:
     assert probe.last.read_calls >= 128 and probe.last.read_chars >= 1 << 20
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_query_io_window_tells_a_busy_neighbour_from_its_own_work(tmp_path: Path) -> None:
+    """A process that is neither the database's nor this task's, busy during the window, is measured as
+    other processes' load; this task's own CPU (the in-process engine and its clients) is not."""
+    probe = QueryIo(in_process=True, db_dir=tmp_path, page_cache="keep")
+    probe.prepare()
+    with probe.window():
+        _spin(1.0)
+    own = probe.last.others_cpu_s / probe.last.window_s
+    # The neighbour is orphaned at once (its shell exits): not a child of this process.
+    shell = subprocess.run(
+        ["sh", "-c", "sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    neighbour = psutil.Process(int(shell.stdout))
+    try:
+        assert neighbour.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+        time.sleep(0.2)
+        with probe.window():
+            time.sleep(1.5)
+    finally:
+        neighbour.kill()
+        neighbour.wait(timeout=10)
+    busy = probe.last.others_cpu_s / probe.last.window_s
+    assert busy >= 0.6 and own < busy - 0.5, (own, busy)
+    assert probe.last.host_cpus == psutil.cpu_count()
+    columns = io_columns({"queries_sent": 10, "qps": 1.0}, probe.last)
+    assert columns["other_cpu_cores"] == pytest.approx(busy)
+
+
+def test_a_setting_measured_beside_a_busy_neighbour_is_named_in_the_report(tmp_path: Path) -> None:
+    from apps.report.document import write_report
+
+    setting = {"stage": "query", "recall": 0.99, "qps": 100.0, "ef": 16, "k": 10, "batch_size": 1}
+    rows = normalize_rows(
+        [
+            {"database": "faiss", "setting": "ef=16,batch=1,clients=1,k=10", **setting}
+            | {"page_cache": "warm", "other_cpu_cores": 1.4},
+            {"database": "qdrant", "setting": "ef=16,batch=1,clients=1,k=10", **setting}
+            | {"page_cache": "warm", "other_cpu_cores": 0.1},
+        ]
+    )
+    table = "\n".join(io_table(ResultRows(rows)))
+    assert "| 1.40 |" in table and "| 0.10 |" in table
+    write_report(rows, tmp_path / "report")
+    text = " ".join((tmp_path / "report" / "report.md").read_text().split())
+    assert "Measured beside a busy neighbour" in text
+    assert "faiss ef=16,batch=1,clients=1,k=10 (1.4 cores)" in text
+    assert "qdrant ef=16,batch=1,clients=1,k=10 (" not in text
+
+
 def test_report_sections_from_real_telemetry(worker: Worker, tmp_path: Path) -> None:
     out = tmp_path / "telemetry.parquet"
     sampler = Sampler(lambda: {"db": (worker.pid, "server")}, out, interval=0.1).start("index")

@@ -17,6 +17,11 @@ difference in the raw file's metadata (key ``io``). The report divides it by the
   ``/proc/sys/vm/drop_caches``, which needs root) before the setting, as the study does before each run;
   ``warm`` when it was kept (``vdb.query.page_cache: keep``) or dropping was refused (the metadata says
   why).
+* ``other_cpu_cores``: the cores that processes other than the database's and the clients' kept busy on
+  this host during the window, on average (the host's busy CPU time from ``/proc/stat`` less theirs, over
+  the window). A figure measured beside a busy neighbour is not the database's: on two cores one busy
+  process cut FAISS's QPS at batch 8 from 44,000 to 1,700 (its OpenMP threads spin-wait for a core).
+  The report and the headline name the settings measured so (:data:`BUSY_CORES`).
 
 Which processes: an in-process engine is this very process (the query task); servers are the pids the
 runner wrote to ``<db dir>/server_pids.json`` (:func:`apps.telemetry.sampler.write_server_pids`) with their
@@ -45,6 +50,7 @@ log = logging.getLogger(__name__)
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 IO_KEY = "io"  # the raw file's metadata key
 GB = 1e9
+BUSY_CORES = 0.5  # other processes' load above which a setting's figures are said to be disturbed
 
 
 class IoWindow(BaseModel):
@@ -60,6 +66,8 @@ class IoWindow(BaseModel):
     read_calls: int | None = None
     read_chars: int | None = None
     peak_rss_bytes: int | None = None
+    host_cpus: int | None = None  # logical CPUs of this host
+    others_cpu_s: float | None = None  # CPU time of the host's other processes during the window
 
 
 def drop_page_cache() -> str:
@@ -114,9 +122,9 @@ class QueryIo:
             refused = drop_page_cache()
             self.state, self.state_note = ("warm", refused) if refused else ("cold", "")
 
-    def _processes(self) -> list[psutil.Process]:
+    def _processes(self, roots: list[int] | None = None) -> list[psutil.Process]:
         procs = []
-        for pid in self.roots:
+        for pid in self.roots if roots is None else roots:
             try:
                 root = psutil.Process(pid)
                 procs += [root, *root.children(recursive=True)]
@@ -128,11 +136,20 @@ class QueryIo:
     def window(self) -> Iterator[None]:
         """Counters of the database processes before and after the body; the delta goes to ``last``."""
         procs = self._processes()
+        # The benchmark's own CPU: the database's processes, this task and its client processes.
+        ours = {p.pid: p for p in [*procs, *self._processes([os.getpid()])]}
         start = {p.pid: _counters(p) for p in procs}
         reset = {p.pid: _reset_hwm(p) for p in procs if start[p.pid] is not None}
+        host_before, ours_before = _busy_cpu_s(), {pid: _cpu_s(p) for pid, p in ours.items()}
         began = time.monotonic()
         yield
         window_s = time.monotonic() - began
+        host_used = _busy_cpu_s() - host_before
+        ours_used = sum(
+            after - before
+            for pid, before in ours_before.items()
+            if before is not None and (after := _cpu_s(ours[pid])) is not None
+        )
         totals: dict[str, int] = {"read_bytes": 0, "read_calls": 0, "read_chars": 0, "peak_rss_bytes": 0}
         counted = 0
         for proc in procs:
@@ -150,6 +167,8 @@ class QueryIo:
             page_cache_note=self.state_note,
             processes=counted,
             window_s=window_s,
+            host_cpus=psutil.cpu_count(),
+            others_cpu_s=round(max(host_used - ours_used, 0.0), 3),
             **values,
         )
 
@@ -169,6 +188,22 @@ def _counters(proc: psutil.Process) -> dict[str, int] | None:
     except (psutil.Error, AttributeError):
         return None
     return {"read_bytes": io.read_bytes, "read_calls": io.read_count, "read_chars": io.read_chars, "rss": rss}
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds this host has spent busy since boot, over every CPU (idle and I/O wait excluded)."""
+    times = psutil.cpu_times()  # guest time is already inside user and nice on Linux
+    busy = ("user", "nice", "system", "irq", "softirq", "steal")
+    return sum(getattr(times, name, 0.0) for name in busy)
+
+
+def _cpu_s(proc: psutil.Process) -> float | None:
+    """User + system CPU seconds of ``proc``; None once it is gone."""
+    try:
+        used = proc.cpu_times()
+    except psutil.Error:
+        return None
+    return used.user + used.system
 
 
 def _server_pids(db_dir: Path) -> tuple[list[int], str]:
@@ -198,6 +233,21 @@ def read_window(path: str | Path) -> IoWindow | None:
     return IoWindow.model_validate_json(raw) if raw else None
 
 
+def disturbed_note(rows: list[dict[str, Any]], name: Any) -> str | None:
+    """One sentence naming the rows (query rows, each shown as ``name(row)``) measured while other
+    processes kept at least :data:`BUSY_CORES` of the host busy; None when none was."""
+    busy = [r for r in rows if (r.get("other_cpu_cores") or 0.0) >= BUSY_CORES]
+    if not busy:
+        return None
+    shown = ", ".join(f"{name(r)} ({r['other_cpu_cores']:.1f} cores)" for r in busy[:5])
+    more = f" and {len(busy) - 5} more" if len(busy) > 5 else ""
+    return (
+        f"measured beside a busy neighbour: processes other than the benchmark's kept the client's host "
+        f"busy during {shown}{more}, on average; their QPS and latency may tell of that neighbour, not of "
+        "the database: measure them on a quiet host"
+    )
+
+
 def io_columns(row: dict[str, Any], window: IoWindow | None) -> dict[str, Any]:
     """Result columns of one evaluated query row (``queries_sent``, ``qps``) from its io window."""
     if window is None:
@@ -209,7 +259,9 @@ def io_columns(row: dict[str, Any], window: IoWindow | None) -> dict[str, Any]:
         return value / queries if value is not None and queries else None
 
     peak = window.peak_rss_bytes
+    others = window.others_cpu_s
     return {
+        "other_cpu_cores": others / window.window_s if others is not None and window.window_s else None,
         "page_cache": window.page_cache,
         "bytes_read_per_query": per_query(window.read_bytes),
         "read_calls_per_query": per_query(window.read_calls),
