@@ -185,11 +185,12 @@ class DagRunner:
                 record = f.result()
                 self.provenance.task_finished(stage, record)
                 reused = bool(record.get("cached"))
-                progress.advance(stage, int(record.get(items_field, 0) or 0), reused=reused)
-                # A reused shard's record tells of its first run's export: not news to this run.
+                # A reused shard's record tells of its first run's export: not news to this run. Said
+                # before the bar moves: "exported the model" comes before "embed: 1/8 done".
                 openvino = self.embedding is not None and self.embedding.backend == "openvino"
                 if stage == "embed" and openvino and not reused:
                     self._say(*embed_stage.shard_notices(record, self.embedding, self._noted))
+                progress.advance(stage, int(record.get(items_field, 0) or 0), reused=reused)
 
         future.add_done_callback(done)
         return future
