@@ -232,6 +232,7 @@ def test_query_io_of_servers_on_another_node_is_null(tmp_path: Path) -> None:
         pass
     assert probe.last.processes == 0 and probe.last.read_bytes is None
     assert probe.last.page_cache == "warm" and "compute-node-7" in probe.last.page_cache_note
+    assert probe.last.others_cpu_s is None  # the database's CPU is not known here: no neighbour told
     assert io_columns({"queries_sent": 10, "qps": 1.0}, probe.last)["bytes_read_per_query"] is None
 
 

@@ -19,8 +19,10 @@ difference in the raw file's metadata (key ``io``). The report divides it by the
   why).
 * ``other_cpu_cores``: the cores that processes other than the database's and the clients' kept busy on
   this host during the window, on average (the host's busy CPU time from ``/proc/stat`` less theirs, over
-  the window). A figure measured beside a busy neighbour is not the database's: on two cores one busy
-  process cut FAISS's QPS at batch 8 from 44,000 to 1,700 (its OpenMP threads spin-wait for a core).
+  the window); null where the database's processes are not known on this host (servers on other nodes,
+  attached, or started by a batch job on this same machine: they could not be told from a neighbour).
+  A figure measured beside a busy neighbour is not the database's: on two cores one busy process cut
+  FAISS's QPS at batch 8 from 44,000 to 1,700 (its OpenMP threads spin-wait for a core).
   The report and the headline name the settings measured so (:data:`BUSY_CORES`).
 
 Which processes: an in-process engine is this very process (the query task); servers are the pids the
@@ -162,13 +164,16 @@ class QueryIo:
             peak = _hwm(proc) if reset.get(proc.pid) else None
             totals["peak_rss_bytes"] += peak if peak is not None else max(before["rss"], after["rss"])
         values: dict[str, Any] = dict(totals) if counted else {}
+        # Only where the database's processes are known here: servers elsewhere, attached or started by a
+        # batch job on this very machine (the Slurm testbed's nodes) cannot be told from a neighbour.
+        others = round(max(host_used - ours_used, 0.0), 3) if self.roots else None
         self.last = IoWindow(
             page_cache=self.state,
             page_cache_note=self.state_note,
             processes=counted,
             window_s=window_s,
             host_cpus=psutil.cpu_count(),
-            others_cpu_s=round(max(host_used - ours_used, 0.0), 3),
+            others_cpu_s=others,
             **values,
         )
 
