@@ -337,6 +337,19 @@ def test_qdrant_with_a_cluster_is_a_pilot_or_runs_inside_its_clients(hpc_env: Pa
     assert not {k: v for k, v in found.items() if "qdrant" in f"{k} {v}"}, found
 
 
+def test_a_local_weaviate_cluster_size_is_refused_under_a_pilot(hpc_env: Path) -> None:
+    """weaviate.nodes starts a local cluster's processes: a pilot ignored it, so a sweep over it ran one
+    deployment under several labels (the same key). Refused, each swept value at its own index."""
+    data = study("polaris")
+    databases = data["vdb"]["databases"]
+    index = next(i for i, db in enumerate(databases) if db["name"] == "weaviate" and "label" not in db)
+    databases[index]["nodes"] = [1, 2]
+    found = problems_of(hpc_env, data)
+    said = found[("vdb", "databases", index, "nodes", 1)]
+    assert said.startswith("with vdb.cluster, nodes: 2 (a local cluster's process count) does not apply")
+    assert ("vdb", "databases", index, "nodes", 0) not in found  # 1: a single process, as the pilot's
+
+
 def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:
     data = copy.deepcopy(study("aurora"))
     data["executor"]["gpu"]["gpus"] = 6

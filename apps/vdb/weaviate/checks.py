@@ -14,6 +14,15 @@ def settings_problems(settings: Any, index: int, shards: int) -> list[Problem]:
     """
     if settings.url:
         return [(("vdb", "databases", index, "url"), "with vdb.cluster, weaviate must not set url")]
+    if settings.nodes != 1:  # a local cluster's process count: ignored by the pilot, the points all alike
+        return [
+            (
+                ("vdb", "databases", index, "nodes"),
+                f"with vdb.cluster, nodes: {settings.nodes} (a local cluster's process count) does not "
+                "apply: the pilot's ranks are the deployment; set the entry's cluster.workers and "
+                "cluster.nodes, or sweep them",
+            )
+        ]
     return []
 
 
