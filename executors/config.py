@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from core.config import Strict
+from core.config import FieldError, Strict
 from executors.affinity import STRATEGIES, parse_list, pool_size, reserved_threads, skip_reserved
 from executors.safe import (
     Accelerators,
@@ -383,6 +383,21 @@ class _HpcExecutorBase(Strict):
                 block = getattr(self, name)
                 if block is not None and block.max_blocks != 1:
                     raise ValueError(f"allocation one holds one {name} block: {name}.max_blocks must be 1")
+        return self
+
+    @model_validator(mode="after")
+    def _a_worker_fits_a_node(self) -> Self:
+        """A block whose worker needs more hardware threads than a node has starts no worker: its tasks
+        would wait out the walltime with nothing said (Parsl: "Manager will spawn 0 workers")."""
+        threads = self.node.sockets * self.node.cores_per_socket * self.node.threads_per_core
+        for name in ("gpu", "cpu"):
+            block = getattr(self, name)
+            if block is not None and pool_size(self.node, 1, block.cores_per_worker) < 1:
+                raise FieldError(
+                    (name, "cores_per_worker"),
+                    f"{block.cores_per_worker:g} hardware threads per worker, but a node (executor.node) has "
+                    f"{threads}: no worker would start; ask for at most {threads}",
+                )
         return self
 
     @model_validator(mode="after")

@@ -362,10 +362,11 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
     problems = []
     first_line = None
     for err in exc.errors():
-        loc = _without_tags(node, tuple(err["loc"]))
+        loc = tuple(err["loc"])
         cause = err.get("ctx", {}).get("error")
         if isinstance(cause, FieldError):  # a cross-field check naming its field
             loc += cause.loc
+        loc = _without_tags(node, loc)  # after: a tag last in pydantic's loc is followed by the field's
         line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")

@@ -350,6 +350,18 @@ def test_a_local_weaviate_cluster_size_is_refused_under_a_pilot(hpc_env: Path) -
     assert ("vdb", "databases", index, "nodes", 0) not in found  # 1: a single process, as the pilot's
 
 
+@pytest.mark.parametrize("block", ["gpu", "cpu"])
+def test_a_worker_larger_than_a_node_is_refused_at_its_line(hpc_env: Path, block: str) -> None:
+    """Parsl started no worker ("Manager will spawn 0 workers") and the run waited out its walltime."""
+    data = study("polaris")
+    data["executor"][block]["cores_per_worker"] = 65  # a Polaris node: 32 cores x 2 threads
+    with pytest.raises(ConfigError) as err:
+        load_config(write(hpc_env, data))
+    message = str(err.value)
+    assert f"executor.{block}.cores_per_worker: 65 hardware threads per worker, but a node" in message
+    assert "has 64: no worker would start" in message and err.value.line is not None
+
+
 def test_unknown_key_in_a_platform_section_is_rejected(hpc_env: Path) -> None:
     data = copy.deepcopy(study("aurora"))
     data["executor"]["gpu"]["gpus"] = 6
