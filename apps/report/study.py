@@ -463,6 +463,14 @@ def study_section(rows: Sequence[Row], out: Path) -> tuple[list[str], dict[str, 
             *table,
             "",
         ]
+    if not drawn and not table:  # a run without a sweep: one line, not every figure's missing axis
+        return [
+            "## Study figures",
+            "",
+            "None: the results vary no axis of the study's figures (a sweep draws them; "
+            "docs/vector-databases.md, *Study figures*).",
+            "",
+        ], drawn
     if skipped:
         lines += ["Not drawn:", "", *skipped, ""]
     return lines, drawn
