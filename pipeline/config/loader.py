@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from executors.safe import SecretValueError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
-from pipeline.config.suggest import unknown_field_message
+from pipeline.config.suggest import unknown_field_message, unknown_tag_message
 from pipeline.config.yaml_guard import dotted_path, parse_yaml
 
 # ${NAME} or ${NAME:-default}
@@ -367,6 +367,9 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         if isinstance(cause, FieldError):  # a cross-field check naming its field
             loc += cause.loc
         loc = _without_tags(node, loc)  # after: a tag last in pydantic's loc is followed by the field's
+        tag_field = str(err.get("ctx", {}).get("discriminator", "")).strip("'")
+        if err["type"] == "union_tag_invalid" and tag_field.isidentifier():
+            loc += (tag_field,)  # the field that names the kind (a database's name, the platform)
         line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")
@@ -381,6 +384,8 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         message = str(cause) if err["type"] == "value_error" and cause is not None else err["msg"]
         if err["type"] == "extra_forbidden":  # not pydantic's "Extra inputs are not permitted": the one meant
             message = unknown_field_message(RunConfig, tuple(err["loc"]))
+        elif err["type"] == "union_tag_invalid":  # a misspelt database, platform, chunker... name
+            message = unknown_tag_message(err.get("ctx", {}))
         problems.append(f"{where}{dotted_path(loc)}: {message}{shown}")
     message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
     return ConfigError(message, file=str(path), line=first_line)

@@ -38,6 +38,16 @@ def unknown_field_message(model: type[BaseModel], loc: tuple) -> str:
     return "unknown field"
 
 
+def unknown_tag_message(ctx: dict[str, Any]) -> str:
+    """``unknown name 'weviate'; did you mean 'weaviate'?`` for a union's tag (pydantic's ``ctx``:
+    ``tag``, ``discriminator``, ``expected_tags``), the choices listed."""
+    tag, field = str(ctx.get("tag")), str(ctx.get("discriminator", "")).strip("'")
+    expected = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
+    close = difflib.get_close_matches(tag, expected, n=1, cutoff=0.6)
+    meant = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {field or 'name'} {tag!r}{meant} (one of: {', '.join(expected)})"
+
+
 def fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
     """The field names of the model(s) the config model holds at ``loc``; [] when none is found."""
     candidates: list[Any] = [model]

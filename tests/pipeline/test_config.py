@@ -56,6 +56,12 @@ def test_unknown_key_names_field_and_line(write_config, small_corpus, tmp_path) 
             "vdb.databases.0.insert.batch_sise: unknown field; did you mean 'batch_sizes'?",
         ),
         ("groundtruth.metrik: l2", "groundtruth.metrik: unknown field; did you mean 'metric'?"),
+        # a misspelt kind: pydantic's "Input tag 'weviate' found using 'name' does not match ..."
+        (
+            "vdb.databases.0.name: weviate",
+            "vdb.databases.0.name: unknown name 'weviate'; did you mean 'weaviate'? (one of: ",
+        ),
+        ("executor.platform: lokal", "executor.platform: unknown platform 'lokal'; did you mean 'local'?"),
     ],
 )
 def test_a_misspelt_field_is_told_the_field_it_meant(
