@@ -117,13 +117,15 @@ def test_open_loop_reports_the_stall_the_closed_loop_hides(monkeypatch, vectors)
     finally:
         server.close()
     assert not any(r[2] for r in results)
-    stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=5.0)
+    # 32 sender threads share one interpreter here: their p99 lateness reached 5-9 ms on this 2-core
+    # machine; 20 ms still tells a lagging generator from the 200 ms stall (LateTime's test below: 1 ms).
+    stats = open_loop.open_loop_stats(_table(results), rate, len(offsets), duration, max_lag_ms=20.0)
     expected = open_loop.percentiles_ms(true_latencies(release_at + offsets, release_at + STALL_AT_S), (99,))[
         0
     ]
     assert expected > 100, stats  # the stall dominates the tail of the true distribution
     assert stats["intended_p99_ms"] == pytest.approx(expected, rel=0.05)
-    assert stats["unsent"] == 0 and stats["lag_ok"]
+    assert stats["unsent"] == 0 and stats["lag_ok"], (stats["lag_p99_ms"], stats["queued_share"])
     # Service time from the actual send cannot see the queue either: it is the closed loop's view.
     assert stats["p50_ms"] < 10
 
