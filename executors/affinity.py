@@ -32,9 +32,14 @@ def reserved_threads(node: Node) -> set[int]:
     return {c + t * _cores(node) for c in node.reserved_cores for t in range(node.threads_per_core)}
 
 
+def node_threads(node: Node) -> int:
+    """A node's hardware threads, every core's hyper-threads: what a block's cores_per_worker divides."""
+    return _cores(node) * node.threads_per_core
+
+
 def pool_size(node: Node, max_workers: int, cores_per_worker: float) -> int:
     """The workers Parsl starts on a node: ``min(max_workers, hardware threads // cores_per_worker)``."""
-    return min(max_workers, math.floor(_cores(node) * node.threads_per_core / cores_per_worker))
+    return min(max_workers, math.floor(node_threads(node) / cores_per_worker))
 
 
 def _usable_by_socket(node: Node) -> list[list[int]]:

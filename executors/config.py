@@ -13,7 +13,14 @@ from typing import Annotated, Literal, Self
 from pydantic import AfterValidator, Field, model_validator
 
 from core.config import FieldError, Strict
-from executors.affinity import STRATEGIES, parse_list, pool_size, reserved_threads, skip_reserved
+from executors.affinity import (
+    STRATEGIES,
+    node_threads,
+    parse_list,
+    pool_size,
+    reserved_threads,
+    skip_reserved,
+)
 from executors.safe import (
     Accelerators,
     Account,
@@ -389,7 +396,7 @@ class _HpcExecutorBase(Strict):
     def _a_worker_fits_a_node(self) -> Self:
         """A block whose worker needs more hardware threads than a node has starts no worker: its tasks
         would wait out the walltime with nothing said (Parsl: "Manager will spawn 0 workers")."""
-        threads = self.node.sockets * self.node.cores_per_socket * self.node.threads_per_core
+        threads = node_threads(self.node)
         for name in ("gpu", "cpu"):
             block = getattr(self, name)
             if block is not None and pool_size(self.node, 1, block.cores_per_worker) < 1:

@@ -11,6 +11,7 @@ adding a point to a sweep reruns none of the others, and a finished point is nev
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,15 +45,17 @@ class PointPlan:
     def complete(self) -> bool:
         """True when a manifest of this point's key is there and verifies (a partial point is redone).
         A damaged manifest counts as absent: a point is always measured again from scratch."""
-        try:
-            manifest = point_manifest(self.directory)
-        except ArtifactError:
-            return False
-        return manifest is not None and manifest.get("key") == self.key
+        return self._verified[0]
 
     def damage(self) -> list[str]:
         """Why a point finished before is no longer complete (see :func:`point_damage`)."""
-        return point_damage(self.directory, self.key)
+        return self._verified[1]
+
+    @cached_property
+    def _verified(self) -> tuple[bool, list[str]]:
+        """Whether complete, and any damage: read once per plan, as its raw files are hashed. The vdb
+        stage reads a reused point's manifest again when it comes to it (hours may have passed)."""
+        return point_state(self.directory, self.key)
 
 
 def point_manifest(directory: Path) -> dict[str, Any] | None:
@@ -64,16 +67,23 @@ def point_manifest(directory: Path) -> dict[str, Any] | None:
     return complete_manifest(directory, checksums=True)
 
 
-def point_damage(directory: Path, key: str) -> list[str]:
-    """Why the point of ``key`` in ``directory``, finished before, is no longer complete (its manifest or
-    a raw file damaged or lost); empty for one never finished, or complete."""
+def point_state(directory: Path, key: str) -> tuple[bool, list[str]]:
+    """Whether the point of ``key`` in ``directory`` is complete (as :func:`point_manifest` checks it),
+    and, for one finished before, why it no longer is (its manifest or a raw file damaged or lost)."""
     try:
         manifest = read_manifest(directory)
     except ArtifactError as exc:
-        return [str(exc).split("; delete it")[0]]
+        return False, [str(exc).split("; delete it")[0]]
     if manifest is None or manifest.get("key") != key:
-        return []
-    return verify_files(directory, manifest.get("files", []), checksums=True)
+        return False, []
+    problems = verify_files(directory, manifest.get("files", []), checksums=True)
+    return not problems, problems
+
+
+def point_damage(directory: Path, key: str) -> list[str]:
+    """Why the point of ``key`` in ``directory``, finished before, is no longer complete; empty for one
+    never finished, or complete."""
+    return point_state(directory, key)[1]
 
 
 # Per section of the vdb config: the open-loop rate field and the knobs that only matter when it is set.

@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from executors.safe import SecretValueError
 from pipeline.config import variants
 from pipeline.config.model import RunConfig
-from pipeline.config.suggest import unknown_field_message, unknown_tag_message
+from pipeline.config.suggest import tag_field, unknown_field_message, unknown_tag_message
 from pipeline.config.yaml_guard import dotted_path, parse_yaml
 
 # ${NAME} or ${NAME:-default}
@@ -83,9 +83,7 @@ def load_config(path: str | Path, dataset: str | None = None) -> LoadedConfig:
     ``dataset`` names an entry of the file's ``datasets`` section (:mod:`pipeline.config.variants`):
     the config is then that dataset's run. None: the file's own dataset."""
     path = Path(path)
-    node, data = _parse(path)
-    entries = _dataset_entries(data, node, path)
-    dataset = _entry_named(dataset, entries, data, node, path)
+    node, data, entries, dataset = _parse_named(path, dataset)
     if dataset is None:
         (data,) = _interpolate(path, ({k: v for k, v in data.items() if k != variants.SECTION}, node, ()))
     else:
@@ -115,11 +113,17 @@ def check_dataset_option(path: str | Path, dataset: str | None) -> None:
     """What can be checked of a config before it is sent to run elsewhere (``submit``), where its
     variables take that side's values: it parses, its ``datasets`` section is well formed, and
     ``--dataset`` names the file's own dataset, one of its entries, or all of them."""
-    path = Path(path)
+    _parse_named(Path(path), None if dataset == variants.ALL else dataset)
+
+
+def _parse_named(
+    path: Path, dataset: str | None
+) -> tuple[yaml.Node | None, dict[str, Any], dict[str, dict], str | None]:
+    """The file parsed, its ``datasets`` entries checked, and the entry ``--dataset`` names (None for
+    the file's own dataset): the first steps of every command that reads a config."""
     node, data = _parse(path)
     entries = _dataset_entries(data, node, path)
-    if dataset != variants.ALL:
-        _entry_named(dataset, entries, data, node, path)
+    return node, data, entries, _entry_named(dataset, entries, data, node, path)
 
 
 def _entry_named(
@@ -367,9 +371,9 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
         if isinstance(cause, FieldError):  # a cross-field check naming its field
             loc += cause.loc
         loc = _without_tags(node, loc)  # after: a tag last in pydantic's loc is followed by the field's
-        tag_field = str(err.get("ctx", {}).get("discriminator", "")).strip("'")
-        if err["type"] == "union_tag_invalid" and tag_field.isidentifier():
-            loc += (tag_field,)  # the field that names the kind (a database's name, the platform)
+        named_by = tag_field(err.get("ctx", {}))
+        if err["type"] == "union_tag_invalid" and named_by.isidentifier():
+            loc += (named_by,)  # the field that names the kind (a database's name, the platform)
         line = _line_in(node, loc, entry)
         first_line = first_line or line
         value = err.get("input")

@@ -38,10 +38,16 @@ def unknown_field_message(model: type[BaseModel], loc: tuple) -> str:
     return "unknown field"
 
 
+def tag_field(ctx: dict[str, Any]) -> str:
+    """The field whose value picks a union's member (``name``, ``platform``), from pydantic's ``ctx``,
+    where it comes quoted (a callable discriminator gives the function's name instead, or nothing)."""
+    return str(ctx.get("discriminator", "")).strip("'")
+
+
 def unknown_tag_message(ctx: dict[str, Any]) -> str:
     """``unknown name 'weviate'; did you mean 'weaviate'?`` for a union's tag (pydantic's ``ctx``:
     ``tag``, ``discriminator``, ``expected_tags``), the choices listed."""
-    tag, field = str(ctx.get("tag")), str(ctx.get("discriminator", "")).strip("'")
+    tag, field = str(ctx.get("tag")), tag_field(ctx)
     expected = [t.strip().strip("'") for t in str(ctx.get("expected_tags", "")).split(",") if t.strip()]
     close = difflib.get_close_matches(tag, expected, n=1, cutoff=0.6)
     meant = f"; did you mean {close[0]!r}?" if close else ""

@@ -14,6 +14,7 @@ import yaml
 
 from pipeline.config.loader import load_config
 from pipeline.plan import build_plan
+from pipeline.sweep import PointPlan, point_state
 from tests.conftest import base_config, run_cli, sample_records, write_jsonl
 
 pytestmark = pytest.mark.slow
@@ -107,6 +108,11 @@ def test_two_points_two_repeats_give_rows_with_parameter_columns(
     assert sorted(r["recall"] for r in again if r["stage"] == "query") == sorted(r["recall"] for r in queries)
 
 
+def complete(point: PointPlan) -> bool:
+    """Whether ``point`` is complete now (a plan's points read their state once, when first asked)."""
+    return point_state(point.directory, point.key)[0]
+
+
 def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(base_config(corpus, tmp_path / "wd", vdb=vdb())))
@@ -116,7 +122,7 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     second.directory.write_text("in the way\n")
     result = run_cli("run", str(path))
     assert result.returncode != 0
-    assert first.complete and not second.complete
+    assert complete(first) and not complete(second)
     done_at = (first.directory / "manifest.json").stat().st_mtime_ns
     failed = newest_provenance(tmp_path / "wd")
     assert failed["status"] == "failed"
@@ -139,7 +145,7 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
         second.label
     ]  # only the unfinished one
     assert (first.directory / "manifest.json").stat().st_mtime_ns == done_at
-    assert second.complete and not (second.directory / "left-over").exists()
+    assert complete(second) and not (second.directory / "left-over").exists()
     rows = pq.read_table(Path(resumed["outputs"]["vdb"]) / "report" / "results.parquet").to_pylist()
     assert {r["label"] for r in rows if r["stage"] == "query"} == {first.label, second.label}
 
@@ -147,9 +153,9 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     listed = [f["file"] for f in json.loads((first.directory / "manifest.json").read_text())["files"]]
     raw = sorted(str(p.relative_to(first.directory)) for p in first.directory.glob("raw/*.parquet"))
     assert listed == raw
-    assert listed and first.complete
+    assert listed and complete(first)
     os.truncate(first.directory / listed[0], 10)
-    assert not first.complete
+    assert not complete(first)
     damage = f"{first.directory / listed[0]}: 10 bytes, manifest says"
     plan = run_cli("plan", str(path))
     assert plan.returncode == 0 and f"{damage}" in " ".join(plan.stderr.split()), plan.stderr
@@ -174,7 +180,7 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     assert "vdb: 1/1 done (1 done before)" in said, result.stderr
     again = newest_provenance(tmp_path / "wd")
     assert [t["label"] for t in again["stages"]["vdb"]["tasks"]] == [first.label]
-    assert first.complete and (second.directory / "manifest.json").stat().st_mtime_ns == second_done_at
+    assert complete(first) and (second.directory / "manifest.json").stat().st_mtime_ns == second_done_at
 
     # A raw file damaged inside, its size unchanged, is found too (by its sha256): measured again.
     listed = [f["file"] for f in json.loads((second.directory / "manifest.json").read_text())["files"]]
@@ -182,7 +188,8 @@ def test_interrupted_sweep_resumes_at_its_first_unfinished_point(corpus: Path, t
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0xFF
     damaged.write_bytes(bytes(data))
-    assert not second.complete and second.damage() == [f"{damaged}: sha256 differs from the manifest"]
+    sha_differs = f"{damaged}: sha256 differs from the manifest"
+    assert point_state(second.directory, second.key) == (False, [sha_differs])
     plan = run_cli("plan", str(path))
     said = " ".join(plan.stderr.split())
-    assert f"{damaged}: sha256 differs from the manifest: measured again by the next run" in said, plan.stderr
+    assert f"{sha_differs}: measured again by the next run" in said, plan.stderr
