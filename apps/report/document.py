@@ -28,6 +28,7 @@ from apps.evaluate.results import (
 from apps.evaluate.rules import MIN_RECALL, best_operating_point, operating_point, setting_order
 from apps.report.engines import engines_section
 from apps.report.figures import draw_figures
+from apps.report.format import span
 from apps.report.open_loop import open_loop_section
 from apps.report.study import study_section
 from apps.report.sweep import combine_repeats, points_section, repeats_section
@@ -326,8 +327,8 @@ def _query_basis(run: ResultRows) -> list[str]:
     distinct = sorted({r["distinct_queries"] for r in rows if r["distinct_queries"] is not None})
     return [
         f"QPS and latency rest on every request of a setting's measured window (after its warm-up); "
-        f"recall on the first answer to each distinct query. Per setting: {min(sent):,}–{max(sent):,} "
-        f"queries sent in {min(windows):.1f}–{max(windows):.1f} s; distinct queries: "
+        f"recall on the first answer to each distinct query. Per setting: {span(sent)} "
+        f"queries sent in {span(windows, '{:,.1f}')} s; distinct queries: "
         f"{', '.join(f'{d:,}' for d in distinct) or '—'}.",
         "",
     ]

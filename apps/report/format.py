@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from apps.evaluate.rules import Spread
 from core.format import NONE, auto
@@ -14,3 +14,10 @@ def median_range(values: Spread | None, fmt: Callable[[float], str] = auto) -> s
     if values is None:
         return NONE
     return f"{fmt(values.median)} ({fmt(values.low)}–{fmt(values.high)})"
+
+
+def span(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
+    """``low–high`` of ``values`` as ``fmt`` writes them; one figure when both read the same (not
+    ``3.0–3.0``)."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}–{high}"

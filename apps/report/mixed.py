@@ -68,7 +68,7 @@ def mixed_table(rows: Iterable[Row]) -> list[str]:
         shown = pattern if why is None else f"{pattern} (**invalid**: {why})"
         cells = [name, shown, setting or NONE, str(len(members))]
         for key, _ in MIXED_COLUMNS:
-            cells.append(median_range(spread_of(members, key), "{:,.3g}".format))
+            cells.append(median_range(spread_of(members, key)))  # auto: 12,345 not 1.23e+04
         body.append(cells)
         if pattern != "mixed":
             continue

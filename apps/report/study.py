@@ -40,6 +40,7 @@ from typing import Any
 from apps.evaluate.results import insert_rate, point_name
 from apps.evaluate.rules import MIN_RECALL, choose_operating_point, spread
 from apps.report.figures import colors_for, new_figure, save_figure
+from apps.report.format import span
 from apps.report.mixed import mixed_table
 
 SERVER_WORKERS = ("nodes", "workers", "proxies", "streaming_nodes", "query_nodes", "data_nodes")
@@ -323,11 +324,6 @@ def figure_data(rows: Iterable[Row], spec: Spec) -> FigureData | None:
     return FigureData(spec, ", ".join(axes), tuple(series), used, tuple(sorted(zipped & swept - set(axes))))
 
 
-def _range(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
-    low, high = min(values), max(values)
-    return fmt.format(low) if low == high else f"{fmt.format(low)}–{fmt.format(high)}"
-
-
 def caption(data: FigureData) -> str:
     """What the figure shows and rests on: rows, points, repeats, and what QPS or an upload rests on."""
     spec, rows = data.spec, data.rows
@@ -337,7 +333,7 @@ def caption(data: FigureData) -> str:
         f"{spec.title}. x: {data.axis}"
         + (f" (swept together with {', '.join(data.zipped)})" if data.zipped else "")
         + f". Each marker is the median over repeats of {len(rows)} {spec.stage} rows "
-        f"({len(points)} points, {_range(repeats)} {'repeats' if max(repeats) > 1 else 'repeat'} each); "
+        f"({len(points)} points, {span(repeats)} {'repeats' if max(repeats) > 1 else 'repeat'} each); "
         "error bars span min–max."
     )
     if spec.stage == "query":
@@ -345,7 +341,7 @@ def caption(data: FigureData) -> str:
         window = [r["window_s"] for r in rows if r.get("window_s") is not None]
         if sent and window:
             text += (
-                f" Each QPS rests on {_range(sent)} queries sent in {_range(window, '{:,.1f}')} s "
+                f" Each QPS rests on {span(sent)} queries sent in {span(window, '{:,.1f}')} s "
                 f"(one measured window per repeat)."
             )
         text += (
@@ -358,8 +354,7 @@ def caption(data: FigureData) -> str:
         upload = [r["upload_s"] for r in rows if r.get("upload_s")]
         if vectors and upload:
             text += (
-                f" Each throughput is one upload of {_range(vectors)} vectors "
-                f"in {_range(upload, '{:,.1f}')} s."
+                f" Each throughput is one upload of {span(vectors)} vectors in {span(upload, '{:,.1f}')} s."
             )
     if spec.name == "study_segments":
         text += " Labels: segments counted after indexing (median over repeats)."
@@ -426,6 +421,8 @@ def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None)
             "insert clients (workers × clients per worker)" if data.axis == "clients" else data.axis
         )
         axes.set_ylabel(ylabel)
+        if all(p.low >= 0 for s in data.of(metric) for p in s.points):
+            axes.set_ylim(bottom=0)  # a scaling curve read from zero: a 3% step is not drawn as a cliff
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="best")
     figure.suptitle(data.spec.title + " (median, min–max over repeats)", fontsize=10)

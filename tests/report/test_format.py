@@ -6,7 +6,7 @@ import math
 import re
 
 from apps.evaluate.rules import Spread
-from apps.report.format import median_range
+from apps.report.format import median_range, span
 from apps.report.mixed import mixed_table
 from core.format import auto, cell, num, size, table
 
@@ -32,6 +32,17 @@ def test_spreads_and_auto_digits() -> None:
     assert auto(0.98765) == "0.988"
     assert median_range(Spread(2.0, 1.0, 3.0)) == "2.00 (1.00–3.00)"
     assert median_range(None) == "—"
+    assert span([402, 400]) == "400–402" and span([3.01, 3.04], "{:.1f}") == "3.0"  # not "3.0–3.0"
+
+
+def test_mixed_figures_are_written_out_not_in_exponent_form() -> None:
+    rows = [
+        {"stage": stage, "status": "ok", "label": "p", "database": "qdrant", "setting": "s", "repeat": 0}
+        | {"qps": 12_345.0, "latency_mean_ms": 1.5, "latency_p99_ms": 2.0, "recall": 0.9}
+        for stage in ("mixed", "mixed_baseline")
+    ]
+    text = "\n".join(mixed_table(rows))
+    assert "12,345 (12,345–12,345)" in text and "e+0" not in text
 
 
 def test_the_table_writer_keeps_every_cell_in_its_column() -> None:
