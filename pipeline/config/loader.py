@@ -390,6 +390,9 @@ def _config_error(exc: ValidationError, node: yaml.Node, path: Path, entry: str 
             message = unknown_field_message(RunConfig, tuple(err["loc"]))
         elif err["type"] == "union_tag_invalid":  # a misspelt database, platform, chunker... name
             message = unknown_tag_message(err.get("ctx", {}))
-        problems.append(f"{where}{dotted_path(loc)}: {message}{shown}")
-    message = f"{_entry_prefix(entry)}invalid configuration:\n  " + "\n  ".join(problems)
+        problems.append((where, f"{dotted_path(loc)}: {message}{shown}"))
+    if len(problems) == 1:  # as every other config error reads: file:line: field: what is wrong
+        return ConfigError(f"{_entry_prefix(entry)}{problems[0][1]}", file=str(path), line=first_line)
+    listed = "\n  ".join(where + problem for where, problem in problems)
+    message = f"{_entry_prefix(entry)}invalid configuration:\n  {listed}"
     return ConfigError(message, file=str(path), line=first_line)

@@ -76,7 +76,7 @@ def test_an_error_inside_an_entry_names_the_entry_and_its_line(write_config, sma
         load_config(path, "gist")
     text = str(info.value)
     k_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if "k: many" in line)
-    assert "dataset gist: invalid configuration" in text and f"line {k_line}: groundtruth.k" in text
+    assert f"config.yaml:{k_line}: dataset gist: groundtruth.k: " in text
 
 
 def test_a_plan_error_of_an_entry_points_into_the_entry(write_config, small_corpus, tmp_path) -> None:
