@@ -237,6 +237,7 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
     block: DatabaseClusterConfig = vdb.cluster
     c = block.for_database(name)
     offered = getattr(executor, "storage_media", ["memory", "ssd", "lustre", "daos"])
+    ranks, per_node = c.workers, c.workers_per_node
     check = ClusterCheck(
         name=name,
         block=block,
@@ -245,12 +246,12 @@ def _database_problems(run_config: Any, name: str, base_dir: Path | None) -> lis
         media=tuple(offered),
         collection_shards=vdb.collection.shards,
         base_dir=base_dir,
+        workers_fit=c.nodes * per_node >= ranks,
     )
     at = check.at
 
     problems: list[Problem] = []
-    ranks, per_node = c.workers, c.workers_per_node
-    if c.nodes * per_node < ranks:
+    if not check.workers_fit:
         problems.append(
             (at("workers"), f"{name}: {ranks} workers do not fit on {c.nodes} node(s) x {per_node}")
         )

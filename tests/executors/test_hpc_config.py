@@ -316,6 +316,11 @@ def test_shards_must_cover_every_worker(hpc_env: Path) -> None:
     data = study("polaris")
     data["vdb"]["collection"]["shards"] = 4
     assert "set shards: 40" in problems_of(hpc_env, data)[("vdb", "collection", "shards")]
+    # Workers that do not fit their nodes are the problem named, not the shards they would need.
+    data["vdb"]["cluster"]["workers"] = 200
+    said = list(problems_of(hpc_env, data).values())
+    assert any("200 workers do not fit on" in text for text in said), said
+    assert not any("set shards" in text for text in said), said
 
 
 def test_gpu_indexing_is_rejected_on_aurora(hpc_env: Path) -> None:

@@ -28,6 +28,9 @@ class ClusterCheck:
     media: tuple[str, ...]  # storage media the platform offers
     collection_shards: int  # vdb.collection.shards
     base_dir: Path | None  # resolves relative paths (the config file's directory)
+    workers_fit: bool = (
+        True  # False: its workers do not fit its nodes (refused already, by the shared checks)
+    )
 
     def at(self, *fields: str) -> tuple:
         """Path of a cluster field as the user wrote it (under overrides.<name> when overridden there)."""
@@ -67,8 +70,11 @@ def no_gpu_indexing(check: ClusterCheck) -> list[Problem]:
 
 
 def shards_per_worker(check: ClusterCheck) -> list[Problem]:
-    """The collection's shards must be workers x shards_per_worker (each worker holds its own)."""
+    """The collection's shards must be workers x shards_per_worker (each worker holds its own). Not
+    asked of workers that do not fit their nodes: the shards they would need is no advice."""
     c = check.cluster
+    if not check.workers_fit:
+        return []
     shards = c.workers * c.shards_per_worker
     if check.collection_shards != shards:
         message = (
