@@ -29,6 +29,7 @@ class Card:
     name: str
     dims: int
     path: Path
+    vectors: int | None = None  # its base rows, where the card gives them
 
 
 def _read_card(path: Path) -> dict:
@@ -52,7 +53,8 @@ def remote_card(name: str, folder: Path | None = CARDS) -> Card | None:
         if card.get("kind") != "remote" or not own or not isinstance(card.get("dims"), int):
             continue
         if wanted == own or (wanted.startswith(own) and SUBSET.fullmatch(wanted[len(own) :])):
-            return Card(card["name"], card["dims"], path)
+            vectors = card.get("vectors") if isinstance(card.get("vectors"), int) else None
+            return Card(card["name"], card["dims"], path, vectors)
     return None
 
 
@@ -68,3 +70,33 @@ def card_problem(name: str, dim: int, where: str) -> str | None:
         f"{where}: {dim}-dimensional vectors, but {whose} (datasets/{card.path.name}) gives {card.dims} "
         f"dimensions: are these {card.name}'s files? (else give the dataset another name)"
     )
+
+
+UNITS = {"k": 10**3, "m": 10**6, "b": 10**9}
+ROWS_TOLERANCE = 0.02  # dbpedia-openai-1m's HDF5 split holds 990,000 of its 1M (the rest are its queries)
+
+
+def card_rows_note(name: str, rows: int, where: str) -> str | None:
+    """A warning when ``rows`` base vectors under ``name`` are not what its card gives (or its subset's
+    name: ``-10m``, 10,000,000), beyond ``ROWS_TOLERANCE``: a part of a dataset under the whole one's name
+    makes every figure look like the study's. Not refused: the vectors are the dataset's own."""
+    card = remote_card(name)
+    if card is None:
+        return None
+    suffix = name.lower()[len(card.name) :]
+    expected = int(suffix[1:-1]) * UNITS[suffix[-1]] if suffix else card.vectors
+    if expected is None or abs(rows - expected) <= ROWS_TOLERANCE * expected:
+        return None
+    named = f"{card.name}'s card (datasets/{card.path.name})" if not suffix else f"its name {name!r}"
+    return (
+        f"{where}: {rows:,} base vectors, but {named} gives {expected:,}: a part or another set under its "
+        f"name? (a subset reads best under a name with its row count, e.g. {card.name}-{_count(rows)})"
+    )
+
+
+def _count(rows: int) -> str:
+    """``2000`` -> ``2k``: a row count as a subset's name writes it."""
+    for unit, size in sorted(UNITS.items(), key=lambda item: -item[1]):
+        if rows >= size and rows % size == 0:
+            return f"{rows // size}{unit}"
+    return str(rows)

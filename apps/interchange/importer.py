@@ -31,7 +31,7 @@ from apps.dataset.groundtruth.exact_distance import METRICS, exact_distances
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
-from apps.interchange.cards import card_problem
+from apps.interchange.cards import card_problem, card_rows_note
 from apps.interchange.formats import Source, canonical_format, first_bad_row, open_source
 from core.errors import ArtifactError, InputDataError
 from core.format import table
@@ -454,7 +454,14 @@ def _build(
         groundtruth={"file": "groundtruth.parquet", "k": k, "metric": metric, **gt_written},
         metric=metric,
         warnings=[
-            w for w in (warning_line(check, source.files["groundtruth"]), zero_base, zero_queries) if w
+            w
+            for w in (
+                warning_line(check, source.files["groundtruth"]),
+                zero_base,
+                zero_queries,
+                card_rows_note(name, manifest["rows"], source.where("base")),
+            )
+            if w
         ],
         upstream_keys=[],
     )

@@ -314,6 +314,36 @@ def test_files_under_a_study_datasets_name_must_have_its_dimension(tmp_path: Pat
     assert code == 0, output
 
 
+def test_a_study_name_on_another_row_count_is_warned_of(shared_data: Path, tmp_path: Path) -> None:
+    """1,000 rows imported as yandex-t2i-10m import (the vectors are the user's), with a warning that the
+    name promises 10M. Real data cut to fit: fmnist1k's first 200 coordinates stand in for Yandex's 200."""
+    from apps.interchange.cards import card_rows_note
+
+    root = shared_data / "ann" / "fmnist1k"
+    base = vecs.read_vecs(root / "fmnist1k_base.fvecs")[:, :200]
+    queries = vecs.read_vecs(root / "fmnist1k_query.fvecs")[:20, :200]
+    distance = ((queries[:, None, :].astype(np.float64) - base[None, :, :]) ** 2).sum(-1)
+    neighbors = np.argsort(distance, axis=1, kind="stable")[:, :10]
+    path = tmp_path / "yandex-like.hdf5"
+    with h5py.File(path, "w") as h5:
+        h5.attrs["distance"] = "euclidean"
+        h5.create_dataset("train", data=base)
+        h5.create_dataset("test", data=queries)
+        h5.create_dataset("neighbors", data=neighbors.astype(np.int32))
+    args = ("dataset", "import", "hdf5", str(path), "--workdir", str(tmp_path / "w"))
+    code, output = _cli(*args, "--name", "yandex-t2i-10m")
+    said = " ".join(output.split())
+    assert code == 0 and "1,000 base vectors, but its name 'yandex-t2i-10m' gives 10,000,000" in said, output
+    assert "e.g. yandex-t2i-1k" in said
+    code, output = _cli(*args, "--name", "yandex-t2i-1k")  # the name that says what it holds
+    assert code == 0 and "base vectors, but" not in output, output
+    assert "gist-1m's card (datasets/gist-1m.yaml) gives 1,000,000" in str(
+        card_rows_note("gist-1m", 2000, "f")
+    )
+    assert card_rows_note("dbpedia-openai-1m", 990_000, "f") is None  # its HDF5 split's train rows
+    assert card_rows_note("my-gist", 5, "f") is None  # the user's own name
+
+
 def test_cards_a_user_is_drafting_or_an_installed_wheel_check_what_they_can(tmp_path: Path) -> None:
     """A card that is not a YAML mapping is passed over, not a traceback at `validate`; with no cards
     folder (an installed wheel) nothing is checked."""
