@@ -42,6 +42,7 @@ from apps.evaluate.rules import MIN_RECALL, choose_operating_point, spread
 from apps.report.figures import colors_for, new_figure, save_figure
 from apps.report.format import span
 from apps.report.mixed import mixed_table
+from apps.vdb import DATABASES, database
 
 SERVER_WORKERS = ("nodes", "workers", "proxies", "streaming_nodes", "query_nodes", "data_nodes")
 CORES = ("cores_per_worker", "gomaxprocs")
@@ -356,9 +357,20 @@ def caption(data: FigureData) -> str:
             text += (
                 f" Each throughput is one upload of {span(vectors)} vectors in {span(upload, '{:,.1f}')} s."
             )
+    elif spec.stage == "index" and (on_upload := _indexes_on_upload(rows)):
+        text += (
+            f" {' and '.join(on_upload)} build(s) the index as vectors arrive: the time drawn is the wait "
+            "for what was still queued after the upload, not a build."
+        )
     if spec.name == "study_segments":
         text += " Labels: segments counted after indexing (median over repeats)."
     return text
+
+
+def _indexes_on_upload(rows: Iterable[Row]) -> list[str]:
+    """The databases among ``rows`` that index as vectors arrive (their declaration says so)."""
+    names = {r["database"] for r in rows} & set(DATABASES)
+    return sorted(name for name in names if database(name).indexes_on_upload)
 
 
 def _segments(rows: Iterable[Row]) -> dict[str, float]:

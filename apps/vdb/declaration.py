@@ -57,6 +57,8 @@ class Database:
     on_disk: tuple[str, ...] = ()  # index types that honour ``vdb.collection.on_disk: true``
     always_on_disk: tuple[str, ...] = ()  # index types on disk whatever on_disk says (the report's medium)
     limits: Mapping[str, str] = field(default_factory=dict)  # field -> why other values are refused
+    # Builds its index as vectors arrive, with no deferred build: its index stage times what is left queued.
+    indexes_on_upload: bool = False
     # index_problems(settings, collection, cluster) -> [(field, message)]: refusals beyond the tables above.
     index_problems: Callable[[Any, Any, Any], list[tuple[str, str]]] | None = None
     # with_threads(settings, n) -> its settings with its own thread knobs set for n cores (None: no knobs).

@@ -25,6 +25,7 @@ DATABASE = Database(
         "quantization": "Weaviate's flat index (and so the flat stage of dynamic) compresses with BQ only",
         "on_disk": "Weaviate keeps an HNSW graph in memory; its flat index searches the vectors on disk",
     },
+    indexes_on_upload=True,  # its async indexing queue; the index stage waits for it to drain
     index_problems=index_problems,
     with_threads=with_threads,
     images={"weaviate": "semitechnologies/weaviate:1.36.0 image"},
