@@ -157,9 +157,11 @@ def sweep_cost(
 ) -> str:
     """One line for ``plan``: points to run, pilot jobs, query settings, the floor of their measured
     windows and, with the resource plan's ``estimates`` (id of a point -> PointEstimate), the upload and
-    index time it expects. ``one_job``: the run is one allocation, its pilots are started inside it."""
+    index time it expects. A local sweep adds each engine's measured start, warm-up and stop per point
+    and the total; on a cluster, the pilots' queue waits are not known. ``one_job``: the run is one
+    allocation, its pilots are started inside it."""
     from apps.vdb import runs_in_process
-    from apps.vdb.resources import duration
+    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S, duration
 
     todo = [p for p in plans if not p.complete]
     if not todo:
@@ -173,10 +175,20 @@ def sweep_cost(
     found = [(p.point, (estimates or {}).get(id(p.point))) for p in todo]
     loads = sum(load_s(point, e) for point, e in found if e is not None)
     expected = f"; about {duration(loads)} of upload and index by the resource plan" if loads else ""
-    return (
+    line = (
         f"sweep cost: {len(todo)} of {len(plans)} point(s) to run, {jobs} pilot {pilots}, {settings:,} query "
-        f"setting(s){floor}{expected} (deploy time comes on top)"
+        f"setting(s){floor}{expected}"
     )
+    if vdb.cluster is not None:
+        return line + " (the pilots' queue waits and start-ups come on top)"
+    known = sum(LOCAL_POINT_OVERHEAD_S.get(p.point.database, 0.0) for p in todo)
+    line += f"; about {duration(known)} of start-ups, warm-ups and stops (measured here per engine)"
+    total = f": about {duration(windows + loads + known)} in all"
+    if unmeasured := sorted({point.database for point, e in found if e is None}):
+        count = sum(1 for _, e in found if e is None)
+        engines = ", ".join(unmeasured)
+        total += f", besides the upload and index of {count} point(s) of {engines} (not estimated)"
+    return line + total
 
 
 def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:

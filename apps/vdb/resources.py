@@ -117,6 +117,21 @@ CLIENT_FIXED_MIB = 190
 DRIVER_MEASURED_MIB = 320
 
 
+# Seconds a local point spends outside its upload, index build and measured query windows: its server's start
+# (deploy_s) and stop, the collection's creation, the searchable wait, each setting's warm-up. Per engine, the
+# median over its points of one `python -m pipeline run configs/local-engines.yaml` on the 2-core Xeon
+# (2026-11-29, an empty workdir, load 0.5-1.6, 4 query settings of 2 s per point): a point's wall time less
+# its upload_s, index_s and window_s. A pilot job's start on HPC is its queue wait: not estimated.
+LOCAL_POINT_OVERHEAD_S = {
+    "qdrant": 1.5,  # edge, in process (1.2-1.6)
+    "milvus": 20.1,  # standalone: 2-3 s to start, 3.5 s until searchable, its stop (19.6-20.2)
+    "weaviate": 9.9,  # 3.5 s to start, 3 s until its queue drains (9.8-10.0)
+    "pgvector": 5.2,  # 0.5-0.9 s to start (5.0-5.3)
+    "lancedb": 2.5,  # in process (1.4-3.6)
+    "faiss": 1.5,  # in process (1.3-9.0: IVF-PQ's training fell outside its index_s)
+}
+
+
 def client_memory(dim: int, row_group_rows: int, queries: int, k: int) -> float:
     """Peak bytes of one client process: an insert client holds one row group at a time (the Arrow column,
     its NumPy copy and the request being encoded: 3 copies), a query client every query it sends (Arrow and

@@ -369,11 +369,28 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     plans = plan_points(vdb, tmp_path / "store", ["d", "q", "g"], "cosine")
     line = sweep_cost(vdb, plans)
     assert line.startswith("sweep cost: 4 of 4 point(s) to run, 0 pilot job(s), 24 query setting(s)")
-    assert line.endswith("at least 2 min of measured query windows (deploy time comes on top)")
+    assert "at least 2 min of measured query windows; about 6 s of start-ups, warm-ups and stops" in line
+    # a local sweep's total: its windows and each engine's measured start, warm-up and stop per point
+    assert line.endswith(
+        ": about 2 min in all, besides the upload and index of 4 point(s) of faiss, qdrant (not estimated)"
+    )
+    # on a cluster, a pilot's start is its queue wait: no local figure stands in for it, nor a total
+    cluster = {"databases": [{"name": "milvus"}], "cluster": {"images": {"milvus": "m.sif"}}}
+    milvus = VdbConfig.model_validate(cluster)
+    line = sweep_cost(milvus, plan_points(milvus, tmp_path / "store", ["d", "q", "g"], "cosine"))
+    assert ", 1 pilot job(s)," in line and "in all" not in line
+    assert line.endswith("(the pilots' queue waits and start-ups come on top)")
     # one allocation: the pilots start inside the run's one job, not as jobs of their own
     assert ", 0 pilot deployment(s) inside the one allocation, 24 query" in sweep_cost(
         vdb, plans, one_job=True
     )
+
+
+def test_every_database_has_its_measured_time_per_local_point() -> None:
+    from apps.vdb import DATABASES
+    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S
+
+    assert set(LOCAL_POINT_OVERHEAD_S) == set(DATABASES)  # a new engine is measured, not left out of plan
 
 
 def test_the_sweep_cost_counts_the_settings_the_query_stage_runs(tmp_path: Path) -> None:
