@@ -73,12 +73,13 @@ def check_or_raise(loaded: LoadedConfig) -> None:
             [f"also {'; '.join(groups)}"] if others else []
         )
         shown = f" ({'; '.join(facts)})" if facts else ""
-        listed.append(f"{f'line {line}: ' if line else ''}{dotted_path(loc)}: {text}{shown}")
-    raise ConfigError(
-        f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(listed),
-        file=str(loaded.shown_path),
-        line=placed[0][0],
-    )
+        listed.append((line, f"{dotted_path(loc)}: {text}{shown}"))
+    if len(listed) == 1:  # as every one-problem config error reads: file:line: field: what is wrong
+        message = loaded.where_prefix + listed[0][1]
+    else:
+        lines = [f"{f'line {line}: ' if line else ''}{problem}" for line, problem in listed]
+        message = f"{loaded.where_prefix}platform check failed:\n  " + "\n  ".join(lines)
+    raise ConfigError(message, file=str(loaded.shown_path), line=placed[0][0])
 
 
 def _on_line(at: int | None, first: int | None) -> str:
