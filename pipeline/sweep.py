@@ -43,8 +43,9 @@ class PointPlan:
 
     @property
     def complete(self) -> bool:
-        """True when a manifest of this point's key is there and verifies (a partial point is redone).
-        A damaged manifest counts as absent: a point is always measured again from scratch."""
+        """True when a manifest of this point's key is there and verifies (a partial point is redone),
+        as of its first read (see ``_verified``). A damaged manifest counts as absent: a point is always
+        measured again from scratch."""
         return self._verified[0]
 
     def damage(self) -> list[str]:
@@ -180,15 +181,21 @@ def sweep_cost(
         f"setting(s){floor}{expected}"
     )
     if vdb.cluster is not None:
-        return line + " (the pilots' queue waits and start-ups come on top)"
+        if one_job:
+            return line + " (the allocation's queue wait and the pilots' start-ups come on top)"
+        return line + (" (the pilots' queue waits and start-ups come on top)" if jobs else "")
     known = sum(LOCAL_POINT_OVERHEAD_S.get(p.point.database, 0.0) for p in todo)
-    line += f"; about {duration(known)} of start-ups, warm-ups and stops (measured here per engine)"
+    line += f"; about {duration(known)} of start-ups, warm-ups and stops (each engine's, measured on 2 cores)"
     total = f": about {duration(windows + loads + known)} in all"
+    besides = []
     if unmeasured := sorted({point.database for point, e in found if e is None}):
         count = sum(1 for _, e in found if e is None)
-        engines = ", ".join(unmeasured)
-        total += f", besides the upload and index of {count} point(s) of {engines} (not estimated)"
-    return line + total
+        besides.append(f"the upload and index of {count} point(s) of {', '.join(unmeasured)} (not estimated)")
+    if untimed := sum(1 for p in todo if not p.point.config.query.duration_s):
+        besides.append(f"the queries of {untimed} point(s) without query.duration_s")
+    if mixed := sum(1 for p in todo if p.point.config.mixed is not None):
+        besides.append(f"the mixed workload of {mixed} point(s)")
+    return line + total + (f", besides {'; '.join(besides)}" if besides else "")
 
 
 def describe(plans: list[PointPlan]) -> list[tuple[str, str, str, str, str, bool]]:

@@ -85,18 +85,27 @@ def card_rows_note(name: str, rows: int, where: str) -> str | None:
         return None
     suffix = name.lower()[len(card.name) :]
     expected = int(suffix[1:-1]) * UNITS[suffix[-1]] if suffix else card.vectors
-    if expected is None or abs(rows - expected) <= ROWS_TOLERANCE * expected:
+    if expected is None or _near(rows, expected):
         return None
-    named = f"{card.name}'s card (datasets/{card.path.name})" if not suffix else f"its name {name!r}"
+    whose = f"{card.name}'s card (datasets/{card.path.name})"
+    if card.vectors is not None and rows > card.vectors and not _near(rows, card.vectors):
+        return f"{where}: {rows:,} base vectors, more than {whose} gives ({card.vectors:,}): another dataset?"
+    named = whose if not suffix else f"its name {name!r}"
+    whole = card.vectors is not None and _near(rows, card.vectors)
     return (
         f"{where}: {rows:,} base vectors, but {named} gives {expected:,}: a part or another set under its "
-        f"name? (a subset reads best under a name with its row count, e.g. {card.name}-{_count(rows)})"
+        f"name? (name it by what it holds, e.g. {card.name if whole else _subset_name(card.name, rows)})"
     )
 
 
-def _count(rows: int) -> str:
-    """``2000`` -> ``2k``: a row count as a subset's name writes it."""
+def _near(rows: int, expected: int) -> bool:
+    return abs(rows - expected) <= ROWS_TOLERANCE * expected
+
+
+def _subset_name(dataset: str, rows: int) -> str:
+    """``gist-1m`` of 2,000 rows -> ``gist-1m-2k``: the row count as a subset's name writes it (a name
+    the checks read back as that count); ``gist-1m-sample`` where no count of a unit is near."""
     for unit, size in sorted(UNITS.items(), key=lambda item: -item[1]):
-        if rows >= size and rows % size == 0:
-            return f"{rows // size}{unit}"
-    return str(rows)
+        if rows >= size and _near(rows, round(rows / size) * size):
+            return f"{dataset}-{round(rows / size)}{unit}"
+    return f"{dataset}-sample"

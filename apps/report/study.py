@@ -359,7 +359,8 @@ def caption(data: FigureData) -> str:
             )
     elif spec.stage == "index" and (on_upload := _indexes_on_upload(rows)):
         text += (
-            f" {' and '.join(on_upload)} build(s) the index as vectors arrive: the time drawn is the wait "
+            f" {' and '.join(on_upload)} {'builds' if len(on_upload) == 1 else 'build'} the index as vectors "
+            "arrive: the time drawn is the wait "
             "for what was still queued after the upload, not a build."
         )
     if spec.name == "study_segments":
@@ -433,8 +434,10 @@ def draw(data: FigureData, path: Path, segments: dict[str, float] | None = None)
             "insert clients (workers × clients per worker)" if data.axis == "clients" else data.axis
         )
         axes.set_ylabel(ylabel)
-        if all(p.low >= 0 for s in data.of(metric) for p in s.points):
-            axes.set_ylim(bottom=0)  # a scaling curve read from zero: a 3% step is not drawn as a cliff
+        if metric != "recall" and all(p.low >= 0 for s in data.of(metric) for p in s.points):
+            # a scaling curve read from zero: a 3% step is not drawn as a cliff (recall keeps its zoom:
+            # 0.95 against 0.99 is the difference that matters there)
+            axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="best")
     figure.suptitle(data.spec.title + " (median, min–max over repeats)", fontsize=10)

@@ -341,6 +341,8 @@ def test_a_study_name_on_another_row_count_is_warned_of(shared_data: Path, tmp_p
         card_rows_note("gist-1m", 2000, "f")
     )
     assert card_rows_note("dbpedia-openai-1m", 990_000, "f") is None  # its HDF5 split's train rows
+    assert "more than dbpedia-openai-1m's card" in str(card_rows_note("dbpedia-openai-1m", 10**7, "f"))
+    assert str(card_rows_note("gist-1m-1500k", 10**6, "f")).endswith("e.g. gist-1m)")  # the whole set
     assert card_rows_note("my-gist", 5, "f") is None  # the user's own name
 
 
