@@ -423,6 +423,28 @@ def test_a_finished_sweep_costs_nothing(tmp_path: Path) -> None:
     assert sweep_cost(vdb, done) == "sweep cost: none: all 1 point(s) are done"
 
 
+def test_a_plan_hashes_a_finished_points_raw_files_once(tmp_path: Path, monkeypatch) -> None:
+    """complete, damage() and the sweep cost all ask of a point; its raw files are hashed once a plan."""
+    import json
+
+    import core.store
+    from pipeline.sweep import sweep_cost
+
+    vdb = VdbConfig.model_validate({"databases": [QDRANT]})
+    (point,) = plan_points(vdb, tmp_path / "store", ["d", "q", "g"], "cosine")
+    point.directory.mkdir(parents=True)
+    raw = point.directory / "raw.parquet"
+    raw.write_bytes(b"latencies" * 100)
+    entry = {"file": "raw.parquet", "bytes": 900, "sha256": core.store.sha256_file(raw)}
+    (point.directory / "manifest.json").write_text(json.dumps({"key": point.key, "files": [entry]}))
+    hashed: list[Path] = []
+    real = core.store.sha256_file
+    monkeypatch.setattr(core.store, "sha256_file", lambda path: hashed.append(path) or real(path))
+    assert point.complete and point.damage() == [] and point.complete
+    assert sweep_cost(vdb, [point]) == "sweep cost: none: all 1 point(s) are done"
+    assert hashed == [raw]
+
+
 def test_plan_says_an_in_process_engine_queries_with_one_client(tmp_path: Path) -> None:
     """vdb.query.clients [1, 4]: FAISS and Qdrant edge serve their one client; plan's point line says so."""
     from pipeline.sweep import describe
