@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from apps.vdb import runs_in_process
+from apps.vdb import database, runs_in_process
 from apps.vdb.binding import local_cpus
 from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
 from core.errors import ConfigError
@@ -77,10 +77,14 @@ def capacity(loaded: LoadedConfig) -> Capacity:
 
 
 def _shape(vdb: Any, point: Any) -> tuple[int, int, str, int | None]:
-    """(ranks, ranks per node, medium, cores per rank) of a point: its cluster's, or one local rank on
-    disk with this machine's cores."""
-    if vdb.cluster is None or runs_in_process(point.settings):
+    """(ranks, ranks per node, medium, cores per rank) of a point: its cluster's, or its local ranks (one,
+    or a local cluster's processes) on disk with this machine's cores."""
+    if runs_in_process(point.settings):
         return 1, 1, "disk", None
+    if vdb.cluster is None:
+        count = database(point.database).local_ranks
+        ranks = count(point.settings) if count is not None else 1
+        return ranks, ranks, "disk", None
     cluster = point.config.cluster.for_database(point.database)
     return cluster.workers, cluster.workers_per_node, cluster.storage.medium, cluster.cores_per_worker
 
@@ -213,6 +217,9 @@ def resource_plan(
         loaded_rows = min(point.config.insert.rows or rows, rows)
         ranks, per_node, medium, cores = _shape(cfg.vdb, point)
         found = estimate(point, loaded_rows, dim, medium, ranks, per_node, cores)
+        if found is not None and cfg.vdb.cluster is None and ranks > 1:  # a local cluster's processes
+            alone = estimate(point, loaded_rows, dim, medium, 1, 1, cores)  # share this machine's cores:
+            found = replace(found, upload_s=alone.upload_s, index_s=alone.index_s)  # no faster than one
         sent, assumed = queries_sent(point, queries)
         plan.queries_assumed |= assumed
         deepest = max(deepest, min(rows, 2 * sent * max(point.config.query.k)))

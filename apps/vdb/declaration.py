@@ -59,6 +59,8 @@ class Database:
     limits: Mapping[str, str] = field(default_factory=dict)  # field -> why other values are refused
     # Builds its index as vectors arrive, with no deferred build: its index stage times what is left queued.
     indexes_on_upload: bool = False
+    # local_ranks(settings) -> the server processes a local deployment starts (a local cluster); None: one.
+    local_ranks: Callable[[Any], int] | None = None
     # index_problems(settings, collection, cluster) -> [(field, message)]: refusals beyond the tables above.
     index_problems: Callable[[Any, Any, Any], list[tuple[str, str]]] | None = None
     # with_threads(settings, n) -> its settings with its own thread knobs set for n cores (None: no knobs).

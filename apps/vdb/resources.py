@@ -2,7 +2,8 @@
 medium, and the time its upload and index build take, from figures measured here.
 
 The model, per point (``estimate``): the rows it loads (``vdb.insert.rows``, else the whole dataset) are
-spread evenly over its ranks (``cluster.workers``; one rank locally). A rank holds, per vector, its float32
+spread evenly over its ranks (``cluster.workers``; locally one, or a local cluster's processes, which
+share this machine's cores and so upload no faster than one). A rank holds, per vector, its float32
 vector ``memory_copies`` times in memory and ``disk_copies`` times on disk, plus its index's links
 (``link_bytes``: an HNSW graph's layer-0 links, 2 M ids of 4 bytes) and an 8-byte id, and ``fixed_mib``
 of its own. A quantised index's codes are counted in its copies (an int8 copy is a quarter of one), so

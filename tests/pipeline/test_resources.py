@@ -262,6 +262,27 @@ def test_a_local_plan_prints_the_resource_table(tmp_path: Path) -> None:
     assert "driver (the DAG and the report): about 3" in result.stdout
 
 
+def test_a_local_weaviate_cluster_counts_each_of_its_processes(tmp_path: Path) -> None:
+    """local-study's `nodes: [1, 2, 3]` starts 1, 2, 3 Weaviate processes here: each holds its own
+    fixed memory (the plan counted one), and together they upload no faster than one on these cores."""
+    from tests.conftest import run_cli
+
+    result = run_cli(
+        "plan", str(REPO / "configs" / "local-study.yaml"), env={"PIPELINE_WORKDIR": str(tmp_path)}
+    )
+    assert result.returncode == 0, result.stderr
+    table = result.stdout.split("resource plan", 1)[1]
+    rows = {
+        nodes: next(line for line in table.splitlines() if f"weaviate-nodes[nodes={nodes}," in line)
+        for nodes in (1, 3)
+    }
+    cells = {nodes: [c.strip() for c in line.split("│")] for nodes, line in rows.items()}
+    assert cells[1][3] == "1 (1/node)" and cells[3][3] == "3 (3/node)", rows
+    one, three = (float(cells[n][5].split()[0]) for n in (1, 3))  # memory/node, MiB
+    assert three > 2.5 * one, rows  # three processes' fixed memory, not one's
+    assert cells[1][8] == cells[3][8], rows  # the upload time
+
+
 def test_the_resource_table_shows_swept_labels_whole(tmp_path: Path) -> None:
     """A swept point's label holds brackets (``faiss[hnsw_m=32]``): the table prints them as text."""
     from tests.conftest import run_cli

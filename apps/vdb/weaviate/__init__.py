@@ -9,7 +9,7 @@ Everything about this database lives in this folder: ``settings`` (its config mo
 from __future__ import annotations
 
 from apps.vdb.declaration import Database, Lazy
-from apps.vdb.weaviate.settings import WeaviateSettings, index_problems, with_threads
+from apps.vdb.weaviate.settings import WeaviateSettings, index_problems, local_ranks, with_threads
 
 DATABASE = Database(
     name="weaviate",
@@ -26,6 +26,7 @@ DATABASE = Database(
         "on_disk": "Weaviate keeps an HNSW graph in memory; its flat index searches the vectors on disk",
     },
     indexes_on_upload=True,  # its async indexing queue; the index stage waits for it to drain
+    local_ranks=local_ranks,  # `nodes: N`: a cluster of N processes on this machine
     index_problems=index_problems,
     with_threads=with_threads,
     images={"weaviate": "semitechnologies/weaviate:1.36.0 image"},

@@ -70,3 +70,8 @@ def index_problems(settings: WeaviateSettings, collection: Any, cluster: Any) ->
 def with_threads(settings: WeaviateSettings, threads: int) -> WeaviateSettings:
     """GOMAXPROCS per node = ``threads`` (Go does not follow CPU affinity), unless ``gomaxprocs`` is set."""
     return settings.model_copy(update={"gomaxprocs": settings.gomaxprocs or threads})
+
+
+def local_ranks(settings: WeaviateSettings) -> int:
+    """The server processes a local deployment of ``settings`` starts (``nodes``: a local cluster)."""
+    return settings.nodes
