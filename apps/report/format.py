@@ -10,10 +10,12 @@ from core.format import NONE, auto
 
 
 def median_range(values: Spread | None, fmt: Callable[[float], str] = auto) -> str:
-    """``median (min–max)`` of a measurement over its repeats; ``—`` without one."""
+    """``median (min–max)`` of a measurement over its repeats; the figure alone where they all read the
+    same (one repeat); ``—`` without one."""
     if values is None:
         return NONE
-    return f"{fmt(values.median)} ({fmt(values.low)}–{fmt(values.high)})"
+    low, high = fmt(values.low), fmt(values.high)
+    return fmt(values.median) if low == high else f"{fmt(values.median)} ({low}–{high})"
 
 
 def span(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
