@@ -160,6 +160,26 @@ def test_export_round_trips(bigann, tmp_path: Path, fmt: str) -> None:
     np.testing.assert_array_equal(_gt(again.directory), _gt(imported.directory))
 
 
+def _ann_hdf5(
+    path: Path,
+    distance_name: str,
+    base: np.ndarray,
+    queries: np.ndarray,
+    neighbors: np.ndarray,
+    distance: np.ndarray | None = None,
+) -> Path:
+    """An HDF5 file in ann-benchmarks' layout; with every query's ``distance`` to every base row, its
+    neighbours' distances too."""
+    with h5py.File(path, "w") as h5:
+        h5.attrs["distance"] = distance_name
+        h5.create_dataset("train", data=base)
+        h5.create_dataset("test", data=queries)
+        h5.create_dataset("neighbors", data=neighbors.astype(np.int32))
+        if distance is not None:
+            h5.create_dataset("distances", data=np.take_along_axis(distance, neighbors, 1).astype(np.float32))
+    return path
+
+
 def test_hdf5_angular_file_in_the_ann_benchmarks_layout(shared_data: Path, tmp_path: Path) -> None:
     root = shared_data / "ann" / "fmnist1k"
     base = vecs.read_vecs(root / "fmnist1k_base.fvecs")
@@ -168,13 +188,7 @@ def test_hdf5_angular_file_in_the_ann_benchmarks_layout(shared_data: Path, tmp_p
     q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     distance = 1.0 - q.astype(np.float64) @ b.T.astype(np.float64)
     neighbors = np.argsort(distance, axis=1, kind="stable")[:, :10]
-    path = tmp_path / "fmnist-angular.hdf5"
-    with h5py.File(path, "w") as h5:
-        h5.attrs["distance"] = "angular"
-        h5.create_dataset("train", data=base)
-        h5.create_dataset("test", data=queries)
-        h5.create_dataset("neighbors", data=neighbors.astype(np.int32))
-        h5.create_dataset("distances", data=np.take_along_axis(distance, neighbors, 1).astype(np.float32))
+    path = _ann_hdf5(tmp_path / "fmnist-angular.hdf5", "angular", base, queries, neighbors, distance)
     imported = import_dataset("hdf5", [path], "fm-angular", tmp_path / "store")
     assert imported.manifest["metric"] == "cosine"
     assert imported.check["disagree"] == 0 and imported.check["queries"] == 40
@@ -324,12 +338,7 @@ def test_a_study_name_on_another_row_count_is_warned_of(shared_data: Path, tmp_p
     queries = vecs.read_vecs(root / "fmnist1k_query.fvecs")[:20, :200]
     distance = ((queries[:, None, :].astype(np.float64) - base[None, :, :]) ** 2).sum(-1)
     neighbors = np.argsort(distance, axis=1, kind="stable")[:, :10]
-    path = tmp_path / "yandex-like.hdf5"
-    with h5py.File(path, "w") as h5:
-        h5.attrs["distance"] = "euclidean"
-        h5.create_dataset("train", data=base)
-        h5.create_dataset("test", data=queries)
-        h5.create_dataset("neighbors", data=neighbors.astype(np.int32))
+    path = _ann_hdf5(tmp_path / "yandex-like.hdf5", "euclidean", base, queries, neighbors)
     args = ("dataset", "import", "hdf5", str(path), "--workdir", str(tmp_path / "w"))
     code, output = _cli(*args, "--name", "yandex-t2i-10m")
     said = " ".join(output.split())

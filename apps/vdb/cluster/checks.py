@@ -28,9 +28,8 @@ class ClusterCheck:
     media: tuple[str, ...]  # storage media the platform offers
     collection_shards: int  # vdb.collection.shards
     base_dir: Path | None  # resolves relative paths (the config file's directory)
-    workers_fit: bool = (
-        True  # False: its workers do not fit its nodes (refused already, by the shared checks)
-    )
+    # False: its workers do not fit its nodes, which the shared checks refuse (so no rule rests on them)
+    workers_fit: bool = True
 
     def at(self, *fields: str) -> tuple:
         """Path of a cluster field as the user wrote it (under overrides.<name> when overridden there)."""
