@@ -19,7 +19,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 # The repository's cards; an installed wheel has none (its parents[2] is site-packages, whose `datasets` is
 # Hugging Face's package): nothing is checked there.
 CARDS = _ROOT / "datasets" if (_ROOT / "pyproject.toml").is_file() else None
-SUBSET = re.compile(r"-\d+[kmb]")  # a prefix by its row count: -10m, -500k (not -512: maybe a dimension)
+SUBSET = re.compile(r"-[1-9]\d*[kmb]")  # a prefix by its row count: -10m, -500k (not -512: maybe a dimension)
 
 
 @dataclass(frozen=True)

@@ -321,6 +321,7 @@ class ImportTarget:
     identity: dict[str, Any]
     key: str
     directory: Path
+    rows_note: str | None = None  # card_rows_note: said before the rows are read, kept in the manifest
 
 
 def import_target(
@@ -344,7 +345,8 @@ def import_target(
     identity = {role: file_identity(path) for role, path in source.files.items()}
     params = {"format": fmt, "files": identity, "metric": metric, "rows_per_part": rows_per_part}
     key = content_key("import", STAGE_VERSION, params)
-    return ImportTarget(source, fmt, metric, identity, key, store / "datasets" / f"{name}-{key}")
+    rows_note = card_rows_note(name, source.rows, source.where("base"))
+    return ImportTarget(source, fmt, metric, identity, key, store / "datasets" / f"{name}-{key}", rows_note)
 
 
 def import_dataset(
@@ -375,7 +377,7 @@ def run_import(
     memory_budget_mb: int = 512,
 ) -> Imported:
     """Write ``target``'s folder (or find it written); one import of the same files at a time."""
-    final, key = target.directory, target.key
+    final = target.directory
     if (done := cached_import(final)) is not None:
         return Imported(final, done, cached=True)
     # One import of these files at a time: a second one waits, then finds the first's dataset.
@@ -386,10 +388,7 @@ def run_import(
         sweep_stale(final, locked)
         try:
             with staged_directory(final) as tmp:
-                manifest = _build(
-                    target.source, target.fmt, tmp, name, key, target.metric, target.identity,
-                    rows_per_part, row_group_rows, memory_budget_mb,
-                )  # fmt: skip
+                manifest = _build(target, tmp, name, rows_per_part, row_group_rows, memory_budget_mb)
         except OSError as exc:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST) and (done := cached_import(final)) is not None:
                 return Imported(final, done, cached=True)  # an unlocked concurrent import finished first
@@ -398,18 +397,15 @@ def run_import(
 
 
 def _build(
-    source: Source,
-    fmt: str,
+    target: ImportTarget,
     out: Path,
     name: str,
-    key: str,
-    metric: str,
-    identity: dict[str, Any],
     rows_per_part: int,
     row_group_rows: int,
     memory_budget_mb: int,
 ) -> dict[str, Any]:
-    """Write parts, queries, ground truth, card and manifest (last) into ``out``."""
+    """Write ``target``'s parts, queries, ground truth, card and manifest (last) into ``out``."""
+    source, fmt, key, metric = target.source, target.fmt, target.key, target.metric
     started = time.time()
     meta = {
         "dataset_name": name,
@@ -459,7 +455,7 @@ def _build(
                 warning_line(check, source.files["groundtruth"]),
                 zero_base,
                 zero_queries,
-                card_rows_note(name, manifest["rows"], source.where("base")),
+                target.rows_note,
             )
             if w
         ],
@@ -467,7 +463,7 @@ def _build(
     )
     manifest["import"] = {
         "format": fmt,
-        "files": identity,
+        "files": target.identity,
         "paths": {role: str(path.resolve()) for role, path in source.files.items()},
         "source_dtype": source.base_dtype,
         "ids_are_rows": source.ids_are_rows,

@@ -104,6 +104,8 @@ def import_(
         _fail(exc)
     except OSError as exc:  # a file that vanished or cannot be read while it is hashed
         _error(f"reading the input: {_os_reason(exc)}", 3)
+    if target.rows_note:  # said now: a user who named the wrong files need not wait for the import
+        warn(target.rows_note)
     made = [p for p in (store, *store.parents) if not p.exists()]  # removed again if the import fails
     _writable_store(root, store)
     try:
@@ -128,7 +130,8 @@ def import_(
         soft_wrap=True,
     )
     for line in manifest.get("warnings", []):  # the ground-truth check's, zero vectors under cosine
-        warn(line)
+        if line != target.rows_note:
+            warn(line)
     if not check["disagree"]:  # a disagreement was one of the warnings above
         out.print(
             f"  ground truth agrees with exact search up to ties: "

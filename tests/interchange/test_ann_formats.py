@@ -344,6 +344,10 @@ def test_a_study_name_on_another_row_count_is_warned_of(shared_data: Path, tmp_p
     said = " ".join(output.split())
     assert code == 0 and "1,000 base vectors, but its name 'yandex-t2i-10m' gives 10,000,000" in said, output
     assert "e.g. yandex-t2i-1k" in said
+    # said once, before the rows are read (a user who named the wrong files can stop), and kept
+    assert said.count("base vectors, but") == 1 and said.index("base vectors, but") < said.index("imported:")
+    (manifest,) = (tmp_path / "w" / "store" / "datasets").glob("yandex-t2i-10m-*/manifest.json")
+    assert any("gives 10,000,000" in line for line in json.loads(manifest.read_text())["warnings"])
     code, output = _cli(*args, "--name", "yandex-t2i-1k")  # the name that says what it holds
     assert code == 0 and "base vectors, but" not in output, output
     assert "gist-1m's card (datasets/gist-1m.yaml) gives 1,000,000" in str(
@@ -353,6 +357,7 @@ def test_a_study_name_on_another_row_count_is_warned_of(shared_data: Path, tmp_p
     assert "more than dbpedia-openai-1m's card" in str(card_rows_note("dbpedia-openai-1m", 10**7, "f"))
     assert str(card_rows_note("gist-1m-1500k", 10**6, "f")).endswith("e.g. gist-1m)")  # the whole set
     assert card_rows_note("my-gist", 5, "f") is None  # the user's own name
+    assert card_rows_note("gist-1m-0k", 5, "f") is None  # no count of rows: the user's own name too
 
 
 def test_cards_a_user_is_drafting_or_an_installed_wheel_check_what_they_can(tmp_path: Path) -> None:

@@ -209,7 +209,8 @@ def test_a_name_not_in_the_store_is_refused_naming_the_field(stored, write_confi
 
 def test_a_damaged_stored_dataset_is_refused_naming_its_file(stored, tmp_path, write_config) -> None:
     """A part cut short, or queries changed in place (same size: only the checksum shows it), is refused at
-    ``plan`` naming the file, not run against the wrong vectors."""
+    ``plan`` naming the file, not run against the wrong vectors. A path through ``..`` is named without it."""
+    (tmp_path / "elsewhere").mkdir()
     for damage in ("part", "queries"):
         folder = tmp_path / damage
         shutil.copytree(next((stored / "store" / "datasets").iterdir()), folder)
@@ -222,7 +223,8 @@ def test_a_damaged_stored_dataset_is_refused_naming_its_file(stored, tmp_path, w
             data = bytearray(target.read_bytes())
             data[-1] ^= 0xFF
             target.write_bytes(bytes(data))
-        message = _refusal(write_config, given_config(stored, {"name": "fm", "stored": str(folder)}))
+        named = f"{tmp_path}/elsewhere/../{damage}"
+        message = _refusal(write_config, given_config(stored, {"name": "fm", "stored": named}))
         assert f"dataset.stored: {folder} is damaged: {target}: " in message
         assert ("bytes, manifest says" if damage == "part" else "sha256 differs") in message
 
