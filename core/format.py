@@ -36,6 +36,13 @@ def size(value: float | None) -> str:
     return str(value)  # not reached: TiB ends the loop
 
 
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min`` or ``3.4 h``."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    return f"{seconds / 60:,.0f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
+
+
 def auto(value: float) -> str:
     """A figure with the decimals its size needs: none from 100, two from 1, three below 1."""
     if abs(value) >= 100:

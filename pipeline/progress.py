@@ -15,8 +15,9 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+
+from core.format import duration
 
 
 def warn(console: Console, message: str) -> None:
@@ -35,8 +36,7 @@ class StageProgress(AbstractContextManager):
             MofNCompleteColumn(),
             TextColumn("{task.fields[items]:>14} {task.fields[rate]:>9}"),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            TextColumn("{task.fields[eta]}"),
             console=console,
             transient=False,
         )
@@ -47,6 +47,8 @@ class StageProgress(AbstractContextManager):
         self._items: dict[str, int] = {}
         self._reused: dict[str, int] = {}
         self._started: dict[str, float] = {}
+        self._expected: dict[str, float] = {}  # a stage's tasks' expected seconds, where they differ
+        self._expected_done: dict[str, float] = {}
 
     def __enter__(self) -> StageProgress:
         if not self.plain:
@@ -57,12 +59,15 @@ class StageProgress(AbstractContextManager):
         if not self.plain:
             self.progress.stop()
 
-    def add_stage(self, name: str, total: int) -> None:
-        """Show a stage with ``total`` tasks (shards)."""
+    def add_stage(self, name: str, total: int, expected_s: float | None = None) -> None:
+        """Show a stage with ``total`` tasks (shards). ``expected_s``: the tasks' expected seconds in all,
+        where they differ (database points: minutes against hours); each :meth:`advance` gives its own."""
         self._items[name] = 0
         self._reused[name] = 0
         self._started[name] = time.monotonic()
-        self._tasks[name] = self.progress.add_task(name, total=total, items="", rate="")
+        if expected_s:
+            self._expected[name], self._expected_done[name] = expected_s, 0.0
+        self._tasks[name] = self.progress.add_task(name, total=total, items="", rate="", eta="")
 
     def inputs_ready(self, name: str) -> None:
         """The inputs ``name``'s tasks waited for are there: its rate counts from now, not from when it
@@ -77,28 +82,48 @@ class StageProgress(AbstractContextManager):
         else:
             self.progress.update(self._tasks[name], description=f"{name} {escape(text)}")
 
-    def advance(self, name: str, items: int = 0, *, reused: bool = False) -> None:
+    def advance(self, name: str, items: int = 0, *, reused: bool = False, expected_s: float = 0.0) -> None:
         """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
         stage whose tasks are its only count (the database points) passes none and shows no item rate.
+        ``expected_s``: this task's share of the stage's ``expected_s``.
 
         A task ``reused`` from an earlier run leaves the bar (its total shrinks) and is counted apart:
         counted as done, it would make the rate and the ETA of the work left look fast.
         """
         if reused:
             self._reused[name] += 1
+            if name in self._expected:
+                self._expected[name] -= expected_s
             task = self.progress.tasks[self._tasks[name]]
             self.progress.update(self._tasks[name], total=(task.total or 1) - 1)
             return
         self._items[name] += items
+        if name in self._expected:
+            self._expected_done[name] += expected_s
         count = self._items[name]
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
         shown = f"{count:,} items" if count else ""
         rate = f"{count / elapsed:,.1f}/s" if count else ""
         self.progress.update(self._tasks[name], advance=1, items=shown, rate=rate, description=name)
+        task = self.progress.tasks[self._tasks[name]]
+        left = self._seconds_left(name, (task.total or 0) - task.completed, task.completed, elapsed)
+        eta = f"ETA {duration(left)}" if left else ""
+        self.progress.update(self._tasks[name], eta=eta)
         if self.plain:
-            task = self.progress.tasks[self._tasks[name]]
-            eta = f", ETA {task.time_remaining:.0f}s" if task.time_remaining and not task.finished else ""
+            eta = f", {eta}" if eta else ""
             done = f"{task.completed:.0f}/{task.total:.0f}"
             before = f" ({self._reused[name]} done before)" if self._reused[name] else ""
             line = f"{name}: {done} done{before}" + (f", {shown} {rate}" if count else "") + eta
             self.console.print(line, highlight=False)
+
+    def _seconds_left(self, name: str, tasks_left: float, tasks_done: float, elapsed: float) -> float | None:
+        """The time ``name``'s work left takes at the pace of its work done so far: by expected seconds
+        where the stage gave them (a point expected to take an hour is not the mean of the fast ones),
+        else by tasks. A mean since the stage's start, not rich's 30 s window: a stage whose tasks take
+        minutes would lose its ETA between them."""
+        if tasks_left <= 0 or tasks_done <= 0:
+            return None
+        expected, done = self._expected.get(name), self._expected_done.get(name, 0.0)
+        if expected is not None and done > 0:
+            return max(expected - done, 0.0) * elapsed / done
+        return tasks_left * elapsed / tasks_done

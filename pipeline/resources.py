@@ -18,9 +18,9 @@ import psutil
 
 from apps.vdb import database, runs_in_process
 from apps.vdb.binding import local_cpus
-from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, duration, estimate
+from apps.vdb.resources import GIB, PointEstimate, client_memory, driver_memory, estimate
 from core.errors import ConfigError
-from core.format import size
+from core.format import duration, size
 from executors.allocation import in_one_allocation, job_walltime
 from executors.config import MIN_DRAIN_PERIOD_S, drain_period, walltime_seconds
 from pipeline.config.loader import LoadedConfig

@@ -150,6 +150,25 @@ def load_s(point: SweepPoint, estimate: PointEstimate) -> float:
     return estimate.upload_s * len(point.config.insert.batch_sizes) + (estimate.index_s or 0)
 
 
+def expected_seconds(
+    plans: list[PointPlan], estimates: dict[int, PointEstimate | None], local: bool
+) -> list[float]:
+    """Each point's expected seconds, as ``plan``'s sweep cost adds them: its measured query windows, the
+    resource plan's upload and index time and, ``local``, its engine's start, warm-up and stop. A point
+    neither timed nor estimated weighs the mean of the others (1 when none is): the progress ETA's weights."""
+    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S
+
+    found: list[float | None] = []
+    for p in plans:
+        estimate = estimates.get(id(p.point))
+        parts = [query_cost(p.point)[1], load_s(p.point, estimate) if estimate is not None else 0.0]
+        parts.append(LOCAL_POINT_OVERHEAD_S.get(p.point.database, 0.0) if local else 0.0)
+        found.append(sum(parts) or None)
+    known = [f for f in found if f is not None]
+    mean = sum(known) / len(known) if known else 1.0
+    return [mean if f is None else f for f in found]
+
+
 def sweep_cost(
     vdb: VdbConfig,
     plans: list[PointPlan],
@@ -162,7 +181,8 @@ def sweep_cost(
     and the total; on a cluster, the pilots' queue waits are not known. ``one_job``: the run is one
     allocation, its pilots are started inside it."""
     from apps.vdb import runs_in_process
-    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S, duration
+    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S
+    from core.format import duration
 
     todo = [p for p in plans if not p.complete]
     if not todo:

@@ -51,7 +51,7 @@ from pipeline.plan import Plan
 from pipeline.progress import StageProgress
 from pipeline.provenance import Provenance
 from pipeline.report_stage import write_benchmark_report
-from pipeline.sweep import PointPlan, point_manifest
+from pipeline.sweep import PointPlan, expected_seconds, point_manifest
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,13 @@ class VdbStages:
         directory.mkdir(parents=True, exist_ok=True)
         # Server logs, endpoints and raw results of this run, reachable from the run directory.
         (self.provenance.run_dir / "vdb").symlink_to(directory, target_is_directory=True)
-        self.progress.add_stage("vdb", len(self.plan.points))
+        # The ETA weighs each point by the time `plan` expects of it: one of hours is not one of seconds.
+        resources = self.plan.resources
+        estimates = {id(point): found for point, found in resources.estimates} if resources else {}
+        local = self.cfg.cluster is None
+        weights = expected_seconds(self.plan.points, estimates, local)
+        expected = {point.number: weight for point, weight in zip(self.plan.points, weights, strict=True)}
+        self.progress.add_stage("vdb", len(self.plan.points), expected_s=sum(expected.values()))
         self.provenance.stages["vdb"]["planned_points"] = len(self.plan.points)  # `status` counts against it
         done_before = {
             point.number: outcome
@@ -186,7 +192,7 @@ class VdbStages:
                 line = f"point {point.number} {point.label} (repeat {point.point.repeat}): done before"
                 self.progress.console.print(line, highlight=False, markup=False)
                 log.info("%s: %s", line, point.directory)
-                self.progress.advance("vdb", reused=True)
+                self.progress.advance("vdb", reused=True, expected_s=expected[point.number])
         outcomes: list[DatabaseOutcome] = []
         for point in self.plan.points:
             # Linked before it runs: the stage directory shows a point's logs and raw files as they come.
@@ -206,7 +212,9 @@ class VdbStages:
                 }
             )
             if point.number not in done_before:
-                self.progress.advance("vdb")  # a point: its count is the bar's own
+                self.progress.advance(
+                    "vdb", expected_s=expected[point]
+                )  # a point: its count is the bar's own
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )

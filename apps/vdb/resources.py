@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps.vdb import runs_in_process
-from core.format import size
+from core.format import duration, size
 
 MEASURED_DIM = 384
 MEASURED_CORES = 2  # the machine benchmarks/scale measured COSTS on (one worker: every core)
@@ -191,13 +191,6 @@ class PointEstimate:
         if self.index_s is not None:
             return duration(self.index_s)
         return "in upload" if self.builds_index else "none"
-
-
-def duration(seconds: float) -> str:
-    """``45 s``, ``12 min`` or ``3.4 h``."""
-    if seconds < 120:
-        return f"{seconds:,.0f} s"
-    return f"{seconds / 60:,.0f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
 
 
 def estimate(

@@ -311,3 +311,36 @@ def test_progress_lines_count_items_only_where_a_stage_has_them() -> None:
     assert embed.startswith("embed: 1/2 done, 1,048 items ") and "/s" in embed, embed
     assert vdb.startswith("vdb: 1/3 done") and "items" not in vdb and "/s" not in vdb, vdb
     assert chunk.startswith("chunk: 1/2 done (1 done before), 20 items "), chunk
+
+
+def test_the_eta_weighs_points_by_their_expected_time_and_outlasts_long_tasks(monkeypatch) -> None:
+    """Three points expected to take 10, 10 and 80 s: after the first (10 s) 90 s are left, not the 20 s a
+    mean per point gives. A point of ten minutes keeps the ETA (rich's 30 s window lost it), and a point
+    reused from an earlier run leaves its expected time out of the rest."""
+    import io
+
+    from rich.console import Console
+
+    from pipeline import progress as progress_module
+    from pipeline.progress import StageProgress
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    with StageProgress(Console(file=out, width=200)) as progress:
+        progress.add_stage("vdb", 4, expected_s=400.0)
+        progress.advance("vdb", reused=True, expected_s=300.0)  # done before: 100 s of work left
+        clock[0] += 10
+        progress.advance("vdb", expected_s=10.0)
+        clock[0] += 600  # the second point takes ten minutes, not its expected 10 s
+        progress.advance("vdb", expected_s=10.0)
+        clock[0] += 5
+        progress.advance("vdb", expected_s=80.0)
+        progress.add_stage("embed", 4)  # no expected times: by tasks done, the mean since the start
+        clock[0] += 30
+        progress.advance("embed", 8)
+    first, second, last, embed = out.getvalue().splitlines()
+    assert first.startswith("vdb: 1/3 done (1 done before)") and first.endswith("ETA 90 s"), first
+    assert second.startswith("vdb: 2/3 done") and second.endswith("ETA 41 min"), second  # 80 x 610/20 s
+    assert "ETA" not in last, last
+    assert embed.endswith("ETA 90 s"), embed

@@ -374,6 +374,23 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     assert line.endswith(
         ": about 2 min in all, besides the upload and index of 4 point(s) of faiss, qdrant (not estimated)"
     )
+    # the progress ETA's weights are the same parts, point by point; a point with none weighs the mean (1)
+    from apps.vdb.resources import LOCAL_POINT_OVERHEAD_S
+    from pipeline.sweep import expected_seconds
+
+    assert expected_seconds(plans, {}, local=True) == [
+        30 + LOCAL_POINT_OVERHEAD_S[p.point.database] for p in plans
+    ]
+    assert expected_seconds(plans, {}, local=False) == [30.0] * 4
+    untimed = VdbConfig.model_validate(
+        {"databases": [QDRANT, {"name": "faiss"}], "query": {"duration_s": None}}
+    )
+    assert expected_seconds(
+        plan_points(untimed, tmp_path / "store", ["d", "q", "g"], "cosine"), {}, False
+    ) == [
+        1.0,
+        1.0,
+    ]
     # on a cluster, a pilot's start is its queue wait: no local figure stands in for it, nor a total
     cluster = {"databases": [{"name": "milvus"}], "cluster": {"images": {"milvus": "m.sif"}}}
     milvus = VdbConfig.model_validate(cluster)
