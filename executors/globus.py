@@ -22,8 +22,6 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-SUBMIT_RECORD = "submit.json"
-
 
 def start_run(
     config_text: str | None,

@@ -11,7 +11,6 @@ used by the golden tests) and :func:`render_plan` (one printable text).
 from __future__ import annotations
 
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from pipeline.config.yaml_guard import dotted_path
 RUN_ID = "<run-id>"
 ADDRESS = "<login-node-address>"
 WORKER_PORT = "<interchange-worker-port>"
-_TIMESTAMP = re.compile(r"\.\d{9,}\.\d+")
 _OBJECT_ID = re.compile(r" at 0x[0-9a-f]+")
 
 
@@ -333,20 +331,3 @@ def render_plan(loaded: LoadedConfig, directories: dict[int, Path] | None = None
     for name, text in render_artifacts(loaded, directories).items():
         parts.append(f"===== {name} " + "=" * max(3, 70 - len(name)) + f"\n{text.rstrip()}")
     return "\n\n".join(parts) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.hpc_plan CONFIG``: print the HPC plan (until the CLI calls render_plan)."""
-    from pipeline.config.loader import load_config
-
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        print(render_plan(load_config(args[0])), end="")
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,7 +28,7 @@ from apps.dataset.embedding.loading import (
     resolve_model_path,
     tokenizer_fingerprint,
 )
-from apps.dataset.embedding.model import TRANSFORMERS_RECIPE
+from apps.dataset.embedding.model import TRANSFORMERS_RECIPE, format_query
 from apps.dataset.geometry import stage as geometry_stage
 from apps.dataset.groundtruth import stage as gt_stage
 from core.errors import ConfigError, InputDataError
@@ -270,7 +270,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         "max_length": cfg.embedding.max_length,
         "document_instruction": None,
         "query_instruction": (
-            f"Instruct: {cfg.embedding.query_task}\\nQuery:{{text}}"
+            format_query("{text}", cfg.embedding.query_task)  # the format the queries are embedded with
             if cfg.queries and cfg.queries.instruction
             else None
         ),

@@ -70,7 +70,6 @@ class ShardingConfig(Strict):
 
 
 STAGE_VERSION = "1"
-PES2O_FIELDS = ("id", "text", "source", "added", "created", "version")
 DOC_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
 
 

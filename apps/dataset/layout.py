@@ -76,11 +76,6 @@ def is_held_out(chunk_id: str, fraction: float) -> bool:
     return value / 2**64 < fraction
 
 
-def embedding_type(dim: int, dtype: str) -> pa.DataType:
-    """Arrow type of the embedding column."""
-    return pa.list_(pa.float16() if dtype == "float16" else pa.float32(), dim)
-
-
 def vectors_to_arrow(vectors: np.ndarray, dtype: str) -> pa.FixedSizeListArray:
     """(n, dim) array -> fixed_size_list column without a Python-level loop."""
     np_type = np.float16 if dtype == "float16" else np.float32

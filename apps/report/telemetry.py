@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 from apps.evaluate.results import ResultRows, is_ok, point_name
 from apps.evaluate.rules import setting_order
 from apps.report.figures import colors_for, new_figure, save_figure
+from apps.telemetry.sampler import PHASES
 from core.format import num, size, table
 
-PHASE_ORDER = ("deploy", "insert", "index", "query", "mixed", "teardown")
 Key = tuple[str, str]  # (node, process) with children folded into their server
 
 
@@ -129,7 +129,7 @@ def draw_telemetry(database: str, rows: list[dict[str, Any]], path: Path) -> Pat
     axes = figure.subplots(3, 1, sharex=True)
     colors = colors_for([f"{n}:{p}" for n, p in series])
     everything = sorted((p for points in series.values() for p in points), key=lambda p: p["time"])
-    shades = colors_for(list(PHASE_ORDER))
+    shades = colors_for(list(PHASES))
     for ax in axes:
         for phase, start, end in _phase_spans(everything, t0):
             ax.axvspan(start, max(end, start + 0.5), color=shades.get(phase, "grey"), alpha=0.12, lw=0)
@@ -162,7 +162,7 @@ def phase_summary(rows: list[dict[str, Any]]) -> list[list[str]]:
 
     def order(item: tuple[str, str, str]) -> tuple:
         phase = item[2]
-        return (item[0], item[1], PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER))
+        return (item[0], item[1], PHASES.index(phase) if phase in PHASES else len(PHASES))
 
     body = []
     for node, process, phase in sorted(cells, key=order):

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 TELEMETRY_SCHEMA = pa.schema(
     [
         pa.field("time", pa.float64(), nullable=False),  # time.time() of the sample
-        pa.field("phase", pa.string(), nullable=False),  # deploy | insert | index | query | teardown
+        pa.field("phase", pa.string(), nullable=False),  # one of PHASES
         pa.field("node", pa.string(), nullable=False),  # host name of the sampled process
         pa.field("process", pa.string(), nullable=False),  # server name; "<server>/<exe>" for a child
         pa.field("pid", pa.int64(), nullable=False),
@@ -64,7 +64,7 @@ TELEMETRY_SCHEMA = pa.schema(
         pa.field("rank", pa.int32()),
     ]
 )
-PHASES = ("deploy", "insert", "index", "query", "mixed", "teardown")
+PHASES = ("deploy", "insert", "index", "query", "mixed", "teardown")  # in the order they come
 ENGINE_DIR_SUFFIX = ".engine-pids"
 SERVER_PIDS = "server_pids.json"
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from apps.dataset.embedding.model import Embedder, EmbeddingConfig, get_embedder, plan_batches
-from tests.conftest import base_config, sample_records
+from tests.conftest import TERMS, base_config, sample_records
 
 MINILM_SETTINGS = {
     "backend": "sentence-transformers",
@@ -212,6 +212,23 @@ def test_backend_and_precision_change_the_dataset_key(
     assert ov_plan.stage("chunk").key == torch_plan.stage("chunk").key
     assert ov_plan.embedding.export_dir == str(tmp_path / "work" / "cache" / "embed-models")
     assert ov_plan.file_metadata["backend"] == "openvino" and ov_plan.file_metadata["pooling"] == "model"
+
+
+def test_the_recorded_query_instruction_is_the_one_queries_are_embedded_with(
+    small_corpus: Path, tmp_path: Path, write_config
+) -> None:
+    """The datasets' metadata gives the query template: filled in, it is what the queries stage embeds
+    (a real newline, not a backslash and an n)."""
+    from apps.dataset.embedding.model import format_query
+    from pipeline.config.loader import load_config
+    from pipeline.plan import build_plan
+
+    queries = {"source": "terms", "terms_file": str(TERMS), "limit": 5, "instruction": True}
+    config = base_config(small_corpus, tmp_path / "work", queries=queries)
+    plan = build_plan(load_config(write_config(config)))
+    template = plan.file_metadata["query_instruction"]
+    assert template.format(text="CRISPR") == format_query("CRISPR", plan.config.embedding.query_task)
+    assert "\n" in template and "\\n" not in template
 
 
 def test_batching_changes_the_dataset_key_only_in_reduced_precision(
