@@ -48,7 +48,7 @@ from core.store import atomic_write_json, atomic_write_text, file_entry, read_ma
 from executors.labels import DRIVER
 from executors.platforms import cpu_label
 from pipeline.plan import Plan
-from pipeline.progress import StageProgress
+from pipeline.progress import StageProgress, warn
 from pipeline.provenance import Provenance
 from pipeline.report_stage import write_benchmark_report
 from pipeline.sweep import PointPlan, expected_seconds, point_manifest
@@ -211,10 +211,8 @@ class VdbStages:
                     "reused": point.number in done_before,
                 }
             )
-            if point.number not in done_before:
-                self.progress.advance(
-                    "vdb", expected_s=expected[point]
-                )  # a point: its count is the bar's own
+            if point.number not in done_before:  # a point: its count is the bar's own
+                self.progress.advance("vdb", expected_s=expected[point.number])
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )
@@ -306,16 +304,22 @@ class VdbStages:
             fields.update(status="skipped", reason=str(exc))
         finally:
             self.telemetry.phase("teardown")
+            teardown = None
             try:
                 deployment.stop()
             except Exception as exc:  # a failed teardown must not hide the stage's own error
-                log.error("%s: teardown failed: %s", point.label, exc)
+                # Said, not raised: the point's figures stand, but a server or pilot job may outlive it.
+                teardown = f"{point.label}: teardown failed: {describe(exc).splitlines()[0][:300]}"
+                log.error("%s", teardown)
+                warn(
+                    self.progress.console,
+                    f"{teardown}; its server or job may still run ({db_dir / 'server'})",
+                )
             self.telemetry.stop()  # writes <db_dir>/telemetry.parquet; logs, never raises
             # The provenance gets what is known even when a stage failed (no raw-file list: it is long).
             known = {k: v for k, v in fields.items() if k != "queries"}
-            self.provenance.task_finished(
-                "vdb", {**_json(known), "endpoints": endpoints, "started": started, "finished": time.time()}
-            )
+            record = {**_json(known), "endpoints": endpoints, "started": started, "finished": time.time()}
+            self.provenance.task_finished("vdb", record | ({"teardown_error": teardown} if teardown else {}))
         if fields.get("status") == "succeeded":  # a raw file lost or cut short later has the point redone
             fields["files"] = result_files(db_dir)
         outcome = DatabaseOutcome.model_validate(fields)

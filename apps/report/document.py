@@ -378,7 +378,7 @@ def write_report(
         if values:
             lines.append(f"- {key}: " + ", ".join(f"`{v}`" for v in values))
     lines += ["", *points_section(rows), *engines_section(rows)]
-    lines += ["## Summary (best QPS at recall ≥ 0.95)", "", *_summary(run), ""]
+    lines += [f"## Summary (best QPS at recall ≥ {MIN_RECALL})", "", *_summary(run), ""]
     lines += report_section(geometry)
     lines += ["## Upload and index", "", *_insert_basis(run), *_ingest(run), "", *_insert_sweep(run)]
     lines += ["## Query sweep", "", *_query_basis(run), *_stall_warning(run), *_disturbed_warning(run)]
@@ -389,7 +389,7 @@ def write_report(
     captions = {
         "recall_qps": (
             "Recall versus QPS per database: every setting, the Pareto frontier, "
-            "★ the best QPS at recall ≥ 0.95"
+            f"★ the best QPS at recall ≥ {MIN_RECALL}"
         ),
         "insert_throughput": "Insert throughput versus batch size",
         "latency": "Latency mean / P50 / P95 / P99 at each database's operating point",

@@ -152,9 +152,9 @@ def _plot_recall_qps(run: ResultRows, colors: dict[str, Any], path: Path) -> Pat
     )
     if all_qps and max(all_qps) / max(min(all_qps), 1e-12) > 20:
         axes.set_yscale("log")
-    title = "Recall versus QPS (★ best QPS at recall ≥ 0.95)"
+    title = f"Recall versus QPS (★ best QPS at recall ≥ {MIN_RECALL})"
     if many:
-        title = "Recall versus QPS: each point's Pareto frontier (★ best QPS at recall ≥ 0.95)"
+        title = f"Recall versus QPS: each point's Pareto frontier (★ best QPS at recall ≥ {MIN_RECALL})"
     finish_axes(axes, "recall@k (tie-aware)", "QPS (queries / s)", title, len(drawn))
     return save_figure(figure, path)
 
@@ -261,13 +261,17 @@ def _plot_latency(run: ResultRows, colors: dict[str, Any], path: Path) -> Path |
     if many:  # one line per group, slanted: the setting's ef (or the recall miss) under the label
         shown = _varying([row["setting"] or "" for _, row, _ in chosen])
         names = [
-            f"{db} {shown(row['setting'] or '') if best else '(recall < 0.95)'}" for db, row, best in chosen
+            f"{db} {shown(row['setting'] or '') if best else f'(recall < {MIN_RECALL})'}"
+            for db, row, best in chosen
         ]
         axes.set_xticks(x, names, fontsize=7, rotation=35, ha="right", rotation_mode="anchor")
     else:
         axes.set_xticks(
             x,
-            [f"{db}\n{row['setting']}{'' if best else ' (recall < 0.95)'}" for db, row, best in chosen],
+            [
+                f"{db}\n{row['setting']}{'' if best else f' (recall < {MIN_RECALL})'}"
+                for db, row, best in chosen
+            ],
             fontsize=7,
         )
     axes.set_ylabel("request latency (ms)")

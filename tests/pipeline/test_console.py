@@ -17,7 +17,7 @@ import yaml
 from pipeline.config.loader import load_config
 from pipeline.headline import seconds
 from pipeline.plan import build_plan
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.pipeline.conftest import LABELS
 
 
@@ -344,3 +344,43 @@ def test_the_eta_weighs_points_by_their_expected_time_and_outlasts_long_tasks(mo
     assert second.startswith("vdb: 2/3 done") and second.endswith("ETA 41 min"), second  # 80 x 610/20 s
     assert "ETA" not in last, last
     assert embed.endswith("ETA 90 s"), embed
+
+
+def test_a_failed_teardown_is_said_and_recorded(small_run) -> None:
+    """A point whose stop fails keeps its figures, but the console says so (its server or pilot job may
+    outlive it) and the run's provenance records it. FAISS's stop is made to fail in the driver."""
+    import os
+    import subprocess
+    import sys
+
+    config = yaml.safe_load(small_run["config"].read_text())
+    config["vdb"]["databases"] = [{"name": "faiss"}]
+    path = small_run["config"].with_name("teardown.yaml")
+    path.write_text(yaml.safe_dump(config))
+    code = (
+        "import runpy, sys\n"
+        "from apps.vdb.faiss.deploy import FaissDeployment\n"
+        "def stop(self):\n"
+        "    raise RuntimeError('port 6333 still bound')\n"
+        "FaissDeployment.stop = stop\n"
+        f"sys.argv = ['pipeline', 'run', {str(path)!r}]\n"
+        "runpy.run_module('pipeline', run_name='__main__', alter_sys=True)\n"
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]  # the figures stand
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "teardown failed: RuntimeError: port 6333 still bound; its server or job may still run" in said, (
+        said
+    )
+    (run_dir,) = [
+        p
+        for p in (small_run["workdir"] / "runs").iterdir()
+        if json.loads((p / "provenance.json").read_text())["config"]["vdb"]["databases"][0]["name"] == "faiss"
+    ]
+    tasks = json.loads((run_dir / "provenance.json").read_text())["stages"]["vdb"]["tasks"]
+    assert [t["teardown_error"] for t in tasks if "teardown_error" in t] == [
+        "faiss: teardown failed: RuntimeError: port 6333 still bound"
+    ] * len(tasks)
