@@ -352,3 +352,16 @@ def test_the_report_gives_the_knee_of_each_repeat_and_their_median(tmp_path) -> 
     stalled = next(line for line in lines if "| 200 |" in line)
     assert "**stalled**" in stalled and "| — |" in stalled
     assert figures["open_loop"].exists()
+
+
+def test_every_service_percentile_of_a_row_is_the_histograms() -> None:
+    """An open-loop row's P50, P95 and P99 come from one estimator: window_stats' interpolated P95 left
+    beside the histogram's P50 and P99 would mix two in one row."""
+    intended = np.arange(100) / 100.0
+    service = (np.arange(100) + 1) / 1000.0  # 1 ... 100 ms
+    table = requests_table(
+        np.zeros(100), [0] * 100, np.arange(100), np.ones(100), intended, intended + service, intended
+    )
+    stats = open_loop.open_loop_stats(table, 100.0, 100, 1.0, max_lag_ms=1.0)
+    expected = open_loop.percentiles_ms(service, (50, 95, 99))
+    assert [stats["p50_ms"], stats["p95_ms"], stats["p99_ms"]] == pytest.approx(expected, abs=0.01)
