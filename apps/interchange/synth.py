@@ -42,6 +42,11 @@ from core.store import (
 
 STAGE_VERSION = "1"
 FIT_ROWS = 20_000  # rows the model is fitted to (a uniform sample of the real dataset)
+MAX_COMPONENTS = 64
+# Rows of the fit sample per mixture component, where --components is not given: the all-MiniLM sample's
+# 8,580 rows fit 64 components (134 each; LID +6%); fmnist1k's 1,000 rows overfit 64 (LID -48%), and
+# the 7 this gives land at -15% (docs/datasets.md).
+ROWS_PER_COMPONENT = 128
 BLOCK_ROWS = 65_536  # rows drawn at once: bounded memory at any size
 LID_ROWS = 5_000  # rows of each set the LID is estimated on
 LID_K = 20
@@ -55,7 +60,7 @@ class SynthSpec:
     rows: int
     queries: int = 1000
     k: int = 100
-    components: int = 64
+    components: int = MAX_COMPONENTS
     pca_dims: int = 24
     seed: int = 0
     rows_per_part: int = 250_000  # a part is built in memory: 384 MB at 384 dimensions
@@ -87,6 +92,18 @@ class MixtureModel:
         if self.normalize:
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors
+
+
+def bytes_needed(spec: SynthSpec, dim: int) -> int:
+    """What the drawn dataset takes on disk, about: float32 rows and queries (random floats hardly
+    compress) and the ground truth's ids and distances."""
+    return (spec.rows + spec.queries) * dim * 4 + spec.queries * spec.k * 12
+
+
+def default_components(real_rows: int) -> int:
+    """The mixture's components when the user gives none: one per ``ROWS_PER_COMPONENT`` rows of the fit
+    sample, 1 to ``MAX_COMPONENTS``."""
+    return max(1, min(MAX_COMPONENTS, min(real_rows, FIT_ROWS) // ROWS_PER_COMPONENT))
 
 
 def integer_range(like: dict[str, Any]) -> tuple[int, int] | None:
@@ -256,7 +273,7 @@ def _write_parts(
         name = f"part-{shard:05d}.parquet"
         written = write_parquet_atomic(table, out / name, metadata={METADATA_KEY: json.dumps(meta)})
         parts.append({"file": name, "shard": shard, **written})
-        say(f"drew rows {start:,}-{stop - 1:,} into {name}")
+        say(f"drew rows {start:,}-{stop - 1:,} of {spec.rows:,} into {name}")
     return parts
 
 

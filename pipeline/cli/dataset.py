@@ -225,7 +225,12 @@ def synth(
     name: Annotated[str | None, typer.Option(help="Dataset name (default: <like>-synth-<rows>)")] = None,
     queries: Annotated[int, typer.Option(min=1, help="Queries to draw")] = 1000,
     k: Annotated[int, typer.Option(min=1, max=10000, help="Exact neighbours per query")] = 100,
-    components: Annotated[int, typer.Option(min=1, help="Gaussian mixture components")] = 64,
+    components: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Gaussian mixture components (default: one per 128 real rows fitted, at most 64)"
+        ),
+    ] = None,
     pca_dims: Annotated[
         int | None,
         typer.Option(
@@ -240,9 +245,19 @@ def synth(
     """Draw a SYNTHETIC dataset shaped like a real one (for sizes no real dataset here reaches)."""
     import re
 
-    from apps.interchange.synth import FIT_ROWS, LID_TOLERANCE, SynthSpec, synthesize
+    from apps.interchange.synth import (
+        FIT_ROWS,
+        LID_K,
+        LID_TOLERANCE,
+        SynthSpec,
+        bytes_needed,
+        default_components,
+        synthesize,
+    )
+    from core.format import size
     from core.store import read_manifest
     from pipeline.given_dataset import stored_candidates, stored_names
+    from pipeline.resources import disk_usage
 
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
     store = root.expanduser().resolve() / "store"
@@ -270,7 +285,13 @@ def synth(
         _error(f"--pca-dims {pca_dims} exceeds the real dataset's dimension {dimension}", 2)
     if k > rows:
         _error(f"--k {k} exceeds --rows {rows}", 2)
-    if components * 2 > min(like_manifest.get("rows") or 0, FIT_ROWS):
+    if rows <= LID_K:  # the check that the drawn set is shaped like the real one needs more
+        _error(
+            f"--rows {rows}: draw at least {LID_K + 1} (the intrinsic-dimension check takes k = {LID_K})", 2
+        )
+    if components is None:
+        components = default_components(int(like_manifest.get("rows") or 0))
+    elif components * 2 > min(like_manifest.get("rows") or 0, FIT_ROWS):
         _error(
             f"--components {components}: the real dataset offers {like_manifest.get('rows', 0):,} rows "
             f"to fit them to; use at most half as many components as rows (and at most {FIT_ROWS // 2:,})",
@@ -283,6 +304,13 @@ def synth(
         _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
     _writable_store(root, store)
     spec = SynthSpec(rows, queries, k, components, pca_dims, seed)
+    need, free = bytes_needed(spec, dimension), disk_usage(store).free
+    if need > free:  # refused before a byte is drawn, not when the disk fills hours in
+        _error(
+            f"--rows {rows:,}: {rows:,} x {dimension} float32 vectors take about {size(need)}; {size(free)} "
+            f"free in {store}",
+            2,
+        )
     say = lambda line: console.print(line, highlight=False)  # noqa: E731
     try:
         directory, manifest, cached = synthesize(folder, name, store, spec, say=say)

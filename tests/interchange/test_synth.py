@@ -125,6 +125,9 @@ def test_a_run_takes_it_as_a_stored_dataset(drawn, write_config) -> None:
         (("--like", "fm", "--rows", "100", "--components", "900"), "--components 900"),
         (("--like", "fm", "--rows", "100", "--pca-dims", "785"), "--pca-dims 785 exceeds the real dataset's"),
         (("--like", str(REPO / "configs"), "--rows", "100"), "configs is not a dataset (no dataset manifest"),
+        (("--like", "fm", "--rows", "20", "--k", "10"), "--rows 20: draw at least 21"),
+        # refused before a row is drawn, not when the disk fills
+        (("--like", "fm", "--rows", str(10**14)), "784 float32 vectors take about 285217.5 TiB;"),
     ],
 )
 def test_bad_arguments_are_one_line_and_write_nothing(drawn, args, expected) -> None:
@@ -154,6 +157,13 @@ def test_a_synthetic_set_unlike_the_real_one_is_warned_of(drawn) -> None:
     again = run_cli("dataset", "synth", "--like", "fm", "--rows", "3000", "--queries", "40", "--k", "10",
                     "--components", "8", "--workdir", str(workdir))  # fmt: skip
     assert again.returncode == 0 and "warning" not in again.stderr, again.stderr[-2000:]
+    # Without --components: one per 128 real rows, 7 for these 1,000 (-15%), within the bound too
+    args = ("--rows", "2000", "--queries", "20", "--k", "10", "--name", "fm-default")
+    default = run_cli("dataset", "synth", "--like", "fm", *args, "--workdir", str(workdir))
+    assert default.returncode == 0 and "warning" not in default.stderr, default.stderr[-2000:]
+    assert "fitting 7 components" in default.stderr, default.stderr
+    (folder,) = (workdir / "store" / "datasets").glob("fm-default-*")
+    shutil.rmtree(folder)
 
 
 def test_a_name_not_in_the_store_lists_what_is_there(drawn) -> None:
