@@ -28,6 +28,9 @@ from core.errors import ArtifactError, describe
 
 MANIFEST = "manifest.json"
 KEY_LENGTH = 16  # hex digits of sha256 kept in directory names (64 bits)
+# A name that becomes a folder or a run id: no separator, no hidden or temporary folder (`.x`, `..`).
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+SAFE_NAME_RULE = "a letter or digit, then letters, digits, '.', '_' and '-'"
 
 
 def canonical_json(value: Any) -> str:

@@ -34,25 +34,49 @@ from pipeline.resources import resource_plan
 GROUNDTRUTH_FROM_DATASET = "given"  # in the ground-truth key: published-or-exact, not always exact
 
 
-def stored_candidates(store: Path, name: str) -> list[Path]:
-    """Complete dataset folders under ``store/datasets`` named ``name`` (``<name>-<key>`` or ``<name>``)."""
-    root = store / "datasets"
-    if not root.is_dir():
-        return []
+def stored_candidates(store: Path, name: str, complete: bool = True) -> list[Path]:
+    """Dataset folders under ``store/datasets`` named ``name`` (``<name>-<key>`` or ``<name>``): the
+    complete ones; with ``complete=False`` those whose manifest names it but whose files do not verify
+    (damaged: the caller says so, instead of "no dataset of that name")."""
     found = []
-    for folder in sorted(root.iterdir()):
+    for folder, manifest in _stored(store):
         if folder.name != name and not folder.name.startswith(f"{name}-"):
             continue
-        manifest = complete_manifest(folder)
-        if manifest and (folder.name == name or manifest.get("metadata", {}).get("dataset_name") == name):
+        named = folder.name == name or manifest.get("metadata", {}).get("dataset_name") == name
+        if named and (complete_manifest(folder) is not None) == complete:
             found.append(folder)
     return found
 
 
 def stored_names(store: Path) -> str:
-    """What ``store/datasets`` holds, for a message: ``datasets in it: a, b`` or ``it holds no dataset``."""
-    present = sorted({p.name.rsplit("-", 1)[0] for p in (store / "datasets").glob("*-*") if p.is_dir()})
+    """What ``store/datasets`` holds, for a message: ``datasets in it: a, b`` (the names a config or
+    ``--like`` can give: complete datasets, not a damaged or temporary folder) or ``it holds no dataset``."""
+    present = sorted(
+        {
+            manifest.get("metadata", {}).get("dataset_name") or folder.name
+            for folder, manifest in _stored(store)
+            if complete_manifest(folder) is not None
+        }
+    )
     return f"datasets in it: {', '.join(present)}" if present else "it holds no dataset"
+
+
+def _stored(store: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The folders of ``store/datasets`` with a readable manifest (temporary ones, ``.x``, left out)."""
+    root = store / "datasets"
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        if folder.name.startswith(".") or not folder.is_dir():
+            continue
+        try:
+            manifest = read_manifest(folder)
+        except ArtifactError:  # unreadable JSON: not a dataset to offer
+            continue
+        if isinstance(manifest, dict):
+            found.append((folder, manifest))
+    return found
 
 
 def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
@@ -66,6 +90,8 @@ def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
             raise loaded.error_at(where, f"no dataset folder at {folder}")
         return folder
     found = stored_candidates(store, value)
+    if not found and (damaged := stored_candidates(store, value, complete=False)):
+        return damaged[0]  # refused by _given_manifest, naming the file that does not verify
     if not found:
         raise loaded.error_at(
             where,
@@ -95,7 +121,7 @@ def _given_manifest(loaded: LoadedConfig, folder: Path) -> dict[str, Any]:
         )
     problems = dataset_problems(folder, manifest)
     if problems:
-        raise loaded.error_at(where, f"{folder} is damaged: {problems[0]}")
+        raise loaded.error_at(where, f"{folder} is damaged: {problems[0]}; remove it and make it again")
     return manifest
 
 

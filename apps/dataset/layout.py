@@ -23,6 +23,7 @@ from core.config import Strict
 from core.errors import ArtifactError, InputDataError
 from core.format import table
 from core.store import (
+    SAFE_NAME,
     atomic_write_json,
     atomic_write_text,
     naming_damage,
@@ -36,7 +37,7 @@ from core.store import (
 class DatasetConfig(Strict):
     """The Parquet dataset (Pes2o-VE layout)."""
 
-    name: str = Field("pes2o-ve", pattern=r"^[A-Za-z0-9._-]+$", description="Dataset name used in paths.")
+    name: str = Field("pes2o-ve", pattern=SAFE_NAME, description="Dataset name used in paths.")
     dir: str | None = Field(
         None,
         description="Write the dataset here instead of store/datasets/<name>-<model>-<key>/. An existing "

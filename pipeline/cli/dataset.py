@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import typer
 
 from core.errors import PipelineError
-from core.store import ensure_writable_dir, os_error_reason
+from core.store import SAFE_NAME, SAFE_NAME_RULE, ensure_writable_dir, os_error_reason
 from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
@@ -94,8 +94,8 @@ def import_(
 
     from apps.interchange.importer import import_target, run_import
 
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
+    if not re.fullmatch(SAFE_NAME, name):
+        _error(f"--name {name!r}: use {SAFE_NAME_RULE}", 2)
     root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
     store = root.expanduser().resolve() / "store"
     try:
@@ -264,6 +264,11 @@ def synth(
     folder = Path(like).expanduser()
     if not folder.is_dir():
         found = stored_candidates(store, like)
+        if not found and (damaged := stored_candidates(store, like, complete=False)):
+            _error(
+                f"--like {like!r}: {damaged[0]} is damaged (its files do not match its manifest); remove it",
+                4,
+            )
         if len(found) != 1:
             what = (
                 f"no dataset of that name in {store / 'datasets'} ({stored_names(store)})"
@@ -300,8 +305,8 @@ def synth(
     if name is None:  # <real name>-synth-<rows>
         like_name = (like_manifest.get("metadata") or {}).get("dataset_name") or folder.name
         name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', like_name)}-synth-{rows}"
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        _error(f"--name {name!r}: use letters, digits, '.', '_' and '-' only", 2)
+    if not re.fullmatch(SAFE_NAME, name):
+        _error(f"--name {name!r}: use {SAFE_NAME_RULE}", 2)
     _writable_store(root, store)
     spec = SynthSpec(rows, queries, k, components, pca_dims, seed)
     need, free = bytes_needed(spec, dimension), disk_usage(store).free

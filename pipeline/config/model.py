@@ -22,6 +22,7 @@ from apps.dataset.queries import QueriesConfig
 from apps.interchange.spec import ImportSpec
 from apps.vdb.config import CollectionConfig, InsertConfig, QuerySweepConfig, VdbConfig
 from core.config import FieldError, Strict
+from core.store import SAFE_NAME
 from executors.config import ExecutorConfig, LocalExecutorConfig
 
 __all__ = [
@@ -93,7 +94,7 @@ def _not_generated(source: str, sections: list[str]) -> str:
 class RunConfig(Strict):
     """One run of the workflow."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$", description="Run name, used in run ids.")
+    name: str = Field(pattern=SAFE_NAME, description="Run name, used in run ids.")
     workdir: str = Field(
         ".",
         description="Root for store/ (content-keyed artifacts) and runs/; relative to the current directory.",

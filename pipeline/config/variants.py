@@ -25,19 +25,20 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from core.store import SAFE_NAME, SAFE_NAME_RULE
 from pipeline.config.model import GENERATING_SECTIONS, RunConfig
 
 __all__ = ["ALL", "GENERATING_SECTIONS", "SECTION", "entry_problem", "merged", "pruned"]
 
 SECTION = "datasets"
 ALL = "all"  # --dataset all: the file's own dataset, then every entry
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(SAFE_NAME)
 
 
 def entry_problem(name: Any, entry: Any, base: dict[str, Any]) -> str | None:
     """Why ``datasets.<name>`` cannot be an entry of the file ``base``, or None."""
     if not isinstance(name, str) or not _NAME.match(name):
-        return f"{name!r} is not a dataset entry name (letters, digits, '.', '_', '-')"
+        return f"{name!r} is not a dataset entry name ({SAFE_NAME_RULE})"
     if name == ALL:
         return f"'{ALL}' is reserved for --dataset {ALL} (every dataset of the file)"
     if not isinstance(entry, dict) or not entry:

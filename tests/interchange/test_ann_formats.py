@@ -302,6 +302,12 @@ def test_bad_input_is_one_line_and_leaves_nothing(shared_data: Path, tmp_path: P
         assert output.startswith("error: ") and output.count("\n") == 1 and message in output, output
         datasets = tmp_path / "w" / "store" / "datasets"
         assert not datasets.exists() or not list(datasets.iterdir())
+    # a name that would make a hidden folder (or `..-<key>`): no command could name it again
+    fm = str(shared_data / "ann" / "fmnist1k")
+    for name in (".hidden", "..", "a/b"):
+        code, output = _cli("dataset", "import", "vecs", fm, "--name", name, "--workdir", str(tmp_path / "w"))
+        assert code == 2 and f"--name {name!r}: use a letter or digit, then letters" in output, output
+    assert not (tmp_path / "w" / "store" / "datasets").exists()
 
 
 def test_files_under_a_study_datasets_name_must_have_its_dimension(tmp_path: Path) -> None:

@@ -218,3 +218,23 @@ def test_a_set_of_integers_is_drawn_as_integers_in_its_types_range(tmp_path: Pat
     assert values.min() >= 0 and values.max() <= 255 and np.array_equal(values, np.rint(values))
     assert values.std() > 1  # not all clipped to one value
     assert "values rounded to integers in [0, 255]" in (folder / "README.md").read_text()
+
+
+def test_a_damaged_dataset_to_imitate_is_named_as_damaged(drawn, tmp_path: Path) -> None:
+    """--like fm whose part was cut short: exit 4, "damaged", not "no dataset of that name"."""
+    import json
+
+    workdir, _, _ = drawn
+    (real,) = [
+        p
+        for p in (workdir / "store" / "datasets").iterdir()
+        if json.loads((p / "manifest.json").read_text())["metadata"]["dataset_name"] == "fm"
+    ]
+    copy = tmp_path / "store" / "datasets" / real.name
+    shutil.copytree(real, copy)
+    part = copy / json.loads((copy / "manifest.json").read_text())["files"][0]["file"]
+    part.chmod(0o644)
+    part.write_bytes(part.read_bytes()[:-100])
+    result = run_cli("dataset", "synth", "--like", "fm", "--rows", "100", "--workdir", str(tmp_path))
+    assert result.returncode == 4, result.stderr
+    assert f"--like 'fm': {copy} is damaged" in " ".join(result.stderr.split())

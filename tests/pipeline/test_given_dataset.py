@@ -207,6 +207,26 @@ def test_a_name_not_in_the_store_is_refused_naming_the_field(stored, write_confi
         assert "datasets in it: fm" in str(error.value)
 
 
+def test_a_damaged_dataset_named_in_the_store_is_refused_as_damaged(stored, tmp_path, write_config) -> None:
+    """``stored: fm`` whose part was cut short: "damaged", not "no dataset named 'fm'" beside a list that
+    names fm. The list offers only what a config can name: no temporary or damaged folder."""
+    workdir = tmp_path / "w"
+    shutil.copytree(stored / "store", workdir / "store")
+    (folder,) = (workdir / "store" / "datasets").iterdir()
+    (workdir / "store" / "datasets" / f".{folder.name}.x1y2.tmp").mkdir()  # an import killed mid-way
+    shutil.copytree(folder, workdir / "store" / "datasets" / ".hidden-0123456789abcdef")
+    part = folder / json.loads((folder / "manifest.json").read_text())["files"][0]["file"]
+    part.chmod(0o644)
+    part.write_bytes(part.read_bytes()[:-100])
+    message = _refusal(write_config, given_config(workdir, {"name": "fm", "stored": "fm"}))
+    assert f"dataset.stored: {folder} is damaged: {part}: " in message, message
+    assert message.endswith("remove it and make it again"), message
+    message = _refusal(write_config, given_config(workdir, {"name": "x", "stored": "other"}))
+    assert message.endswith(
+        "(it holds no dataset); make one with `python -m pipeline dataset import`, or name its folder's path"
+    ), message
+
+
 def test_a_damaged_stored_dataset_is_refused_naming_its_file(stored, tmp_path, write_config) -> None:
     """A part cut short, or queries changed in place (same size: only the checksum shows it), is refused at
     ``plan`` naming the file, not run against the wrong vectors. A path through ``..`` is named without it."""
