@@ -10,7 +10,6 @@ Changing only the model changes the keys of embed, queries and ground truth but 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -24,6 +23,8 @@ from apps.dataset.embedding.loading import (
     end_token_problem,
     load_tokenizer,
     max_input_tokens,
+    model_digest,
+    model_digest_dir,
     pools_last_token,
     resolve_model_path,
     tokenizer_fingerprint,
@@ -60,19 +61,6 @@ VECTOR_FIELDS = (
     "attn_implementation",
     "output_dtype",
 )
-
-
-def model_fingerprint(model_dir: Path) -> str:
-    """Identity of model weights: config bytes plus names and sizes of weight files (hashing GBs is slow)."""
-    digest = hashlib.sha256()
-    for path in sorted(model_dir.rglob("*")):
-        if path.is_file() and path.suffix in {".json", ".safetensors", ".bin", ".pt", ".model", ".txt"}:
-            digest.update(str(path.relative_to(model_dir)).encode())
-            if path.suffix == ".json":
-                digest.update(path.read_bytes())
-            else:
-                digest.update(str(path.stat().st_size).encode())
-    return digest.hexdigest()[:16]
 
 
 def native_dimension(model_dir: Path) -> int:
@@ -172,7 +160,7 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     model_identity = {
         "model_id": cfg.embedding.model_id,
         "revision": cfg.embedding.revision,
-        "fingerprint": model_fingerprint(model_dir),
+        "fingerprint": model_digest(model_dir, model_digest_dir(workdir))[:16],
     }
     vector_params = {**{k: embedding[k] for k in VECTOR_FIELDS}, "model": model_identity}
     if cfg.embedding.backend == "transformers":  # the recipe is this project's code: its version counts

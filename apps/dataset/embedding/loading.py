@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
+import json
 import os
 from functools import cache
 from pathlib import Path
 
 from core.errors import InputDataError
+from core.store import atomic_write_json, sha256_file
 
 # Files that define a tokenizer's behaviour; their bytes identify it (models sharing them share chunks).
 TOKENIZER_FILES = (
@@ -59,6 +62,50 @@ def resolve_model_path(spec: str, base: Path | None = None) -> Path:
     if not any((path / name).exists() for name in ("config.json", "tokenizer_config.json", "modules.json")):
         raise InputDataError(f"model {spec!r}: {path} holds no config.json/tokenizer_config.json")
     return path.resolve()
+
+
+# The files a model's embeddings depend on: configs, weights, tokenizer, custom code (not READMEs).
+MODEL_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt", ".py", ".tiktoken"}
+DIGEST_CACHE = "model-digests.json"  # each model file's sha256, by what its stat says of its content
+_HASHED: dict[tuple, str] = {}  # the same, in this process
+
+
+def model_digest_dir(workdir: Path) -> Path:
+    """Where a run keeps its :data:`DIGEST_CACHE` (``run`` makes it; ``plan`` only reads it)."""
+    return workdir / "cache"
+
+
+def model_digest(model_dir: Path, cache_dir: Path | None = None) -> str:
+    """sha256 over a model directory's files (relative name and content): the identity of its weights,
+    in the dataset key and the OpenVINO export's. Every byte counts: a checkpoint replaced in place by
+    another of the same size is another model.
+
+    Hashing 8 GB takes seconds, so each file's sha256 is kept in ``cache_dir`` (``DIGEST_CACHE``) by its
+    size, inode and ctime (which every write changes, and no copy or ``touch`` can set back): read when
+    there, written when ``cache_dir`` exists (``plan`` makes no folder)."""
+    root = Path(model_dir)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES)
+    cache_file = cache_dir / DIGEST_CACHE if cache_dir is not None else None
+    known: dict[str, dict] = {}
+    if cache_file is not None:
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads(cache_file.read_text())
+            known = loaded if isinstance(loaded, dict) else {}
+    digest, changed = hashlib.sha256(), False
+    for path in files:
+        stat = path.stat()
+        state = [stat.st_size, stat.st_ino, stat.st_ctime_ns]
+        name = str(path.resolve())
+        entry = known.get(name)
+        if not isinstance(entry, dict) or entry.get("state") != state:
+            sha = _HASHED.get((name, *state)) or sha256_file(path)
+            known[name], changed = {"state": state, "sha256": sha}, True
+        _HASHED[(name, *state)] = known[name]["sha256"]
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + known[name]["sha256"].encode())
+    if changed and cache_file is not None and cache_file.parent.is_dir():
+        with contextlib.suppress(OSError):  # a cache: a read-only workdir only costs the next plan time
+            atomic_write_json(cache_file, known)
+    return digest.hexdigest()
 
 
 @cache
