@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from apps.dataset.groundtruth.exact_distance import TIE_ATOL, TIE_RTOL
 from apps.dataset.lookup import (
     VectorLookup,
     VectorSource,
@@ -128,8 +129,8 @@ def evaluate(
     base_lookup: VectorSource,
     metric: str,
     *,
-    rel_tol: float = 1e-5,
-    abs_tol: float = 1e-6,
+    rel_tol: float = TIE_RTOL,
+    abs_tol: float = TIE_ATOL,
     requests: Mapping[str, pa.Table] | None = None,
     open_loops: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from apps.dataset.groundtruth.exact_distance import exact_distances
+from apps.dataset.groundtruth.exact_distance import TIE_ATOL, TIE_RTOL, exact_distances
 from apps.dataset.lookup import VectorSource, as_lookup
 
 
@@ -77,8 +77,8 @@ def recall_at_k(
     base_lookup: VectorSource,
     metric: str,
     k: int | None = None,
-    rel_tol: float = 1e-5,
-    abs_tol: float = 1e-6,
+    rel_tol: float = TIE_RTOL,
+    abs_tol: float = TIE_ATOL,
 ) -> tuple[float, np.ndarray]:
     """Tie-aware recall@k of every raw row; returns (mean, per-row recall aligned with ``raw``).
 

@@ -9,7 +9,8 @@ into a temporary folder beside it and renamed into place, so a folder under that
 
 The check: :func:`apps.dataset.groundtruth.stage.exact_topk` over the written parts, with the file's metric. A
 query agrees when, position by position, its published neighbour is as far from it as the exact one (float64,
-relative tolerance ``TIE_RTOL``): the lists may differ only among neighbours at equal distance.
+within :func:`apps.dataset.groundtruth.exact_distance.tie_tolerance`, the recall's own): the lists may differ
+only among neighbours at equal distance.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from apps.dataset.groundtruth.exact_distance import METRICS, exact_distances
+from apps.dataset.groundtruth.exact_distance import (
+    METRICS,
+    TIE_ATOL,
+    TIE_RTOL,
+    exact_distances,
+    tie_tolerance,
+)
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
 from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
 from apps.dataset.lookup import fetch_vectors
@@ -48,7 +55,6 @@ from core.store import (
 )
 
 STAGE_VERSION = "2"  # 2: the ground-truth check and stored distances by the exact float64 arithmetic
-TIE_RTOL = 1e-5  # float32 inputs: equal distances recomputed in float64 agree far closer than this
 SHOWN = 5  # disagreeing queries named in the warning and the manifest
 STALE_SECONDS = 3600.0  # without a lock, a temporary folder untouched this long is a killed import's
 log = logging.getLogger(__name__)
@@ -177,7 +183,7 @@ def compare_groundtruth(
             de = exact_distances(q, lookup.get(exact_ids[rows].ravel()).reshape(len(rows), k, -1), metric)
             de = np.sort(de, axis=1)
             out_distances[rows] = dp
-            gap = np.abs(dp - de) > TIE_RTOL * np.maximum(np.maximum(np.abs(dp), np.abs(de)), 1e-6)
+            gap = np.abs(dp - de) > tie_tolerance(np.maximum(np.abs(dp), np.abs(de)))
             for i in np.flatnonzero(gap.any(axis=1)):
                 bad_rows.append(int(rows[i]))
                 if len(shown) < SHOWN:
@@ -202,6 +208,7 @@ def compare_groundtruth(
         "disagreeing_query_ids": [int(query_ids[r]) for r in bad_rows[:1000]],
         "first": shown,
         "tie_rtol": TIE_RTOL,
+        "tie_atol": TIE_ATOL,
         "engine": stats.get("engine"),
         "seconds": round(time.time() - started, 3),
     }

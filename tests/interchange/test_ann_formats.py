@@ -486,7 +486,7 @@ def test_an_interrupted_import_leaves_the_workdir_as_it_was(
     """Ctrl-C while the base streams: the staged folder and the store folders made for it are removed."""
     from apps.interchange import importer
 
-    def interrupted(source, fmt, out: Path, *args, **kwargs):
+    def interrupted(target, out: Path, *args, **kwargs):
         (out / "base-00000.parquet").write_bytes(b"half a part")
         raise KeyboardInterrupt
 

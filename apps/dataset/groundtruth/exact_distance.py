@@ -30,6 +30,18 @@ _SAFETY = 1.01  # covers the float64 rounding of the exact side (about 2⁻²⁹
 _SMALLEST_NORMAL = 2.0**-126  # float32
 
 
+# Two distances are a tie within max(TIE_RTOL x |d|, TIE_ATOL): float32 vectors, distances recomputed in
+# float64 (the absolute part covers zero distances: duplicate rows). The recall's rule and the import's
+# check of published ground truth are this one.
+TIE_RTOL = 1e-5
+TIE_ATOL = 1e-6
+
+
+def tie_tolerance(distance: np.ndarray | float) -> np.ndarray:
+    """How far a distance may be from ``distance`` and still tie with it."""
+    return np.maximum(TIE_RTOL * np.abs(distance), TIE_ATOL)
+
+
 def _tree_sum(buffer: np.ndarray) -> np.ndarray:
     """Sum a float64 buffer (D, ...) over its *first* axis, in place, in one fixed pairwise order.
 
