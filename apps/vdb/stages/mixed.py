@@ -46,6 +46,10 @@ from core.errors import ArtifactError
 from core.store import read_manifest, write_parquet_atomic
 
 RELEASE_AHEAD_S = 0.5  # common start this far ahead of handing out the work (each client must receive it)
+# How often a query client looks for the insert clients' end markers: a file system's metadata round trip
+# (Lustre on HPC) before every request would be measured as the database's latency; the phase may run on
+# this long after the last insert.
+MARKER_POLL_S = 0.01
 INSERTS_SCHEMA = pa.schema(
     [
         pa.field("client", pa.int32(), nullable=False),
@@ -155,6 +159,20 @@ def send_share(
     return out
 
 
+class _InsertsDone:
+    """Whether every insert client has touched its marker: looked up at most every ``MARKER_POLL_S``."""
+
+    def __init__(self, markers: list[str]) -> None:
+        self.waiting = [Path(m) for m in markers]
+        self.looked = 0.0
+
+    def __call__(self) -> bool:
+        if self.waiting and time.monotonic() - self.looked >= MARKER_POLL_S:
+            self.looked = time.monotonic()
+            self.waiting = [m for m in self.waiting if not m.exists()]
+        return not self.waiting
+
+
 def query_until(
     vectors: np.ndarray,
     k: int,
@@ -167,22 +185,22 @@ def query_until(
     in_flight: int = 1,
 ) -> dict[str, Any]:
     """Pool function: cycle through ``vectors`` in batches from ``release_at`` until every insert client's
-    ``markers`` exists (checked before each request) or ``deadline``; per request its first query's
+    ``markers`` exists (looked for every ``MARKER_POLL_S``) or ``deadline``; per request its first query's
     position in the share, size, send and answer time, returned ids and scores.
 
     ``arrivals``: open loop, this client's schedule: each request goes out at its intended time on one of
     ``in_flight`` threads (:func:`open_loop.send_on_schedule`); per request ``t_intended`` and ``queued``,
-    and ``unsent``: arrivals due before the phase ended that were not sent. None: back to back (closed
-    loop)."""
+    and ``schedule``: every intended time drawn (the driver counts those due before the last insert's
+    acknowledgement that were not sent). None: back to back (closed loop)."""
     db = client()
     starts = list(range(0, len(vectors), batch_size))
     if arrivals is not None:
         return _open_until(db, vectors, k, ef, batch_size, release_at, markers, deadline, arrivals, in_flight)
     out: dict[str, Any] = {"first": [], "size": [], "t_start": [], "t_end": [], "ids": [], "scores": []}
     time.sleep(max(0.0, release_at - time.time()))
-    n = 0
+    n, inserts_done = 0, _InsertsDone(markers)
     while starts and time.time() < deadline:
-        if all(Path(m).exists() for m in markers):
+        if inserts_done():
             break
         first = starts[n % len(starts)]
         batch = vectors[first : first + batch_size]
@@ -196,7 +214,7 @@ def query_until(
         out["scores"].append(np.asarray(result.scores))
         n += 1
     out["rank"] = db.rank
-    out["t_intended"], out["queued"], out["unsent"] = [None] * n, [None] * n, 0
+    out["t_intended"], out["queued"], out["schedule"] = [None] * n, [None] * n, []
     return out
 
 
@@ -229,18 +247,12 @@ def _open_until(
 
     gc.freeze()  # no collection pass while sending (collected in the warm-up)
     try:
-        sent = open_loop.send_on_schedule(
-            send, times(), in_flight, deadline, stop=lambda: all(Path(m).exists() for m in markers)
-        )
+        sent = open_loop.send_on_schedule(send, times(), in_flight, deadline, stop=_InsertsDone(markers))
     finally:
         gc.unfreeze()
     if sent.error:
         raise DatabaseError(f"mixed workload: a query timed out: {sent.error}")
     firsts = [starts[i % len(starts)] for i in sent.number.tolist()]
-    # The phase ended at the last acknowledgement (the markers' times); due before it, never sent:
-    done = [Path(m).stat().st_mtime for m in markers if Path(m).exists()]
-    stopped = max(done) if len(done) == len(markers) else time.time()
-    due = sum(1 for when in schedule if when < stopped)
     return {
         "first": firsts,
         "size": [len(vectors[f : f + batch_size]) for f in firsts],
@@ -251,7 +263,7 @@ def _open_until(
         "rank": db.rank,
         "t_intended": sent.t_intended.tolist(),
         "queued": sent.queued.tolist(),
-        "unsent": max(0, due - len(sent.number)),
+        "schedule": schedule,
     }
 
 
@@ -368,6 +380,7 @@ def mixed_workload(
             f"{target.database}: {insert_table.num_rows} of {len(inserted)} insert batches acknowledged"
         )
     query_table = _queries_table(target.database, setting, answers, shares, query_ids)
+    last_ack = float(max(insert_table.column("t_ack").to_pylist()))  # the phase's end, by this clock
     inserts_file, queries_path = out / "inserts.parquet", out / "queries.parquet"
     write_parquet_atomic(insert_table, inserts_file, row_group_rows=65536)
     write_parquet_atomic(_requests_table(answers), requests_path(queries_path), row_group_rows=65536)
@@ -384,11 +397,18 @@ def mixed_workload(
         baseline_requests_file=str(requests_path(Path(baseline.file))),
         queries_file=str(queries_path),
         inserts_file=str(inserts_file),
-        last_ack=float(max(insert_table.column("t_ack").to_pylist())),
+        last_ack=last_ack,
         query_rate=cfg.query_rate,
         released_at=release_at,
         max_lag_ms=cfg.max_lag_ms if cfg.query_rate else None,
-        queries_unsent=sum(a["unsent"] for a in answers) if cfg.query_rate else None,
+        queries_unsent=_unsent(answers, last_ack) if cfg.query_rate else None,
+    )
+
+
+def _unsent(answers: list[dict[str, Any]], last_ack: float) -> int:
+    """Open-loop queries due before the phase ended (the last insert acknowledged) that were not sent."""
+    return sum(
+        max(0, sum(1 for when in a["schedule"] if when < last_ack) - len(a["t_start"])) for a in answers
     )
 
 
