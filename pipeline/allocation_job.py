@@ -34,7 +34,7 @@ def inside_a_job(env: Any = None) -> bool:
 
 def job_directory(loaded: LoadedConfig) -> Path:
     """Where the job's script and its scheduler output go: ``<workdir>/runs/allocation``."""
-    return Path(loaded.config.workdir).expanduser().resolve() / "runs" / "allocation"
+    return loaded.config.runs_dir / "allocation"
 
 
 def allocation_job(loaded: LoadedConfig) -> tuple[Any, str]:

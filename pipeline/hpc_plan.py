@@ -34,7 +34,7 @@ def shell_problems(loaded: LoadedConfig) -> list[tuple[tuple, str]]:
     command), and the database job's directive lines, which must be the platform's scheduler's."""
     cfg = loaded.config
     problems = []
-    problem = safe_path_problem(str(Path(cfg.workdir).expanduser().resolve()))
+    problem = safe_path_problem(str(cfg.workdir_path))
     if problem:
         problems.append((("workdir",), problem))
     prefix = {"polaris": "#PBS", "aurora": "#PBS", "slurm": "#SBATCH"}.get(cfg.executor.platform)
@@ -89,7 +89,7 @@ def _on_line(at: int | None, first: int | None) -> str:
 
 
 def _run_dir(loaded: LoadedConfig) -> Path:
-    return Path(loaded.config.workdir).expanduser().resolve() / "runs" / RUN_ID
+    return loaded.config.runs_dir / RUN_ID
 
 
 def placeholder_split(loaded: LoadedConfig) -> Any:
@@ -224,7 +224,7 @@ def _cluster_artifacts(loaded: LoadedConfig, directories: dict[int, Path] | None
 
     cfg = loaded.config
     node = node_shape(cfg.executor)
-    store = Path(cfg.workdir).expanduser().resolve() / "store"
+    store = cfg.store_dir
     out: dict[str, str] = {}
     for number, (point, _points) in enumerate(pilot_shapes(cfg.vdb)):
         settings = point.settings

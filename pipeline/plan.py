@@ -118,9 +118,8 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     """Resolve inputs and compute every stage's key and directory; raise ConfigError for bad paths."""
     cfg = loaded.config
     base = loaded.base_dir
-    workdir = Path(cfg.workdir).expanduser().resolve()
-    store = workdir / "store"
-    for folder in (store, workdir / "runs"):  # what `run` would find first, told before it starts
+    workdir, store = cfg.workdir_path, cfg.store_dir
+    for folder in (store, cfg.runs_dir):  # what `run` would find first, told before it starts
         if (reason := uncreatable_reason(folder)) is not None:
             raise loaded.error_at(("workdir",), f"cannot create {folder.name}/ under {workdir}: {reason}")
     if not cfg.generates_dataset:

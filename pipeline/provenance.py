@@ -83,7 +83,7 @@ def create_run_dir(loaded: LoadedConfig) -> Path:
     A workdir that cannot be created or written (under a file, no permission, read-only) is a
     ConfigError naming the config's ``workdir`` line, not an OSError traceback.
     """
-    runs = Path(loaded.config.workdir).expanduser().resolve() / "runs"
+    runs = loaded.config.runs_dir
     run_id = new_run_id(loaded.config.name, loaded.config_hash)
     run_dir = runs / run_id
     suffix = 1

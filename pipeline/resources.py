@@ -68,7 +68,7 @@ def capacity(loaded: LoadedConfig) -> Capacity:
     executor = loaded.config.executor
     node = getattr(executor, "node", None)
     if executor.platform == "local" or node is None:
-        workdir = Path(loaded.config.workdir).expanduser().resolve()
+        workdir = loaded.config.workdir_path
         return Capacity(psutil.virtual_memory().total, None, None, disk_usage(workdir).free, "this machine")
     memory = node.memory_gib * GIB if node.memory_gib else None
     shm = node.shm_gib * GIB if node.shm_gib else (memory / 2 if memory else None)

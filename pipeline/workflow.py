@@ -92,7 +92,7 @@ def run(loaded: LoadedConfig, console: Console | None = None) -> Path:
         warn(console, line)
     for line in damaged_outputs(plan):
         warn(console, line)
-    workdir = Path(loaded.config.workdir).expanduser().resolve()
+    workdir = loaded.config.workdir_path
     with _own_workdir(loaded, workdir, console) as lock:
         run_dir = create_run_dir(loaded)
         lock.note(run_dir.name)

@@ -4,7 +4,6 @@ layout, their geometry, and synthetic ones shaped like a real one."""
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -15,6 +14,7 @@ from core.store import SAFE_NAME, SAFE_NAME_RULE, ensure_writable_dir, os_error_
 from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
+from pipeline.runs import default_workdir
 
 # The arguments `export` and `geometry` share: the dataset, and where its queries and ground truth are.
 DatasetDir = Annotated[
@@ -96,7 +96,7 @@ def import_(
 
     if not re.fullmatch(SAFE_NAME, name):
         _error(f"--name {name!r}: use {SAFE_NAME_RULE}", 2)
-    root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    root = workdir or default_workdir()
     store = root.expanduser().resolve() / "store"
     try:
         target = import_target(fmt, paths, name, store, metric, rows_per_part)  # files checked: nothing made
@@ -259,7 +259,7 @@ def synth(
     from pipeline.given_dataset import stored_candidates, stored_names
     from pipeline.resources import disk_usage
 
-    root = workdir or Path(os.environ.get("PIPELINE_WORKDIR", "."))
+    root = workdir or default_workdir()
     store = root.expanduser().resolve() / "store"
     folder = Path(like).expanduser()
     if not folder.is_dir():

@@ -221,6 +221,21 @@ class RunConfig(Strict):
             )
         return self
 
+    @property
+    def workdir_path(self) -> Path:
+        """The workdir, absolute: ``~`` expanded, a relative one taken from the current directory."""
+        return Path(self.workdir).expanduser().resolve()
+
+    @property
+    def store_dir(self) -> Path:
+        """``<workdir>/store``: every stage's outputs, by content key."""
+        return self.workdir_path / "store"
+
+    @property
+    def runs_dir(self) -> Path:
+        """``<workdir>/runs``: one folder per run (provenance, logs, the job scripts of an allocation)."""
+        return self.workdir_path / "runs"
+
     def resolve_path(self, value: str, base: Path) -> Path:
         """A path from the config, relative to ``base`` (the config file's directory) unless absolute."""
         path = Path(value).expanduser()
