@@ -66,6 +66,12 @@ class ArtifactError(PipelineError):
     exit_code = 4
 
 
+def os_message(exc: OSError) -> str:
+    """``file: reason`` of an OSError, for a one-line message: without Python's ``[Errno N]`` prefix."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
 def describe(exc: BaseException) -> str:
     """``Type: message`` of an exception (the type alone when it has no message)."""
     text = str(exc).strip()

@@ -122,3 +122,13 @@ def test_manifest_entries_of_the_wrong_type_are_named_not_a_traceback(tmp_path: 
         0,
         [f"{tmp_path / '_shards' / 'part-00000.parquet.json'}: damaged record"],
     )
+
+
+def test_an_os_error_reads_file_and_reason_in_every_command() -> None:
+    """One wording for every command's OSError line: the file and the reason, no ``[Errno 2]``."""
+    from core.errors import os_message
+
+    missing = FileNotFoundError(2, "No such file or directory", "/w/runs/x/provenance.json")
+    assert str(missing).startswith("[Errno 2]")
+    assert os_message(missing) == "/w/runs/x/provenance.json: No such file or directory"
+    assert os_message(OSError("quota exceeded")) == "quota exceeded"

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from core.errors import PipelineError
+from core.errors import PipelineError, os_message
 from core.store import SAFE_NAME, SAFE_NAME_RULE, ensure_writable_dir, os_error_reason
 from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
@@ -33,12 +33,6 @@ app = typer.Typer(
     help="Import an ANN benchmark dataset (with its queries and ground truth), export one, draw a "
     "synthetic one like it (synth), or measure its geometry.",
 )
-
-
-def _os_reason(exc: OSError) -> str:
-    """``file: reason`` of an OSError, without the ``[Errno N]`` noise."""
-    reason = exc.strerror or str(exc)
-    return f"{exc.filename}: {reason}" if exc.filename else reason
 
 
 def _writable_store(root: Path, store: Path) -> None:
@@ -103,7 +97,7 @@ def import_(
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # a file that vanished or cannot be read while it is hashed
-        _error(f"reading the input: {_os_reason(exc)}", 3)
+        _error(f"reading the input: {os_message(exc)}", 3)
     if target.rows_note:  # said now: a user who named the wrong files need not wait for the import
         warn(target.rows_note)
     made = [p for p in (store, *store.parents) if not p.exists()]  # removed again if the import fails
@@ -115,7 +109,7 @@ def import_(
         _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): not the input's fault
         _remove_made(made, store, target.directory)
-        _error(f"importing into {store}: {_os_reason(exc)}", 1)
+        _error(f"importing into {store}: {os_message(exc)}", 1)
     except KeyboardInterrupt:  # Ctrl-C: the staged folder is gone already; so are the folders made for it
         _remove_made(made, store, target.directory)
         raise
@@ -162,7 +156,7 @@ def export(
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:
-        _error(f"exporting to {out_dir}: {_os_reason(exc)}", 1)
+        _error(f"exporting to {out_dir}: {os_message(exc)}", 1)
     out.print(
         f"exported {written['rows']:,} vectors x {written['dim']}, {written['queries']:,} queries, "
         f"top-{written['k']} ({written['metric']}) as {fmt}: {written['dir']}: {', '.join(written['files'])}",
@@ -322,7 +316,7 @@ def synth(
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): nothing is left half-written
-        _error(f"writing into {store}: {_os_reason(exc)}", 1)
+        _error(f"writing into {store}: {os_message(exc)}", 1)
     lid = manifest["synthetic"]["lid"]
     off = lid["synthetic"] / lid["real"] - 1
     out.print(

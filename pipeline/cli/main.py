@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from core.errors import ArtifactError, PipelineError
+from core.errors import ArtifactError, PipelineError, os_message
 from core.lifetime import Terminated, stop_on_sigterm
 from pipeline.cli import results as cli_results
 from pipeline.cli.dataset import app as dataset_app
@@ -417,8 +417,8 @@ def _run(config: Path, dataset: str | None) -> None:
         run_dir = workflow.run(loaded, console)
     except PipelineError as exc:
         _fail(exc)
-    except OSError as exc:  # e.g. disk full or permissions changed mid-run: str() names the file
-        _error(str(exc), 1)
+    except OSError as exc:  # e.g. disk full or permissions changed mid-run
+        _error(os_message(exc), 1)
     except Terminated:  # SIGTERM: 128 + 15, as a shell reports a process it ended
         console.print("[red]terminated[/] (SIGTERM): what the run started is stopped")
         raise typer.Exit(143) from None

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from core.errors import PipelineError
+from core.errors import PipelineError, os_message
 from pipeline.cli.output import console, out, warn
 from pipeline.cli.output import error as _error
 from pipeline.cli.output import fail as _fail
@@ -32,8 +32,8 @@ def _guarded(action) -> None:
         action()
     except PipelineError as exc:
         _fail(exc)
-    except OSError as exc:  # str() names the file
-        _error(str(exc), 1)
+    except OSError as exc:
+        _error(os_message(exc), 1)
     except (pa.ArrowException, ValueError) as exc:  # an unreadable raw or results file
         from core.errors import describe
 
