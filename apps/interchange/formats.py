@@ -425,8 +425,11 @@ def _open_hdf5(paths: list[Path]) -> Source:
 # --- VectorDBBench Parquet -------------------------------------------------------------------------------
 
 
-def list_matrix(column: pa.ChunkedArray | pa.Array, path: Path, name: str, dtype: Any) -> np.ndarray:
-    """A list / fixed_size_list column of equal-length rows -> (n, width) array."""
+def list_matrix(
+    column: pa.ChunkedArray | pa.Array, path: Path, name: str, dtype: Any, first_row: int = 0
+) -> np.ndarray:
+    """A list / fixed_size_list column of equal-length rows -> (n, width) array; InputDataError naming the
+    first row (0-based in the file: ``first_row`` is the column's first) that is null or of another length."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     integral = np.dtype(dtype).kind in "iu"  # ids: floats would be truncated, not refused
@@ -437,9 +440,16 @@ def list_matrix(column: pa.ChunkedArray | pa.Array, path: Path, name: str, dtype
         raise InputDataError(f"{path}: column {name!r} is {column.type}, expected a list of {wanted}")
     if len(column) == 0:
         return np.zeros((0, 0), dtype)
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InputDataError(f"{path}: column {name!r}: row {first_row + row} (0-based) is null")
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    if column.null_count or (lengths != lengths[0]).any():
-        raise InputDataError(f"{path}: column {name!r} has rows of different lengths or nulls")
+    if (lengths != lengths[0]).any():
+        row = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise InputDataError(
+            f"{path}: column {name!r}: row {first_row + row} (0-based) has {lengths[row]} values, "
+            f"row {first_row} has {lengths[0]}"
+        )
     flat = column.flatten().to_numpy(zero_copy_only=False)
     return np.asarray(flat, dtype).reshape(len(column), int(lengths[0]))
 
@@ -507,11 +517,16 @@ def _open_vdbbench(paths: list[Path]) -> Source:
     gt_ids = list_matrix(gt.column("neighbors_id"), gt_path, "neighbors_id", np.int64)[order]
 
     def batches(rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        start = 0
         for batch in _checked(base_path, train.iter_batches(batch_size=rows, columns=["id", "emb"])):
-            vectors = list_matrix(batch.column("emb"), base_path, "emb", np.float32)
+            vectors = list_matrix(batch.column("emb"), base_path, "emb", np.float32, start)
             if vectors.shape[1] != dim:
-                raise InputDataError(f"{base_path}: rows of dimension {vectors.shape[1]} and {dim}")
+                raise InputDataError(
+                    f"{base_path}: column 'emb': row {start} (0-based) has {vectors.shape[1]} values, row 0 "
+                    f"has {dim}"
+                )
             yield batch.column("id").to_numpy().astype(np.int64), vectors
+            start += batch.num_rows
 
     return Source(
         files={"base": base_path, "queries": test_path, "groundtruth": gt_path},

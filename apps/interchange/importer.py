@@ -138,8 +138,11 @@ def _write_parts(
             seen.append(ids)
     if not source.ids_are_rows:  # vdbbench: ids are the id column's, unique and covering the neighbours
         all_ids = np.sort(np.concatenate(seen))
-        if (np.diff(all_ids) == 0).any():
-            raise InputDataError(f"{source.files['base']}: the id column repeats ids")
+        if (repeated := np.flatnonzero(np.diff(all_ids) == 0)).size:
+            raise InputDataError(
+                f"{source.files['base']}: the id column repeats ids ({repeated.size:,} repeats; the first: "
+                f"id {int(all_ids[repeated[0]])})"
+            )
         pos = np.searchsorted(all_ids, source.gt_ids).clip(max=len(all_ids) - 1)
         bad = np.flatnonzero(all_ids[pos] != source.gt_ids)
         if bad.size:

@@ -105,7 +105,9 @@ def open_bin(path: str | Path) -> np.ndarray:
     dtype = _dtype_for(path, BIN_DTYPES)
     rows, dim, size = _bin_header(path)
     expected = 8 + rows * dim * dtype.itemsize
-    if size != expected or dim == 0:
+    if dim == 0:  # the sizes would agree (8 bytes and 8): say what is wrong instead
+        raise ValueError(f"{path}: header says {rows}x{dim}: vectors of dimension 0")
+    if size != expected:
         raise ValueError(f"{path}: header says {rows}x{dim} ({expected} bytes) but the file has {size} bytes")
     return np.memmap(path, dtype=dtype, mode="r", offset=8, shape=(rows, dim))
 

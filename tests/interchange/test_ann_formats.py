@@ -270,6 +270,8 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
     truncated.write_bytes((fm / "fmnist1k_base.fvecs").read_bytes()[:-7])
     header = tmp / "short.u8bin"
     header.write_bytes((bg / "base.10k.u8bin").read_bytes()[:100_008])
+    zero_dim = tmp / "zero.fbin"
+    zero_dim.write_bytes(np.array([1000, 0], "<u4").tobytes())
     out_of_range = tmp / "gt.ivecs"
     gt = vecs.read_vecs(fm / "fmnist1k_groundtruth.ivecs")
     gt[2, 4] = 1000
@@ -283,6 +285,7 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
     return [
         (["vecs", str(truncated), fmq, fmgt], f"{truncated}: 3139993 bytes is not a whole number of rows"),
         (["bin", str(header), bgq, bggt], f"{header}: header says 10000x128"),
+        (["bin", str(zero_dim), bgq, bggt], f"{zero_dim}: header says 1000x0: vectors of dimension 0"),
         (["vecs", fmb, str(bg / "bigann10k_query.bvecs"), fmgt], "queries have dimension 128, the base"),
         (["vecs", fmq, fmb, fmgt], "1000 queries in " + fmb + " (the files are read as base, queries, "),
         (["vecs", fmb, fmq, str(out_of_range)], f"{out_of_range}: 1 neighbour id(s) outside"),
@@ -758,10 +761,14 @@ def _hdf5_set(path: Path, group: str | None = None, **arrays: np.ndarray) -> Pat
     return path
 
 
-def _vdbbench_set(folder: Path, ids: list | None = None, neighbors: list | None = None) -> Path:
+def _vdbbench_set(
+    folder: Path, ids: list | None = None, neighbors: list | None = None, emb: list | None = None
+) -> Path:
     base, queries, gt = _small_set()
     folder.mkdir()
-    pq.write_table(pa.table({"id": ids or list(range(20)), "emb": base.tolist()}), folder / "train.parquet")
+    pq.write_table(
+        pa.table({"id": ids or list(range(20)), "emb": emb or base.tolist()}), folder / "train.parquet"
+    )
     pq.write_table(pa.table({"id": range(3), "emb": queries.tolist()}), folder / "test.parquet")
     table = pa.table({"id": range(3), "neighbors_id": neighbors or gt.tolist()})
     pq.write_table(table, folder / "neighbors.parquet")
@@ -832,6 +839,23 @@ def _unimportable(tmp: Path, case: str) -> tuple[str, list[Path], str]:
             f"{folder / 'neighbors.parquet'}: column 'neighbors_id' is list<element: {kind}>, "
             "expected a list of integers"
         )  # fmt: skip
+    if case == "vdbbench short row":
+        emb = base.tolist()
+        emb[9] = emb[9][:-1]
+        folder = _vdbbench_set(tmp / "v", emb=emb)
+        return "vdbbench", [folder], f"{folder / 'train.parquet'}: column 'emb': row 9 (0-based) has"
+    if case == "vdbbench short neighbour list":
+        neighbors = gt.tolist()
+        neighbors[2] = neighbors[2][:-1]
+        folder = _vdbbench_set(tmp / "v", neighbors=neighbors)
+        return "vdbbench", [folder], f"{folder / 'neighbors.parquet'}: column 'neighbors_id': row 2 (0-based)"
+    if case == "vdbbench repeated id":
+        folder = _vdbbench_set(tmp / "v", ids=[*range(19), 5])
+        return (
+            "vdbbench",
+            [folder],
+            f"{folder / 'train.parquet'}: the id column repeats ids (1 repeats; the first: id 5)",
+        )
     rows, k = {"ibin k=0": (3, 0), "ibin no queries": (0, 5)}[case]
     files = _ibin_set(tmp / "b", (rows, k))
     empty = "no neighbours per query (k=0)" if k == 0 else "no queries (0 rows)"
@@ -843,7 +867,7 @@ UNIMPORTABLE = [
     "npy k=0", "npy no queries",
     "hdf5 text train", "hdf5 train is a group", "hdf5 complex test", "hdf5 fractional ids", "hdf5 float ids",
     "hdf5 k=0", "vdbbench text ids", "vdbbench text neighbours", "vdbbench float neighbours", "ibin k=0",
-    "ibin no queries",
+    "ibin no queries", "vdbbench short row", "vdbbench short neighbour list", "vdbbench repeated id",
 ]  # fmt: skip
 
 
