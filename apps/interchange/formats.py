@@ -250,6 +250,10 @@ def find_files(fmt: str, paths: list[Path]) -> dict[str, Path]:
         if not path.exists():
             raise InputDataError(f"{path}: no such file or directory")
     if len(paths) == 3:
+        if folders := [p for p in paths if p.is_dir()]:  # one rule for every role, before any is opened
+            raise InputDataError(
+                f"{folders[0]}: a folder; {fmt} takes three files (base, queries, ground truth) or one folder"
+            )
         return dict(zip(("base", "queries", "groundtruth"), paths, strict=True))
     if len(paths) == 2 and not any(p.is_dir() for p in paths):
         raise InputDataError(

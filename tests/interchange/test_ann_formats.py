@@ -286,6 +286,8 @@ def _bad_inputs(shared: Path, tmp: Path) -> list[tuple[list[str], str]]:
         (["vecs", str(truncated), fmq, fmgt], f"{truncated}: 3139993 bytes is not a whole number of rows"),
         (["bin", str(header), bgq, bggt], f"{header}: header says 10000x128"),
         (["bin", str(zero_dim), bgq, bggt], f"{zero_dim}: header says 1000x0: vectors of dimension 0"),
+        (["bin", str(tmp), bgq, bggt], f"{tmp}: a folder; bin takes three files (base, queries, "),
+        (["bin", str(zero_dim), bgq, str(tmp)], f"{tmp}: a folder; bin takes three files"),
         (["vecs", fmb, str(bg / "bigann10k_query.bvecs"), fmgt], "queries have dimension 128, the base"),
         (["vecs", fmq, fmb, fmgt], "1000 queries in " + fmb + " (the files are read as base, queries, "),
         (["vecs", fmb, fmq, str(out_of_range)], f"{out_of_range}: 1 neighbour id(s) outside"),
