@@ -94,6 +94,11 @@ def start_run(
         check=True,
     )
     pid = int(launched.stdout.strip())
+    try:  # its start time (clock ticks after boot, /proc/<pid>/stat field 22): a pid the system reuses later
+        with open(f"/proc/{pid}/stat") as fh:  # names another process, which read_status must tell apart
+            pid_start: str | None = fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        pid_start = None
 
     def alive() -> bool:
         try:
@@ -129,6 +134,7 @@ def start_run(
         "run_id": run_id,
         "run_dir": run_dir,
         "pid": pid,
+        "pid_start": pid_start,
         "host": socket.gethostname(),
         "log": str(log),
         "config": str(config),
@@ -217,7 +223,10 @@ def read_status(workdir: str | None, run_ref: str, repo_dir: str | None = None) 
             pid = int(record["pid"])
             try:
                 with open(f"/proc/{pid}/stat") as fh:  # a zombie has exited, whatever kill(0) says
-                    alive = fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                # Days later the pid may be another process's: the start time recorded at submit tells.
+                started = record.get("pid_start")
+                alive = fields[0] != "Z" and (started is None or fields[19] == started)
             except FileNotFoundError:
                 alive = False
             except OSError:

@@ -192,6 +192,16 @@ def test_status_marks_a_dead_driver_as_lost(tmp_path: Path) -> None:
     (run_dir / "submit.json").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
     status = read_status(None, str(run_dir))
     assert status["status"] == "lost" and status["alive"] is False
+    # Days later its pid is another process's (here: this one's): the start time recorded at submit tells
+    import os
+
+    with open(f"/proc/{os.getpid()}/stat") as fh:
+        ours = fh.read().rsplit(")", 1)[1].split()[19]
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "pid_start": str(int(ours) + 1)}
+    (run_dir / "submit.json").write_text(json.dumps(record))
+    assert read_status(None, str(run_dir))["status"] == "lost"
+    (run_dir / "submit.json").write_text(json.dumps({**record, "pid_start": ours}))
+    assert read_status(None, str(run_dir))["status"] == "running"
 
 
 def test_submit_reports_a_config_error_with_the_log(tmp_path: Path) -> None:
