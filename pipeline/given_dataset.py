@@ -85,7 +85,7 @@ def resolve_stored(loaded: LoadedConfig, store: Path) -> Path:
     assert value is not None
     where = ("dataset", "stored")
     if "/" in value or value.startswith("."):
-        folder = loaded.config.resolve_path(value, loaded.base_dir).resolve()  # printed without its `..`
+        folder = loaded.config.resolve_path(value, loaded.base_dir).resolve()  # printed with no `..`
         if not folder.is_dir():
             raise loaded.error_at(where, f"no dataset folder at {folder}")
         return folder

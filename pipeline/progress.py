@@ -82,10 +82,20 @@ class StageProgress(AbstractContextManager):
         else:
             self.progress.update(self._tasks[name], description=f"{name} {escape(text)}")
 
-    def advance(self, name: str, items: int = 0, *, reused: bool = False, expected_s: float = 0.0) -> None:
+    def advance(
+        self,
+        name: str,
+        items: int = 0,
+        *,
+        reused: bool = False,
+        expected_s: float = 0.0,
+        dropped_s: float = 0.0,
+    ) -> None:
         """One task of ``name`` finished, having processed ``items`` items (chunks, vectors, queries); a
         stage whose tasks are its only count (the database points) passes none and shows no item rate.
-        ``expected_s``: this task's share of the stage's ``expected_s``.
+        ``expected_s``: this task's share of the stage's ``expected_s``; ``dropped_s`` instead, for a task
+        that ended without its work (a point that failed in seconds): taken off the stage's total, not
+        counted as done, else the pace of the rest would look that fast.
 
         A task ``reused`` from an earlier run leaves the bar (its total shrinks) and is counted apart:
         counted as done, it would make the rate and the ETA of the work left look fast.
@@ -100,6 +110,7 @@ class StageProgress(AbstractContextManager):
         self._items[name] += items
         if name in self._expected:
             self._expected_done[name] += expected_s
+            self._expected[name] -= dropped_s
         count = self._items[name]
         elapsed = max(time.monotonic() - self._started[name], 1e-6)
         shown = f"{count:,} items" if count else ""

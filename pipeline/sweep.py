@@ -161,9 +161,9 @@ def expected_seconds(
     found: list[float | None] = []
     for p in plans:
         estimate = estimates.get(id(p.point))
-        parts = [query_cost(p.point)[1], load_s(p.point, estimate) if estimate is not None else 0.0]
-        parts.append(LOCAL_POINT_OVERHEAD_S.get(p.point.database, 0.0) if local else 0.0)
-        found.append(sum(parts) or None)
+        work = query_cost(p.point)[1] + (load_s(p.point, estimate) if estimate is not None else 0.0)
+        overhead = LOCAL_POINT_OVERHEAD_S.get(p.point.database, 0.0) if local else 0.0
+        found.append(work + overhead if work else None)  # its start-up alone is no measure of a point
     known = [f for f in found if f is not None]
     mean = sum(known) / len(known) if known else 1.0
     return [mean if f is None else f for f in found]

@@ -212,7 +212,11 @@ class VdbStages:
                 }
             )
             if point.number not in done_before:  # a point: its count is the bar's own
-                self.progress.advance("vdb", expected_s=expected[point.number])
+                weight = expected[point.number]
+                if outcome.status == "succeeded":
+                    self.progress.advance("vdb", expected_s=weight)
+                else:  # ended without its work: the ETA's pace is not its
+                    self.progress.advance("vdb", dropped_s=weight)
         report = write_benchmark_report(
             self.plan, outcomes, directory / "report", self.provenance.run_dir.name
         )

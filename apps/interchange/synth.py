@@ -44,7 +44,7 @@ STAGE_VERSION = "1"
 FIT_ROWS = 20_000  # rows the model is fitted to (a uniform sample of the real dataset)
 MAX_COMPONENTS = 64
 # Rows of the fit sample per mixture component, where --components is not given: the all-MiniLM sample's
-# 8,580 rows fit 64 components (134 each; LID +6%); fmnist1k's 1,000 rows overfit 64 (LID -48%), and
+# 8,580 rows fit 64 components (134 each; LID +4%); fmnist1k's 1,000 rows overfit 64 (LID -48%), and
 # the 7 this gives land at -15% (docs/datasets.md).
 ROWS_PER_COMPONENT = 128
 BLOCK_ROWS = 65_536  # rows drawn at once: bounded memory at any size
@@ -160,9 +160,18 @@ def like_metric(manifest: dict[str, Any], sample: np.ndarray) -> str:
 
 
 def synthesize(
-    like_dir: Path, name: str, store: Path, spec: SynthSpec, memory_budget_mb: int = 512, say: Any = None
+    like_dir: Path,
+    name: str,
+    store: Path,
+    spec: SynthSpec,
+    memory_budget_mb: int = 512,
+    say: Any = None,
+    before_drawing: Any = None,
 ) -> tuple[Path, dict[str, Any], bool]:
-    """Draw a dataset like ``like_dir`` into ``store/datasets/<name>-<key>``; (folder, manifest, cached)."""
+    """Draw a dataset like ``like_dir`` into ``store/datasets/<name>-<key>``; (folder, manifest, cached).
+
+    ``before_drawing``: called once it is known that rows are to be drawn (not drawn before), e.g. to
+    refuse a draw the disk cannot hold."""
     say = say or (lambda _line: None)
     like = dataset_manifest(like_dir)
     if spec.k > spec.rows:
@@ -177,6 +186,8 @@ def synthesize(
     final = store / "datasets" / f"{name}-{key}"
     if (done := read_manifest(final)) is not None:
         return final, done, True
+    if before_drawing is not None:
+        before_drawing()
     started = time.time()
     say(f"fitting {spec.components} components in {spec.pca_dims} directions to {len(sample):,} rows")
     model = replace(fit_model(sample, spec, normalize=metric == "cosine"), integers=integers)

@@ -298,21 +298,26 @@ def synth(
         )
     if name is None:  # <real name>-synth-<rows>
         like_name = (like_manifest.get("metadata") or {}).get("dataset_name") or folder.name
-        name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', like_name)}-synth-{rows}"
+        name = f"{re.sub(r'[^A-Za-z0-9._-]+', '-', like_name).lstrip('._-') or 'dataset'}-synth-{rows}"
     if not re.fullmatch(SAFE_NAME, name):
         _error(f"--name {name!r}: use {SAFE_NAME_RULE}", 2)
     _writable_store(root, store)
     spec = SynthSpec(rows, queries, k, components, pca_dims, seed)
-    need, free = bytes_needed(spec, dimension), disk_usage(store).free
-    if need > free:  # refused before a byte is drawn, not when the disk fills hours in
-        _error(
-            f"--rows {rows:,}: {rows:,} x {dimension} float32 vectors take about {size(need)}; {size(free)} "
-            f"free in {store}",
-            2,
-        )
+
+    def room_for_it() -> None:  # refused before a row is drawn, not when the disk fills hours in
+        need, free = bytes_needed(spec, dimension), disk_usage(store).free
+        if need > free:
+            _error(
+                f"--rows {rows:,}: {rows:,} x {dimension} float32 vectors take about {size(need)}; "
+                f"{size(free)} free in {store}",
+                2,
+            )
+
     say = lambda line: console.print(line, highlight=False)  # noqa: E731
     try:
-        directory, manifest, cached = synthesize(folder, name, store, spec, say=say)
+        directory, manifest, cached = synthesize(
+            folder, name, store, spec, say=say, before_drawing=room_for_it
+        )
     except PipelineError as exc:
         _fail(exc)
     except OSError as exc:  # the store failing mid-way (disk full, quota): nothing is left half-written

@@ -246,6 +246,22 @@ def test_the_dataset_key_follows_every_byte_of_the_weights(
     data[-1] ^= 0xFF  # one byte of the last tensor: same size, another checkpoint
     weights.write_bytes(bytes(data))
     assert embed_key() != before and hashed == ["model.safetensors"]
+    # weights in any format count; the documentation and a download tool's hidden files do not
+    changed = embed_key()
+    (model / "README.md").write_text("another model card")
+    (model / ".cache").mkdir()
+    (model / ".cache" / "x.lock").write_text("")
+    assert embed_key() == changed
+    (model / "model.onnx").write_bytes(b"an export beside the weights")
+    with_onnx = embed_key()
+    assert with_onnx != changed
+    # a damaged cache entry is hashed again, not trusted (nor a traceback)
+    cache = workdir / "cache" / "model-digests.json"
+    entries = json.loads(cache.read_text())
+    for entry in entries.values():
+        entry["sha256"] = None
+    cache.write_text(json.dumps(entries))
+    assert embed_key() == with_onnx
 
 
 def test_the_recorded_query_instruction_is_the_one_queries_are_embedded_with(

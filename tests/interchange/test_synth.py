@@ -238,3 +238,20 @@ def test_a_damaged_dataset_to_imitate_is_named_as_damaged(drawn, tmp_path: Path)
     result = run_cli("dataset", "synth", "--like", "fm", "--rows", "100", "--workdir", str(tmp_path))
     assert result.returncode == 4, result.stderr
     assert f"--like 'fm': {copy} is damaged" in " ".join(result.stderr.split())
+
+
+def test_a_draw_made_before_is_found_whatever_the_disk_holds(drawn) -> None:
+    """The disk check (before_drawing) is for rows still to draw: the same arguments again find the draw,
+    even on a disk that could no longer hold it."""
+    from apps.interchange.synth import SynthSpec, synthesize
+    from pipeline.given_dataset import stored_candidates
+
+    workdir, folder, _ = drawn
+
+    def disk_full() -> None:
+        raise AssertionError("checked the disk for a draw that is made already")
+
+    (like,) = stored_candidates(workdir / "store", "fm")
+    spec = SynthSpec(rows=3000, queries=40, k=10, components=8, pca_dims=24, seed=0)
+    found, _, cached = synthesize(like, "fm-synth-3000", workdir / "store", spec, before_drawing=disk_full)
+    assert cached and found == folder

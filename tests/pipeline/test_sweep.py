@@ -385,12 +385,11 @@ def test_plan_says_what_the_sweep_will_cost(tmp_path: Path) -> None:
     untimed = VdbConfig.model_validate(
         {"databases": [QDRANT, {"name": "faiss"}], "query": {"duration_s": None}}
     )
-    assert expected_seconds(
-        plan_points(untimed, tmp_path / "store", ["d", "q", "g"], "cosine"), {}, False
-    ) == [
-        1.0,
-        1.0,
-    ]
+    untimed_plans = plan_points(untimed, tmp_path / "store", ["d", "q", "g"], "cosine")
+    for local in (False, True):  # an engine's start-up alone is no measure of a point
+        assert expected_seconds(untimed_plans, {}, local) == [1.0, 1.0]
+    # beside a timed point, an untimed one weighs the mean of the timed ones
+    assert expected_seconds([plans[0], untimed_plans[0]], {}, False) == [30.0, 30.0]
     # on a cluster, a pilot's start is its queue wait: no local figure stands in for it, nor a total
     cluster = {"databases": [{"name": "milvus"}], "cluster": {"images": {"milvus": "m.sif"}}}
     milvus = VdbConfig.model_validate(cluster)

@@ -64,14 +64,16 @@ def resolve_model_path(spec: str, base: Path | None = None) -> Path:
     return path.resolve()
 
 
-# The files a model's embeddings depend on: configs, weights, tokenizer, custom code (not READMEs).
-MODEL_FILE_SUFFIXES = {".json", ".safetensors", ".bin", ".pt", ".model", ".txt", ".py", ".tiktoken"}
+# Files of a model folder its embeddings cannot depend on: its documentation. Every other file counts
+# (weights in any format, configs, tokenizer, custom code); hidden ones (a download tool's .cache/) do not.
+DOC_SUFFIXES = {".md", ".rst"}
 DIGEST_CACHE = "model-digests.json"  # each model file's sha256, by what its stat says of its content
 _HASHED: dict[tuple, str] = {}  # the same, in this process
 
 
 def model_digest_dir(workdir: Path) -> Path:
-    """Where a run keeps its :data:`DIGEST_CACHE` (``run`` makes it; ``plan`` only reads it)."""
+    """Where a run keeps its :data:`DIGEST_CACHE`: ``run`` makes the folder; ``plan`` makes none, and
+    updates the cache only where the folder is there."""
     return workdir / "cache"
 
 
@@ -84,7 +86,13 @@ def model_digest(model_dir: Path, cache_dir: Path | None = None) -> str:
     size, inode and ctime (which every write changes, and no copy or ``touch`` can set back): read when
     there, written when ``cache_dir`` exists (``plan`` makes no folder)."""
     root = Path(model_dir)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in MODEL_FILE_SUFFIXES)
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() not in DOC_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(root).parts)
+    )
     cache_file = cache_dir / DIGEST_CACHE if cache_dir is not None else None
     known: dict[str, dict] = {}
     if cache_file is not None:
@@ -97,11 +105,12 @@ def model_digest(model_dir: Path, cache_dir: Path | None = None) -> str:
         state = [stat.st_size, stat.st_ino, stat.st_ctime_ns]
         name = str(path.resolve())
         entry = known.get(name)
-        if not isinstance(entry, dict) or entry.get("state") != state:
+        sha = entry.get("sha256") if isinstance(entry, dict) and entry.get("state") == state else None
+        if not (isinstance(sha, str) and len(sha) == 64):  # not recorded for this state, or not a digest
             sha = _HASHED.get((name, *state)) or sha256_file(path)
             known[name], changed = {"state": state, "sha256": sha}, True
-        _HASHED[(name, *state)] = known[name]["sha256"]
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + known[name]["sha256"].encode())
+        _HASHED[(name, *state)] = sha
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + sha.encode())
     if changed and cache_file is not None and cache_file.parent.is_dir():
         with contextlib.suppress(OSError):  # a cache: a read-only workdir only costs the next plan time
             atomic_write_json(cache_file, known)

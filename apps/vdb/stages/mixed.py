@@ -406,10 +406,15 @@ def mixed_workload(
 
 
 def _unsent(answers: list[dict[str, Any]], last_ack: float) -> int:
-    """Open-loop queries due before the phase ended (the last insert acknowledged) that were not sent."""
-    return sum(
-        max(0, sum(1 for when in a["schedule"] if when < last_ack) - len(a["t_start"])) for a in answers
-    )
+    """Open-loop queries due before the phase ended (the last insert acknowledged) that were not sent:
+    intended times before it, less the requests sent for them (those sent for later ones, in the moment
+    the clients take to see the end, make up for none)."""
+    unsent = 0
+    for answer in answers:
+        due = np.asarray(answer["schedule"], float)
+        sent = np.asarray([t for t in answer["t_intended"] if t is not None], float)
+        unsent += max(0, int(np.count_nonzero(due < last_ack)) - int(np.count_nonzero(sent < last_ack)))
+    return unsent
 
 
 def _arrivals(cfg: MixedConfig, clients: int, index: int) -> open_loop.ClientArrivals | None:

@@ -304,3 +304,13 @@ def test_query_clients_look_for_the_insert_markers_once_a_poll(tmp_path: Path, m
     assert not done()  # within the poll: not looked at again
     clock[0] += mixed.MARKER_POLL_S
     assert done() and done()
+
+
+def test_unsent_queries_are_those_due_before_the_last_insert() -> None:
+    """Due at 0, 1, 2 before the last acknowledgement (3.0), sent for 0 and 1: one unsent; the requests
+    sent for 3.01 and 3.02, before the clients saw the end, do not make up for it. Closed loop: none."""
+    from apps.vdb.stages.mixed import _unsent
+
+    open_loop_client = {"schedule": [0, 1, 2, 3.01, 3.02, 3.03], "t_intended": [0, 1, 3.01, 3.02]}
+    closed_loop_client = {"schedule": [], "t_intended": [None, None]}
+    assert _unsent([open_loop_client, closed_loop_client], last_ack=3.0) == 1
