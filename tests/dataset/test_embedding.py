@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from apps.dataset.embedding.loading import DIGEST_CACHE
 from apps.dataset.embedding.model import Embedder, EmbeddingConfig, get_embedder, plan_batches
 from tests.conftest import TERMS, base_config, sample_records
 
@@ -387,7 +388,8 @@ def test_broken_export_is_moved_aside_and_exported_again(cache, minilm_dir: str,
     assert len(exported) == 1 and runtime.export == target and runtime.info.exported
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and str(target) in warnings[0] and "broken" in warnings[0]
-    assert sorted(p.name for p in export_dir.iterdir()) == [target.name, f"{target.name}.lock"]  # no debris
+    kept = sorted([target.name, f"{target.name}.lock", DIGEST_CACHE])  # the export, its lock, the digests
+    assert sorted(p.name for p in export_dir.iterdir()) == kept  # no debris
     ids = np.array([[101, 7592, 102]])
     vectors = runtime({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0})
     assert vectors.shape == (1, 384) and np.isfinite(vectors).all()

@@ -537,7 +537,7 @@ def test_export_refuses_unreadable_queries_and_groundtruth(bigann, tmp_path: Pat
         (["--groundtruth", str(no_query_id)], f"{no_query_id}: no column 'query_id'"),
         (
             ["--groundtruth", str(ragged.parent)],
-            f"{ragged}: column 'neighbors' has rows of different lengths",
+            f"{ragged}: column 'neighbors': row 99 (0-based) has 2 values, row 0 has 3",
         ),
     ]
     for extra, message in cases:
