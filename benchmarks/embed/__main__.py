@@ -190,8 +190,8 @@ class PipelineEngine:
         from parsl import python_app
 
         from apps.dataset.embedding.model import EmbeddingConfig
-        from core.lifetime import ctrl_c_held
         from executors.labels import WORKERS
+        from executors.lifecycle import load_parsl
         from executors.platforms import parsl_config_for
         from pipeline.config.model import LocalExecutorConfig
 
@@ -200,8 +200,7 @@ class PipelineEngine:
         self.run_dir = Path(spec["run_dir"])
         started = time.perf_counter()
         config = parsl_config_for(LocalExecutorConfig(workers=spec["workers"]), self.run_dir)
-        with ctrl_c_held():  # the pool and its interchange must not die of a Ctrl-C meant for the benchmark
-            self.dfk = parsl.load(config)
+        self.dfk = load_parsl(config)  # as a run's: the pool ignores a Ctrl-C meant for the benchmark
         self.embed = python_app(embed_shard_timed, executors=[WORKERS])
         warm = python_app(warm_worker, executors=[WORKERS])
         sample = read_texts(spec["files"][:1])[:32]
@@ -241,7 +240,7 @@ class PipelineEngine:
         }
 
     def close(self) -> None:
-        from pipeline.dag import shut_down_parsl
+        from executors.lifecycle import shut_down_parsl
 
         shut_down_parsl(self.dfk)  # bounded, as a run's: an interchange that exited cannot hang the benchmark
         self.parsl.clear()
