@@ -43,10 +43,16 @@ def in_one_allocation(executor: Any) -> bool:
     return getattr(executor, "allocation", "separate") == "one"
 
 
-def job_walltime(executor: Any, block: Any) -> str:
-    """The walltime of the job a worker block runs in: its own (else the executor's), or under
-    ``allocation: one`` the one job's (a block's own walltime does not apply inside it)."""
-    return executor.walltime if in_one_allocation(executor) else block.walltime or executor.walltime
+def job_walltime(executor: Any, job: Any) -> str:
+    """The walltime of the job a worker block or a database cluster (``job``) runs in: its own (else the
+    executor's), or under ``allocation: one`` the one job's (a job's own walltime does not apply in it)."""
+    return executor.walltime if in_one_allocation(executor) else job.walltime or executor.walltime
+
+
+def job_walltime_field(executor: Any, job: Any, own: tuple[str, ...]) -> tuple[str, ...]:
+    """The config field :func:`job_walltime` takes its value from: ``own`` (the job's own field), or
+    ``executor.walltime``."""
+    return own if job.walltime and not in_one_allocation(executor) else ("executor", "walltime")
 
 
 def nodes_needed(executor: Any, vdb: Any) -> tuple[int, int, int]:

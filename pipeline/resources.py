@@ -311,9 +311,9 @@ def _beyond_walltimes(loaded: LoadedConfig, point: Any) -> list[str]:
     settings, windows = query_cost(point)
     if not windows:
         return []
-    jobs = {"its client block": (executor.cpu or executor.gpu).walltime or default}
+    jobs = {"its client block": job_walltime(executor, executor.cpu or executor.gpu)}
     if config.cluster is not None and not runs_in_process(point.settings):
-        jobs["its database job"] = config.cluster.walltime or default
+        jobs["its database job"] = job_walltime(executor, config.cluster)
     shortest, walltime = min(jobs.items(), key=lambda job: walltime_seconds(job[1]))
     if windows <= walltime_seconds(walltime):
         return []

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from apps.vdb import database
 from apps.vdb.base import DatabaseError
@@ -20,38 +20,52 @@ from apps.vdb.cluster.checks import ClusterCheck, Problem
 from apps.vdb.cluster.config import DatabaseClusterConfig, image_for
 from apps.vdb.cluster.layout import absolute, node_shape, plan_cluster
 from executors import queues
-from executors.allocation import in_one_allocation, nodes_needed
+from executors.allocation import in_one_allocation, job_walltime, job_walltime_field, nodes_needed
 from executors.config import HPC_PLATFORMS, QueueLimits, bind_lists, walltime_seconds
 from executors.queues import QueueTable
 
 
-def _blocks(executor: Any, vdb: Any) -> Iterable[tuple[tuple, str, int, str, tuple]]:
-    """(nodes path, queue, nodes, walltime, walltime path) of every batch job the run submits."""
+class _Job(NamedTuple):
+    """A batch job the run submits, as its queue's limits see it."""
+
+    name: str  # for a message: "the gpu block", "the database job", "the one allocation"
+    nodes_at: tuple  # the config field of its node count
+    queue: str
+    nodes: int
+    walltime: str
+    walltime_at: tuple  # the config field its walltime comes from
+
+
+def _blocks(executor: Any, vdb: Any) -> Iterable[_Job]:
+    """Every batch job the run submits."""
     queue = getattr(executor, "queue", None) or getattr(executor, "partition", "")
     if in_one_allocation(executor):  # one job holding every role's nodes
-        nodes, walltime = sum(nodes_needed(executor, vdb)), executor.walltime
-        yield (("executor", "allocation"), queue, nodes, walltime, ("executor", "walltime"))
+        nodes = sum(nodes_needed(executor, vdb))
+        yield _Job("the one allocation", ("executor", "allocation"), queue, nodes, executor.walltime,
+                   ("executor", "walltime"))  # fmt: skip
         return
     for label in ("gpu", "cpu"):
         block = getattr(executor, label)
         if block is not None:
-            yield (
+            yield _Job(
+                f"the {label} block",
                 ("executor", label, "nodes_per_block"),
                 block.queue or queue,
                 block.nodes_per_block,
-                block.walltime or executor.walltime,
-                ("executor", label, "walltime") if block.walltime else ("executor", "walltime"),
+                job_walltime(executor, block),
+                job_walltime_field(executor, block, ("executor", label, "walltime")),
             )
     cluster = getattr(vdb, "cluster", None) if vdb else None
     if cluster is not None:
         for name in (db.name for db in vdb.pilot_databases()):
             c = cluster.for_database(name)
-            yield (
+            yield _Job(
+                "the database job",  # alike for every database: one line, as for one job
                 cluster.field_path(name, "nodes"),
                 c.queue or queue,
                 c.nodes,
-                c.walltime or executor.walltime,
-                ("vdb", "cluster", "walltime") if c.walltime else ("executor", "walltime"),
+                job_walltime(executor, c),
+                job_walltime_field(executor, c, cluster.field_path(name, "walltime")),
             )
 
 
@@ -62,7 +76,10 @@ def _queue_problems(executor: Any, vdb: Any, table: QueueTable | None = None) ->
     table = table or queues.current(executor)
     if not table.limits and not table.live:
         return problems
-    for loc, queue, nodes, walltime, wloc in _blocks(executor, vdb):
+    for job in _blocks(executor, vdb):
+        loc, queue, nodes, walltime, wloc = job.nodes_at, job.queue, job.nodes, job.walltime, job.walltime_at
+        # A walltime several jobs share (executor.walltime) names the job each line is about.
+        whose = f"{job.name}: " if wloc == ("executor", "walltime") else ""
         limits = table.limits.get(queue)
         if limits is None:
             own = getattr(executor, "queue", None) or getattr(executor, "partition", None)
@@ -75,9 +92,13 @@ def _queue_problems(executor: Any, vdb: Any, table: QueueTable | None = None) ->
                 (loc, f"queue {queue!r} accepts {limits.min_nodes}-{most} nodes per job, not {nodes}")
             )
         if limits.max_walltime and walltime_seconds(walltime) > walltime_seconds(limits.max_walltime):
-            problems.append((wloc, f"queue {queue!r} allows at most {limits.max_walltime}, not {walltime}"))
+            problems.append(
+                (wloc, f"{whose}queue {queue!r} allows at most {limits.max_walltime}, not {walltime}")
+            )
         if limits.min_walltime and walltime_seconds(walltime) < walltime_seconds(limits.min_walltime):
-            problems.append((wloc, f"queue {queue!r} needs at least {limits.min_walltime}, not {walltime}"))
+            problems.append(
+                (wloc, f"{whose}queue {queue!r} needs at least {limits.min_walltime}, not {walltime}")
+            )
         if limits.routes and limits.accepts_nodes(nodes):
             route = limits.route(nodes)
             if route is None:
@@ -87,7 +108,7 @@ def _queue_problems(executor: Any, vdb: Any, table: QueueTable | None = None) ->
                 problems.append(
                     (
                         wloc,
-                        f"queue {queue!r} routes {nodes}-node jobs to {route.queue!r} "
+                        f"{whose}queue {queue!r} routes {nodes}-node jobs to {route.queue!r} "
                         f"({route.min_nodes}-{route.max_nodes} nodes), which grants at most "
                         f"{route.max_walltime}, not {walltime}",
                     )
@@ -345,16 +366,17 @@ def _walltime_problems(run_config: Any, name: str) -> list[Problem]:
     """
     vdb, executor = run_config.vdb, run_config.executor
     c = vdb.cluster.for_database(name)
-    walltime = c.walltime or executor.walltime
+    walltime = job_walltime(executor, c)  # under one allocation the one job's: the cluster's is not asked
     insert = vdb.insert
     needed = c.startup_timeout_s + len(insert.batch_sizes) * insert.timeout_s + vdb.index_timeout_s
     if needed < walltime_seconds(walltime):
         return []
-    where = vdb.cluster.field_path(name, "walltime") if c.walltime else ("executor", "walltime")
+    where = job_walltime_field(executor, c, vdb.cluster.field_path(name, "walltime"))
+    job = "the one allocation's walltime" if in_one_allocation(executor) else "the database job's walltime"
     return [
         (
             where,
-            f"{name}: the database job's walltime {walltime} ({walltime_seconds(walltime)} s) does not "
+            f"{name}: {job} {walltime} ({walltime_seconds(walltime)} s) does not "
             f"outlast its stage timeouts: startup {c.startup_timeout_s:.0f} + "
             f"{len(insert.batch_sizes)} insert sweep(s) x {insert.timeout_s:.0f} + index "
             f"{vdb.index_timeout_s:.0f} = {needed:.0f} s; lower vdb.insert.timeout_s / "

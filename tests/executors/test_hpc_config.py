@@ -184,6 +184,34 @@ def test_database_job_must_outlast_its_stage_timeouts(hpc_env: Path) -> None:
     assert "startup 900 + 2 insert sweep(s) x 3000 + index 14400 = 21300 s" in message
 
 
+def test_one_allocation_checks_the_stage_timeouts_against_the_one_jobs_walltime(hpc_env: Path) -> None:
+    """Under ``allocation: one`` the database runs inside the one job: vdb.cluster.walltime (3 h here) is
+    never asked of the scheduler, so start-up, insert sweeps and index must fit executor.walltime."""
+    data = study("polaris")
+    data["executor"]["allocation"] = "one"
+    data["executor"]["gpu"]["max_blocks"] = 1  # one allocation holds one block of each
+    data["executor"]["walltime"] = "01:00:00"
+    data["vdb"]["insert"]["timeout_s"] = 3000  # 900 + 2 x 3000 + index > 1 h, < the cluster's 3 h
+    problems = problems_of(hpc_env, data)
+    message = problems[("executor", "walltime")]
+    assert "the one allocation's walltime 01:00:00 (3600 s) does not outlast" in message
+    assert ("vdb", "cluster", "walltime") not in problems  # not the job's: no message points there
+    data["executor"]["allocation"] = "separate"  # its own 3 h job: the same timeouts fit
+    assert "does not outlast" not in problems_of(hpc_env, data).get(("executor", "walltime"), "")
+
+
+def test_a_walltime_several_jobs_share_names_the_job_each_refusal_is_about(hpc_env: Path) -> None:
+    data = study("polaris")
+    data["executor"]["queue"] = "debug"  # at most 1 h; the GPU and CPU blocks take executor.walltime
+    data["executor"]["walltime"] = "04:00:00"
+    loaded = load_config(write(hpc_env, data))
+    messages = [
+        m for field, m in check_platform(loaded.config, loaded.base_dir) if field == ("executor", "walltime")
+    ]
+    assert "the gpu block: queue 'debug' allows at most 01:00:00, not 04:00:00" in messages
+    assert "the cpu block: queue 'debug' allows at most 01:00:00, not 04:00:00" in messages
+
+
 def test_queue_missing_from_the_limits_table(hpc_env: Path) -> None:
     data = study("polaris")
     data["executor"]["queue"] = "nosuchqueue"
