@@ -31,6 +31,7 @@ from core.store import (
     os_error_reason,
     read_manifest,
     verify_files,
+    write_parquet_atomic,
 )
 
 
@@ -82,6 +83,46 @@ def vectors_to_arrow(vectors: np.ndarray, dtype: str) -> pa.FixedSizeListArray:
     np_type = np.float16 if dtype == "float16" else np.float32
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np_type).ravel())
     return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+
+
+def part_name(shard: int) -> str:
+    """The file name of dataset part ``shard``."""
+    return f"part-{shard:05d}.parquet"
+
+
+def write_part(
+    out: Path,
+    shard: int,
+    ids: Any,
+    vectors: np.ndarray,
+    meta: dict[str, Any] | None,
+    *,
+    dtype: str = "float32",
+    doc_ids: Any = None,
+    chunk_indexes: Any = None,
+    row_group_rows: int = 4096,
+) -> dict[str, Any]:
+    """Write dataset part ``shard`` into ``out`` atomically, ``meta`` in its file metadata; return its
+    manifest record (``file``, ``shard``, ``rows``, ``bytes``, ``sha256``).
+
+    ``doc_ids`` and ``chunk_indexes`` name each row's source chunk; vectors that have none (imported or
+    drawn) leave them null.
+    """
+    rows = len(ids)
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "doc_id": pa.nulls(rows, pa.string()) if doc_ids is None else pa.array(doc_ids, pa.string()),
+            "chunk_index": (
+                pa.nulls(rows, pa.int32()) if chunk_indexes is None else pa.array(chunk_indexes, pa.int32())
+            ),
+            "embedding": vectors_to_arrow(vectors, dtype),
+        }
+    )
+    metadata = {METADATA_KEY: json.dumps(meta, sort_keys=True)} if meta is not None else None
+    name = part_name(shard)
+    written = write_parquet_atomic(table, out / name, row_group_rows=row_group_rows, metadata=metadata)
+    return {"file": name, "shard": shard, **written}
 
 
 def arrow_to_vectors(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -16,7 +16,6 @@ only among neighbours at equal distance.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import re
 import shutil
@@ -36,7 +35,7 @@ from apps.dataset.groundtruth.exact_distance import (
     tie_tolerance,
 )
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
-from apps.dataset.layout import METADATA_KEY, dataset_problems, iter_vectors, own_files, vectors_to_arrow
+from apps.dataset.layout import dataset_problems, iter_vectors, own_files, vectors_to_arrow, write_part
 from apps.dataset.lookup import fetch_vectors
 from apps.interchange.cards import card_problem, card_rows_note
 from apps.interchange.formats import Source, canonical_format, first_bad_row, open_source
@@ -123,19 +122,7 @@ def _write_parts(
             first_zero = first_zero if zeros else offset + int(found[0])
             zeros += int(found.size)
         offset += len(vectors)
-        table = pa.table(
-            {
-                "id": pa.array(ids, pa.int64()),
-                "doc_id": pa.nulls(len(ids), pa.string()),
-                "chunk_index": pa.nulls(len(ids), pa.int32()),
-                "embedding": vectors_to_arrow(vectors, "float32"),
-            }
-        )
-        name = f"part-{shard:05d}.parquet"
-        written = write_parquet_atomic(
-            table, out / name, row_group_rows=row_group_rows, metadata={METADATA_KEY: json.dumps(meta)}
-        )
-        records.append({"file": name, "shard": shard, **written})
+        records.append(write_part(out, shard, ids, vectors, meta, row_group_rows=row_group_rows))
         if not source.ids_are_rows:
             seen.append(ids)
     if not source.ids_are_rows:  # vdbbench: ids are the id column's, unique and covering the neighbours

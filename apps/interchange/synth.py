@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from apps.dataset.geometry.estimates import estimate_geometry, sample_dataset
 from apps.dataset.groundtruth.stage import exact_topk, groundtruth_table
-from apps.dataset.layout import METADATA_KEY, dataset_manifest, iter_vectors, vectors_to_arrow
+from apps.dataset.layout import dataset_manifest, iter_vectors, vectors_to_arrow, write_part
 from core.errors import InputDataError
 from core.store import (
     atomic_write_json,
@@ -273,18 +273,9 @@ def _write_parts(
             model.draw(min(BLOCK_ROWS, stop - at), [spec.seed, at // BLOCK_ROWS])
             for at in range(start, stop, BLOCK_ROWS)
         ]  # a part's rows: bounded by rows_per_part, not by the dataset
-        table = pa.table(
-            {
-                "id": pa.array(np.arange(start, stop, dtype=np.int64)),
-                "doc_id": pa.nulls(stop - start, pa.string()),
-                "chunk_index": pa.nulls(stop - start, pa.int32()),
-                "embedding": vectors_to_arrow(np.concatenate(blocks), "float32"),
-            }
-        )
-        name = f"part-{shard:05d}.parquet"
-        written = write_parquet_atomic(table, out / name, metadata={METADATA_KEY: json.dumps(meta)})
-        parts.append({"file": name, "shard": shard, **written})
-        say(f"drew rows {start:,}-{stop - 1:,} of {spec.rows:,} into {name}")
+        part = write_part(out, shard, np.arange(start, stop, dtype=np.int64), np.concatenate(blocks), meta)
+        parts.append(part)
+        say(f"drew rows {start:,}-{stop - 1:,} of {spec.rows:,} into {part['file']}")
     return parts
 
 

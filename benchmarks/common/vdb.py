@@ -52,25 +52,14 @@ def read_dataset(directory: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def write_dataset(directory: Path, ids: np.ndarray, vectors: np.ndarray, sizes: list[int], rg: int) -> Path:
     """``ids``/``vectors`` in the project's dataset layout: parts of ``sizes`` rows, row groups ``rg``."""
-    from apps.dataset.layout import finalize_dataset, vectors_to_arrow
-    from core.store import write_parquet_atomic
+    from apps.dataset.layout import finalize_dataset, write_part
 
     directory.mkdir(parents=True, exist_ok=True)
     records, start = [], 0
     for shard, size in enumerate(sizes):
         rows = slice(start, start + size)
         start += size
-        table = pa.table(
-            {
-                "id": ids[rows],
-                "doc_id": ids[rows].astype(str),
-                "chunk_index": np.zeros(size, np.int32),
-                "embedding": vectors_to_arrow(vectors[rows], "float32"),
-            }
-        )
-        name = f"part-{shard:05d}.parquet"
-        written = write_parquet_atomic(table, directory / name, row_group_rows=rg)
-        records.append({"file": name, "shard": shard, **written})
+        records.append(write_part(directory, shard, ids[rows], vectors[rows], None, row_group_rows=rg))
     finalize_dataset(str(directory), directory.name, records, {"dimension": vectors.shape[1]}, {})
     return directory
 

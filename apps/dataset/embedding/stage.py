@@ -6,17 +6,15 @@ layout (row ids, vector columns, parts) in :mod:`apps.dataset.layout`.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.dataset.layout import METADATA_KEY, is_held_out, row_id, vectors_to_arrow
+from apps.dataset.layout import is_held_out, part_name, row_id, write_part
 from apps.taskinfo import task_context
-from core.store import read_shard_record, write_parquet_atomic, write_shard_record
+from core.store import read_shard_record, write_shard_record
 
 if TYPE_CHECKING:
     from apps.dataset.embedding.model import EmbeddingConfig
@@ -35,7 +33,7 @@ def embed_shard(
     from apps.dataset.embedding.model import get_embedder
 
     out = Path(dataset_dir)
-    name = f"part-{shard_index:05d}.parquet"
+    name = part_name(shard_index)
     if (done := read_shard_record(out, name)) is not None:
         return {**done, "cached": True}
     started = time.time()
@@ -44,19 +42,19 @@ def embed_shard(
     keep = [i for i, cid in enumerate(chunks["chunk_id"]) if not is_held_out(cid, holdout_fraction)]
     embedder = get_embedder(embedding)
     vectors, stats = embedder.embed([chunks["text"][i] for i in keep], is_query=False)
-    table = pa.table(
-        {
-            "id": pa.array([ids[i] for i in keep], pa.int64()),
-            "doc_id": pa.array([chunks["doc_id"][i] for i in keep], pa.string()),
-            "chunk_index": pa.array([chunks["chunk_index"][i] for i in keep], pa.int32()),
-            "embedding": vectors_to_arrow(vectors, embedding.output_dtype),
-        }
+    part = write_part(
+        out,
+        shard_index,
+        [ids[i] for i in keep],
+        vectors,
+        file_metadata,
+        dtype=embedding.output_dtype,
+        doc_ids=[chunks["doc_id"][i] for i in keep],
+        chunk_indexes=[chunks["chunk_index"][i] for i in keep],
+        row_group_rows=row_group_rows,
     )
-    metadata = {METADATA_KEY: json.dumps(file_metadata, sort_keys=True)}
-    written = write_parquet_atomic(table, out / name, row_group_rows=row_group_rows, metadata=metadata)
     record = {
-        "file": name,
-        "shard": shard_index,
+        **part,
         "input": Path(chunks_file).name,
         "held_out": len(ids) - len(keep),
         "dataset_key": file_metadata["dataset_key"],
@@ -65,7 +63,6 @@ def embed_shard(
         "device": embedder.device,
         "precision": embedder.precision,  # OpenVINO's as the plugin runs it (bf16 needs bf16 units)
         **({"export": embedder.export} if embedder.export else {}),
-        **written,
         **task_context(started),
     }
     write_shard_record(out, record)
