@@ -182,7 +182,63 @@ def _dataset_entries(data: dict[str, Any], node: yaml.Node | None, path: Path) -
         if problem:
             where = (variants.SECTION, name)
             raise ConfigError(f"{dotted_path(where)}: {problem}", file=str(path), line=_line_of(node, where))
+    for name, entry in section.items():
+        _refuse_unknown_entry_fields(data, name, entry, node, path)
     return section
+
+
+def _refuse_unknown_entry_fields(
+    data: dict[str, Any], name: str, entry: dict[str, Any], node: yaml.Node | None, path: Path
+) -> None:
+    """ConfigError for a field the entry writes that its section does not have (``groundtruth.metrc``),
+    found before any of its values is interpolated or checked: a command on the file's own dataset, or
+    ``run --dataset all`` before it reaches the entry, would otherwise not see the misspelling."""
+    candidate = variants.merged(variants.pruned(data, entry), entry, name)  # values not interpolated
+    try:
+        RunConfig.model_validate(candidate)
+        return
+    except ValidationError as exc:
+        errors = [err for err in exc.errors() if err["type"] == "extra_forbidden"]
+    for err in errors:
+        loc = _without_dict_tags(candidate, tuple(err["loc"]))
+        if _written_in(entry, loc):  # the entry's own key (the file's are checked with its own dataset)
+            where = (variants.SECTION, name, *loc)
+            message = unknown_field_message(RunConfig, tuple(err["loc"]))
+            raise ConfigError(
+                f"{_entry_prefix(name)}{dotted_path(loc)}: {message}",
+                file=str(path),
+                line=_line_of(node, where),
+            )
+
+
+def _without_dict_tags(data: Any, loc: tuple) -> tuple:
+    """``loc`` without pydantic's union tags, read off the data (as :func:`_without_tags` off the nodes)."""
+    kept: list = []
+    for i, part in enumerate(loc):
+        if isinstance(data, dict):
+            if (
+                part not in data
+                and part in {v for v in data.values() if isinstance(v, str)}
+                and i + 1 < len(loc)
+            ):
+                continue
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            data = None
+        kept.append(part)
+    return tuple(kept)
+
+
+def _written_in(entry: Any, loc: tuple) -> bool:
+    """True when ``entry`` (a ``datasets`` entry's data) itself writes the field at ``loc``."""
+    for part in loc:
+        in_list = isinstance(entry, list) and isinstance(part, int) and part < len(entry)
+        if not (in_list or (isinstance(entry, dict) and part in entry)):
+            return False
+        entry = entry[part]
+    return True
 
 
 def _written_with_variables(node: yaml.Node | None, loc: tuple, entry: str | None) -> str | None:
@@ -293,7 +349,8 @@ def _substitute(value: Any, node: yaml.Node | None, path: Path, where: tuple, mi
 def _child(node: yaml.Node | None, key: str | int) -> yaml.Node | None:
     """The YAML node under ``node`` for a mapping key or sequence index (None when absent)."""
     if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
+        # The last: PyYAML puts a merge's (<<: *anchor) keys before the mapping's own, which override them.
+        for key_node, value_node in reversed(node.value):
             if key_node.value == key:
                 return value_node
     elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
@@ -324,7 +381,7 @@ def _deepest(node: yaml.Node | None, loc: tuple) -> tuple[int | None, int]:
         if node is None:
             break
         if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
+            for key_node, value_node in reversed(node.value):  # the last: a merge's keys come first
                 if key_node.value == part:
                     line, depth = key_node.start_mark.line + 1, depth + 1
                     node = value_node

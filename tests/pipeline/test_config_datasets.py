@@ -92,6 +92,52 @@ def test_a_plan_error_of_an_entry_points_into_the_entry(write_config, small_corp
 
 
 @pytest.mark.parametrize(
+    ("sections", "typo", "field"),
+    [
+        ({"groundtruth": {"k": 10, "metrc": "l2"}}, "metrc: l2", "groundtruth.metrc"),
+        (
+            {"vdb": {"databases": [{"name": "faiss", "indx_type": "flat"}]}},
+            "indx_type",
+            "vdb.databases.0.indx_type",
+        ),
+        ({"executor": {"workrs": 1}}, "workrs", "executor.workrs"),  # inside a union: the platform's model
+    ],
+)
+def test_a_misspelt_field_inside_an_entry_is_refused_by_every_command(
+    write_config, small_corpus, tmp_path, monkeypatch, sections, typo, field
+) -> None:
+    """Not only when the entry runs: `validate FILE` (the file's own dataset) and `run --dataset all`
+    (which would run the file's dataset first) refuse it up front, naming the entry, field and line."""
+    monkeypatch.setenv("CORPUS_ONLY_THE_FILE_USES", str(small_corpus))
+    path = write_config(study(small_corpus, tmp_path, **sections))
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if typo in text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)  # the file's own dataset
+    assert f"config.yaml:{line}: dataset gist: {field}: unknown field" in str(info.value)
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2 and f"dataset gist: {field}: unknown field" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_key_written_over_a_yaml_merge_is_named_at_its_own_line(write_config, small_corpus, tmp_path):
+    """PyYAML puts a merge's (``<<: *anchor``) keys before the mapping's own: the error points at the key
+    the mapping writes, not at the anchor's."""
+    text = yaml.safe_dump(base_config(small_corpus, tmp_path), sort_keys=False)
+    fm = str(ANN / "fmnist1k")
+    text += (
+        "datasets:\n"
+        f"  one: {{dataset: {{stored: x}}, groundtruth: &gt {{k: 10, metric: l2}}}}\n"
+        f"  two:\n    dataset: {{imported: {{format: vecs, paths: [{fm}]}}}}\n"
+        "    groundtruth:\n      <<: *gt\n      k: many\n"
+    )
+    path = write_config(text)
+    line = next(i for i, row in enumerate(path.read_text().splitlines(), 1) if "k: many" in row)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, "two")
+    assert f"config.yaml:{line}: dataset two: groundtruth.k: " in str(info.value)
+
+
+@pytest.mark.parametrize(
     ("entries", "message"),
     [
         ("[a, b]", "datasets: a mapping of dataset entries"),
