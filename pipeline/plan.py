@@ -39,6 +39,7 @@ from pipeline.plan_model import (
     Plan,
     StagePlan,
     add_evaluation_stages,
+    beyond_expected_rows,
     check_dimension,
     check_rows,
     geometry_params,
@@ -275,6 +276,17 @@ def build_plan(loaded: LoadedConfig) -> Plan:
     resolved = cfg.embedding.model_copy(
         update={"model": str(model_dir), "export_dir": str(cfg.resolve_path(str(export_dir), base))}
     )
+    resources = resource_plan(
+        loaded,
+        [p.point for p in points],
+        rows,
+        dimension,
+        query_count,
+        pending=[p.point for p in points if not p.complete],
+        truth_done="groundtruth" not in stages or not stages["groundtruth"].to_run,
+    )
+    if not made:  # only the config's estimate of the rows: its checks wait for the dataset, so warn now
+        resources.warnings += beyond_expected_rows(loaded, rows)
     return Plan(
         loaded,
         store,
@@ -287,13 +299,5 @@ def build_plan(loaded: LoadedConfig) -> Plan:
         terms_file,
         resolved,
         points,
-        resource_plan(
-            loaded,
-            [p.point for p in points],
-            rows,
-            dimension,
-            query_count,
-            pending=[p.point for p in points if not p.complete],
-            truth_done="groundtruth" not in stages or not stages["groundtruth"].to_run,
-        ),
+        resources,
     )

@@ -13,6 +13,7 @@ from apps.dataset.geometry import stage as geometry_stage
 from core.errors import ArtifactError
 from core.store import complete_manifest
 from pipeline.config.loader import LoadedConfig
+from pipeline.config.yaml_guard import dotted_path
 from pipeline.sweep import PointPlan, plan_points
 
 BENCHMARK_VERSION = "1"
@@ -123,6 +124,23 @@ def check_rows(loaded: LoadedConfig, rows: Any, dataset_dir: Path | str) -> None
                 ("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))),
                 f"{asked} rows asked of a dataset of {rows} rows ({dataset_dir})",
             )
+
+
+def beyond_expected_rows(loaded: LoadedConfig, expected: int | None) -> list[str]:
+    """Warnings for a ``groundtruth.k`` or an ``insert.rows`` beyond ``dataset.expected_rows`` of a
+    dataset still to be made: :func:`check_rows` refuses them once its rows are counted, after embedding;
+    the count is the config's estimate, so it warns here instead of refusing."""
+    cfg = loaded.config
+    if expected is None:
+        return []
+    words = f"dataset.expected_rows ({expected:,}): refused once the dataset is made, after embedding"
+    k = cfg.groundtruth.k
+    found = [f"groundtruth.k: {k:,} neighbours are more than {words}"] if k > expected else []
+    for point in cfg.vdb.points if cfg.vdb is not None else []:
+        if (asked := point.config.insert.rows) is not None and asked > expected:
+            field = dotted_path(("vdb", *cfg.vdb.written_loc(point, ("insert", "rows"))))
+            found.append(f"{field}: {asked:,} rows (point {point.label!r}) are more than {words}")
+    return list(dict.fromkeys(found))
 
 
 def check_dimension(loaded: LoadedConfig, dimension: int) -> None:

@@ -69,8 +69,8 @@ class RunDatasetConfig(DatasetConfig):
         None,
         ge=1,
         description="Rows the generated dataset will have, for the resource plan before it exists (the full "
-        "Pes2o-VE: 88,453,763). Once it is made, its manifest's count is used. A given dataset (stored, "
-        "imported) is counted from its files.",
+        "Pes2o-VE: 88,453,763); `plan` warns of a groundtruth.k or vdb.insert.rows beyond it. Once it is "
+        "made, its manifest's count is used. A given dataset (stored, imported) is counted from its files.",
     )
 
     @property

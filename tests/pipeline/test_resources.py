@@ -440,3 +440,21 @@ def test_one_allocations_points_are_timed_together(monkeypatch: pytest.MonkeyPat
         "minute: its workers take tasks for their first 60 s only; lower executor.drain_margin_s or ask a "
         "longer walltime"
     ), drains
+
+
+def test_rows_beyond_the_expected_count_of_a_dataset_still_to_make_are_warned_of(
+    write_config, small_corpus, tmp_path: Path
+) -> None:
+    """A generated dataset's rows are counted once it is made (after embedding), where check_rows refuses
+    an insert.rows or a groundtruth.k beyond them: before that, dataset.expected_rows warns at plan."""
+    from tests.conftest import base_config, run_cli
+
+    vdb = {"databases": [{"name": "faiss"}], "insert": {"rows": [500, 5000]}, "query": {"ef": [16]}}
+    config = base_config(small_corpus, tmp_path / "wd", vdb=vdb, groundtruth={"k": 2000, "metric": "cosine"})
+    config["dataset"] = {"expected_rows": 1000}
+    result = run_cli("plan", str(write_config(config)))
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "groundtruth.k: 2,000 neighbours are more than dataset.expected_rows (1,000): refused once" in said
+    assert "vdb.insert.rows.1: 5,000 rows (point 'faiss[rows=5000]') are more than" in said
+    assert "rows=500'" not in said  # within the count: no word
