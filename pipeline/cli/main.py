@@ -34,11 +34,12 @@ app = typer.Typer(
 )
 app.add_typer(dataset_app, name="dataset")
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
+QUEUE_LIMITS_VAR = "PES2O_QUEUE_LIMITS"  # sets --queue-limits (a site's login shell, a CI job)
 QueueLimitsOpt = Annotated[
     str,
     typer.Option(
         "--queue-limits",
-        envvar="PES2O_QUEUE_LIMITS",
+        envvar=QUEUE_LIMITS_VAR,
         help="Queue limits to check the jobs against: live (qstat -Qf / scontrol show partition, which must "
         "answer), table (the config's executor.queues) or auto (live where the command answers in a few "
         "seconds, else the table).",
@@ -131,10 +132,17 @@ def _other_datasets_line(loaded: LoadedConfig) -> None:
 def _queue_limits(mode: str, listing: Path | None) -> Iterator[None]:
     """Checks inside use the queue limits ``mode`` picks (executors/queues.py); a bad choice ends the
     command with its message."""
-    from executors.queues import use_queue_limits
+    import os
 
+    from executors.queues import MODES, use_queue_limits
+
+    if mode not in MODES:  # named as the user gave it: the option, or the variable that set it
+        on_line = any(arg.split("=", 1)[0] == "--queue-limits" for arg in sys.argv[1:])
+        from_env = not on_line and os.environ.get(QUEUE_LIMITS_VAR) == mode
+        _error(f"{QUEUE_LIMITS_VAR if from_env else '--queue-limits'} must be one of {', '.join(MODES)}, "
+               f"not {mode!r}", 2)  # fmt: skip
     try:
-        with use_queue_limits(mode, listing):  # type: ignore[arg-type]  # checked there
+        with use_queue_limits(mode, listing):  # type: ignore[arg-type]  # checked above
             yield
     except PipelineError as exc:
         _fail(exc)

@@ -138,6 +138,10 @@ def test_a_bad_option_is_named_without_a_placeholder_for_the_file() -> None:
     result = run_cli("plan", str(REPO / "configs" / "local.yaml"), "--queue-limits", "bogus")
     assert result.returncode == 2
     assert result.stderr == "error: --queue-limits must be one of auto, live, table, not 'bogus'\n"
+    # set by the variable instead: the variable is named, as the user never typed the option
+    result = run_cli("plan", str(REPO / "configs" / "local.yaml"), env={"PES2O_QUEUE_LIMITS": "lve"})
+    assert result.returncode == 2
+    assert result.stderr == "error: PES2O_QUEUE_LIMITS must be one of auto, live, table, not 'lve'\n"
 
 
 @pytest.mark.parametrize("make", ["absent", "directory"])
