@@ -11,7 +11,8 @@ reaches a run's whole process group (``scancel``, ``kill -- -PGID``), the interc
 - a task launched after the interchange exited blocks for ever in its send (a ZeroMQ DEALER socket with
   no peer), and the cleanup's closing of that socket under the blocked thread aborts the whole driver
   (libzmq: ``Assertion failed: pfd.revents & POLLIN (src/signaler.cpp:238)``, exit -6);
-- Parsl's launch threads share that socket unlocked ("used in a thread unsafe manner", its comment says).
+- nothing serialises the threads that use that socket ("used in a thread unsafe manner", its comment
+  says): the DFK's one launch thread sends while the cleanup thread closes it.
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ log = logging.getLogger(__name__)
 def load_parsl(config: Any) -> Any:
     """``parsl.load(config)``, its interchanges recorded and its task pipes guarded; returns the DFK."""
     import parsl
+    from parsl.executors import HighThroughputExecutor
 
     with ctrl_c_held():  # the interchange and the first worker pools ignore the terminal's Ctrl-C
         dfk = parsl.load(config)
     record_interchanges(dfk)
     for executor in dfk.executors.values():
-        pipe = getattr(executor, "outgoing_q", None)
-        if pipe is not None:
-            guard_task_pipe(pipe)
+        if isinstance(executor, HighThroughputExecutor):
+            guard_task_pipe(executor.outgoing_q)  # an AttributeError if Parsl renames it: not skipped
     return dfk
 
 
@@ -53,19 +54,25 @@ class PipeClosedError(RuntimeError):
 def guard_task_pipe(pipe: Any) -> None:
     """Make an HTEX task pipe (``zmq_pipes.TasksOutgoing``) safe to close while a thread sends on it.
 
-    Sends take one lock and wait for the socket to be writable in short polls, so none blocks inside
-    ZeroMQ; closing first stops new and waiting sends (they raise :class:`PipeClosedError`, which fails
-    their task), then closes the socket once no thread is in it.
+    Sends take one lock, wait for the socket to be writable in short polls and send without blocking (a
+    peer that left between the poll and the send makes it poll again), so none waits inside ZeroMQ;
+    closing first stops new and waiting sends (they raise :class:`PipeClosedError`, which fails their
+    task), then closes the socket once no thread is in it.
     """
     lock, closing = threading.Lock(), threading.Event()
-    socket, send, close = pipe.zmq_socket, pipe.put, pipe.close
+    socket, close = pipe.zmq_socket, pipe.close
 
     def put(message: Any) -> None:
-        with lock:
-            while not closing.is_set():
-                if socket.poll(SEND_POLL_MS, zmq.POLLOUT):
-                    send(message)  # writable, and no other thread can send: this does not block
-                    return
+        if not closing.is_set():
+            with lock:
+                while not closing.is_set():
+                    if not socket.poll(SEND_POLL_MS, zmq.POLLOUT):
+                        continue
+                    try:  # never blocking: the interchange may have gone since the poll said writable
+                        socket.send_pyobj(message, flags=zmq.NOBLOCK)
+                        return
+                    except zmq.Again:
+                        continue
         raise PipeClosedError("the executor is shutting down: the task was not sent")
 
     def close_when_idle() -> None:
