@@ -460,9 +460,15 @@ def _read(executor: Any, recorded: Path | None, timeout_s: float, runner: Runner
         return str(exc)
 
 
-def _pick(executor: Any, mode: str, live: Callable[[], QueueTable | str]) -> QueueTable:
+def check_mode(mode: str, given: str = "--queue-limits") -> None:
+    """ConfigError unless ``mode`` is one of :data:`MODES`; ``given``: how the user gave it, for the message
+    (the option, or the variable that sets it)."""
     if mode not in MODES:
-        raise ConfigError(f"queue limits must be one of {', '.join(MODES)}, not {mode!r}")
+        raise ConfigError(f"{given} must be one of {', '.join(MODES)}, not {mode!r}")
+
+
+def _pick(executor: Any, mode: str, live: Callable[[], QueueTable | str]) -> QueueTable:
+    check_mode(mode)
     if mode == "table":
         return table_of(executor, "--queue-limits table")
     found = live()
@@ -493,8 +499,7 @@ def use_queue_limits(
     once per platform). Outside any such block checks use the config's table: a library call or a test
     never runs qstat. The yielded object's ``used`` maps each platform checked to the table it used.
     """
-    if mode not in MODES:
-        raise ConfigError(f"--queue-limits must be one of {', '.join(MODES)}, not {mode!r}")
+    check_mode(mode)
     if recorded is not None and mode == "table":
         raise ConfigError("a recorded queue listing needs --queue-limits live or auto, not table")
     choice = _Choice(mode, recorded, timeout_s)

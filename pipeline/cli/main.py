@@ -35,11 +35,29 @@ app = typer.Typer(
 app.add_typer(dataset_app, name="dataset")
 ConfigArg = Annotated[Path, typer.Argument(help="YAML run configuration")]
 QUEUE_LIMITS_VAR = "PES2O_QUEUE_LIMITS"  # sets --queue-limits (a site's login shell, a CI job)
+
+
+def _queue_limits_mode(ctx: typer.Context, value: str) -> str:
+    """``--queue-limits`` checked as it is parsed, a bad value named as the user gave it: the option, or
+    the variable that set it."""
+    from executors.queues import check_mode
+
+    # By name: typer 0.29 parses with its own copy of Click, whose ParameterSource is not click's.
+    source = ctx.get_parameter_source("queue_limits")
+    from_env = getattr(source, "name", None) == "ENVIRONMENT"
+    try:
+        check_mode(value, QUEUE_LIMITS_VAR if from_env else "--queue-limits")
+    except PipelineError as exc:
+        _fail(exc)
+    return value
+
+
 QueueLimitsOpt = Annotated[
     str,
     typer.Option(
         "--queue-limits",
         envvar=QUEUE_LIMITS_VAR,
+        callback=_queue_limits_mode,
         help="Queue limits to check the jobs against: live (qstat -Qf / scontrol show partition, which must "
         "answer), table (the config's executor.queues) or auto (live where the command answers in a few "
         "seconds, else the table).",
@@ -132,17 +150,10 @@ def _other_datasets_line(loaded: LoadedConfig) -> None:
 def _queue_limits(mode: str, listing: Path | None) -> Iterator[None]:
     """Checks inside use the queue limits ``mode`` picks (executors/queues.py); a bad choice ends the
     command with its message."""
-    import os
+    from executors.queues import use_queue_limits
 
-    from executors.queues import MODES, use_queue_limits
-
-    if mode not in MODES:  # named as the user gave it: the option, or the variable that set it
-        on_line = any(arg.split("=", 1)[0] == "--queue-limits" for arg in sys.argv[1:])
-        from_env = not on_line and os.environ.get(QUEUE_LIMITS_VAR) == mode
-        _error(f"{QUEUE_LIMITS_VAR if from_env else '--queue-limits'} must be one of {', '.join(MODES)}, "
-               f"not {mode!r}", 2)  # fmt: skip
     try:
-        with use_queue_limits(mode, listing):  # type: ignore[arg-type]  # checked above
+        with use_queue_limits(mode, listing):  # type: ignore[arg-type]  # checked as the option is parsed
             yield
     except PipelineError as exc:
         _fail(exc)
