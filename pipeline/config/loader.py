@@ -200,7 +200,7 @@ def _refuse_unknown_entry_fields(
     except ValidationError as exc:
         errors = [err for err in exc.errors() if err["type"] == "extra_forbidden"]
     for err in errors:
-        loc = _without_dict_tags(candidate, tuple(err["loc"]))
+        loc = _without_tags(candidate, tuple(err["loc"]))
         if _written_in(entry, loc):  # the entry's own key (the file's are checked with its own dataset)
             where = (variants.SECTION, name, *loc)
             message = unknown_field_message(RunConfig, tuple(err["loc"]))
@@ -209,26 +209,6 @@ def _refuse_unknown_entry_fields(
                 file=str(path),
                 line=_line_of(node, where),
             )
-
-
-def _without_dict_tags(data: Any, loc: tuple) -> tuple:
-    """``loc`` without pydantic's union tags, read off the data (as :func:`_without_tags` off the nodes)."""
-    kept: list = []
-    for i, part in enumerate(loc):
-        if isinstance(data, dict):
-            if (
-                part not in data
-                and part in {v for v in data.values() if isinstance(v, str)}
-                and i + 1 < len(loc)
-            ):
-                continue
-            data = data.get(part)
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
-            data = data[part]
-        else:
-            data = None
-        kept.append(part)
-    return tuple(kept)
 
 
 def _written_in(entry: Any, loc: tuple) -> bool:
@@ -393,24 +373,39 @@ def _deepest(node: yaml.Node | None, loc: tuple) -> tuple[int | None, int]:
     return line, depth
 
 
-def _without_tags(node: yaml.Node | None, loc: tuple) -> tuple:
+def _without_tags(tree: Any, loc: tuple) -> tuple:
     """``loc`` without the union tags pydantic puts in it (``executor.slurm.allocation``: the file writes
-    ``executor.allocation``): a part the file's mapping lacks as a key but holds as a value (``platform:
-    slurm``), the discriminator pydantic chose the model by."""
+    ``executor.allocation``): a part the mapping lacks as a key but holds as a value (``platform:
+    slurm``), the discriminator pydantic chose the model by. ``tree``: the YAML node graph, or the data."""
     kept: list = []
     for i, part in enumerate(loc):
-        if isinstance(node, yaml.MappingNode):
-            keys = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
-            values = {v.value for v in keys.values() if isinstance(v, yaml.ScalarNode)}
-            if part not in keys and part in values and i + 1 < len(loc):
+        branches = _branches(tree)
+        if isinstance(branches, dict):
+            values = {_scalar(v) for v in branches.values()}
+            if part not in branches and part in values and i + 1 < len(loc):
                 continue  # a tag: the field sits directly in this mapping
-            node = keys.get(part)
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
+            tree = branches.get(part)
+        elif isinstance(branches, list) and isinstance(part, int) and part < len(branches):
+            tree = branches[part]
         else:
-            node = None
+            tree = None
         kept.append(part)
     return tuple(kept)
+
+
+def _branches(tree: Any) -> dict | list | None:
+    """A mapping's children by key, or a sequence's, of a YAML node or of data; None for a scalar."""
+    if isinstance(tree, yaml.MappingNode):
+        return {k.value: v for k, v in tree.value if isinstance(k, yaml.ScalarNode)}  # the last key wins
+    if isinstance(tree, yaml.SequenceNode):
+        return tree.value
+    return tree if isinstance(tree, dict | list) else None
+
+
+def _scalar(value: Any) -> str | None:
+    """A scalar's text (of a YAML node or of data), None for anything else."""
+    value = value.value if isinstance(value, yaml.ScalarNode) else value
+    return value if isinstance(value, str) else None
 
 
 def _entry_prefix(entry: str | None) -> str:
